@@ -1,0 +1,73 @@
+//! Errors of the store boundary and of input validation.
+//!
+//! The middleware's own error, which wraps these, lives in [`crate::middleware::Error`].
+
+use thiserror::Error;
+
+/// A boxed error, as tower uses for errors whose type a layer does not know.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A store operation failed: Redis could not be reached, answered with an error, or answered
+/// something this crate does not understand.
+///
+/// Nothing is lost when a store operation fails: an acquire that fails holds no lock, and a
+/// release that fails leaves the lock to expire with its TTL.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Redis returned an error or the connection failed (refused, dropped, timed out).
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Redis answered with a reply of an unexpected shape (a script of another version, or a key
+    /// of ours overwritten by another tool).
+    #[error("unexpected reply from the store: {0}")]
+    Protocol(String),
+}
+
+impl StoreError {
+    /// Whether retrying the same operation later may succeed (connection trouble, timeouts,
+    /// a server that is loading or failing over) rather than repeating the same error.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Redis(e) => {
+                e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_cluster_error()
+                    || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+                    || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
+            }
+            StoreError::Protocol(_) => false,
+        }
+    }
+}
+
+/// A lock key, key prefix or queue name was rejected before any Redis call.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The key is the empty string.
+    #[error("{what} must not be empty")]
+    Empty {
+        /// What was being validated: "lock key", "prefix", "queue name".
+        what: &'static str,
+    },
+    /// The key is longer than the cap.
+    #[error("{what} is {len} bytes, over the limit of {max} bytes")]
+    TooLong {
+        /// What was being validated.
+        what: &'static str,
+        /// The key's length in bytes.
+        len: usize,
+        /// The cap in bytes.
+        max: usize,
+    },
+    /// A prefix contains `{` or `}`, which would move the Redis Cluster hash tag into the prefix
+    /// and put every key of a deployment in one slot.
+    #[error("prefix {prefix:?} must not contain '{{' or '}}': they would change Redis Cluster hash tags")]
+    BraceInPrefix {
+        /// The rejected prefix.
+        prefix: String,
+    },
+}

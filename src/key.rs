@@ -1,0 +1,202 @@
+//! Validated lock keys and key prefixes, and their encoding into Redis key names.
+//!
+//! Every Redis key of one lock (the lock itself and its fencing counter) carries the same
+//! Redis Cluster hash tag, `{<encoded key>}`, so the scripts that touch both run on one node.
+//! A user key may contain any bytes, braces included; braces and `%` are percent-encoded inside
+//! the tag so that a key can neither end the hash tag early nor collide with another key.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::KeyError;
+
+/// The longest lock key accepted, in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// The default prefix of every Redis key the crate writes.
+pub const DEFAULT_PREFIX: &str = "redefer";
+
+/// A validated lock key: the name of the resource a request changes (`order:42`).
+///
+/// Cheap to clone: the text is shared.
+///
+/// ```
+/// use redefer::LockKey;
+///
+/// let key = LockKey::new("order:42")?;
+/// assert_eq!(key.as_str(), "order:42");
+/// assert!(LockKey::new("").is_err());
+/// # Ok::<(), redefer::KeyError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LockKey(Arc<str>);
+
+impl LockKey {
+    /// Validates a lock key: non-empty and at most [`MAX_KEY_LEN`] bytes. Any other content,
+    /// braces, NUL bytes and unicode included, is accepted and encoded safely.
+    pub fn new(key: impl Into<String>) -> Result<Self, KeyError> {
+        let key = key.into();
+        validate_name("lock key", &key, MAX_KEY_LEN)?;
+        Ok(LockKey(key.into()))
+    }
+
+    /// The key as the user gave it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for LockKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for LockKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The namespace of every Redis key the crate writes: `<prefix>:lock:{<key>}` and so on.
+///
+/// ```
+/// use redefer::Prefix;
+///
+/// assert_eq!(Prefix::default().as_str(), "redefer");
+/// assert!(Prefix::new("app{1}").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Prefix(Arc<str>);
+
+impl Prefix {
+    /// Validates a prefix: non-empty, at most [`MAX_KEY_LEN`] bytes, and without braces (a brace
+    /// would make the prefix the Redis Cluster hash tag of every key).
+    pub fn new(prefix: impl Into<String>) -> Result<Self, KeyError> {
+        let prefix = prefix.into();
+        validate_name("prefix", &prefix, MAX_KEY_LEN)?;
+        if prefix.contains(['{', '}']) {
+            return Err(KeyError::BraceInPrefix { prefix });
+        }
+        Ok(Prefix(prefix.into()))
+    }
+
+    /// The prefix text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The Redis key of a lock: `<prefix>:lock:{<encoded key>}`.
+    pub fn lock_key(&self, key: &LockKey) -> String {
+        self.tagged("lock", key.as_str(), "")
+    }
+
+    /// The Redis key of a lock's fencing counter: `<prefix>:fence:{<encoded key>}`.
+    pub fn fence_key(&self, key: &LockKey) -> String {
+        self.tagged("fence", key.as_str(), "")
+    }
+
+    /// `<prefix>:<kind>:{<encoded name>}<suffix>`: one hash tag per name.
+    pub(crate) fn tagged(&self, kind: &str, name: &str, suffix: &str) -> String {
+        let mut out = String::with_capacity(self.0.len() + kind.len() + name.len() + suffix.len() + 4);
+        out.push_str(&self.0);
+        out.push(':');
+        out.push_str(kind);
+        out.push_str(":{");
+        encode_tag_into(name, &mut out);
+        out.push('}');
+        out.push_str(suffix);
+        out
+    }
+}
+
+impl Default for Prefix {
+    fn default() -> Self {
+        Prefix(DEFAULT_PREFIX.into())
+    }
+}
+
+impl fmt::Debug for Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+pub(crate) fn validate_name(what: &'static str, name: &str, max: usize) -> Result<(), KeyError> {
+    if name.is_empty() {
+        return Err(KeyError::Empty { what });
+    }
+    if name.len() > max {
+        return Err(KeyError::TooLong {
+            what,
+            len: name.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// Percent-encodes `%`, `{` and `}`: the result contains no brace (so it cannot end or open a
+/// hash tag) and decodes back to exactly one input (so two keys never share a Redis key).
+fn encode_tag_into(name: &str, out: &mut String) {
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Inverse of the hash-tag encoding; `None` for text that no key encodes to.
+pub fn decode_tag(encoded: &str) -> Option<String> {
+    let mut out = String::with_capacity(encoded.len());
+    let mut rest = encoded;
+    while let Some(i) = rest.find(['%', '{', '}']) {
+        out.push_str(&rest[..i]);
+        let (escape, tail) = rest[i..].split_at_checked(3)?;
+        out.push(match escape {
+            "%25" => '%',
+            "%7B" => '{',
+            "%7D" => '}',
+            _ => return None,
+        });
+        rest = tail;
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn braces_stay_inside_one_hash_tag() {
+        let prefix = Prefix::default();
+        let key = LockKey::new("}{a}").unwrap();
+        assert_eq!(prefix.lock_key(&key), "redefer:lock:{%7D%7Ba%7D}");
+        assert_eq!(prefix.fence_key(&key), "redefer:fence:{%7D%7Ba%7D}");
+    }
+
+    #[test]
+    fn decode_rejects_what_no_key_encodes_to() {
+        assert_eq!(decode_tag("a%7Bb").as_deref(), Some("a{b"));
+        assert_eq!(decode_tag("a{b"), None);
+        assert_eq!(decode_tag("a%2"), None);
+        assert_eq!(decode_tag("a%41"), None);
+    }
+
+    #[test]
+    fn rejects_empty_long_and_braced() {
+        assert_eq!(LockKey::new(""), Err(KeyError::Empty { what: "lock key" }));
+        assert!(matches!(
+            LockKey::new("x".repeat(MAX_KEY_LEN + 1)),
+            Err(KeyError::TooLong { len: 1025, .. })
+        ));
+        assert!(LockKey::new("x".repeat(MAX_KEY_LEN)).is_ok());
+        assert!(matches!(Prefix::new("a}"), Err(KeyError::BraceInPrefix { .. })));
+        assert!(matches!(Prefix::new(""), Err(KeyError::Empty { .. })));
+    }
+}

@@ -1,0 +1,45 @@
+//! # redefer
+//!
+//! Tower middleware for services that change one resource at a time under a Redis lock, and
+//! must decide what a request does when the lock is taken: fail fast, sleep and retry, or defer.
+//!
+//! - [`LockLayer`] runs each request under the lock of its key (`SET key token NX PX ttl`),
+//!   renews the lock while the handler runs, and releases it on every exit path.
+//! - A [`ConflictStrategy`](strategy::ConflictStrategy) decides what a request does when its
+//!   lock is held: [`FailFast`](strategy::FailFast) or [`Retry`](strategy::Retry), composable.
+//! - Handlers read the [fencing token](FencingToken) of their lock with [`current_lock`].
+//! - Two stores with the same semantics: [`RedisStore`] (single node or Redis Cluster) and
+//!   [`MemoryStore`] for one process.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use redefer::{Error, LockLayer, MemoryStore};
+//! use tower::{service_fn, Layer, Service, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let store = MemoryStore::new();
+//! let mut orders = LockLayer::new(store, |id: &u64| Some(format!("order:{id}")))
+//!     .layer(service_fn(|id: u64| async move { Ok::<_, Infallible>(format!("shipped {id}")) }));
+//!
+//! let outcome = orders.ready().await.unwrap().call(7).await.unwrap();
+//! assert_eq!(outcome.done().as_deref(), Some("shipped 7"));
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod backoff;
+pub mod error;
+pub mod key;
+pub mod lock;
+pub mod middleware;
+pub mod queue;
+pub mod store;
+pub mod strategy;
+
+pub use crate::backoff::Backoff;
+pub use crate::error::{BoxError, KeyError, StoreError};
+pub use crate::key::{LockKey, Prefix};
+pub use crate::lock::{FencingToken, HeldLock, LockLost, LockToken, current_lock};
+pub use crate::middleware::{Deferred, Error, KeyExtractor, LockLayer, LockService, Outcome};
+pub use crate::store::{MemoryStore, RedisStore};

@@ -1,0 +1,77 @@
+//! The two numbers a lock carries: the holder's secret token and the public fencing token.
+
+use std::fmt;
+
+use rand::RngExt;
+use serde::{Deserialize, Serialize};
+
+/// 128 random bits that identify one holder of a lock.
+///
+/// Release and extend compare it inside Redis, so a holder whose lock expired and was taken by
+/// another can never release or extend the new holder's lock.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LockToken(u128);
+
+impl LockToken {
+    /// A fresh token from the thread-local cryptographically secure generator.
+    pub fn random() -> Self {
+        LockToken(rand::rng().random())
+    }
+
+    /// The token as 32 lowercase hex digits, as stored in Redis.
+    pub fn to_hex(self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, byte) in out.iter_mut().enumerate() {
+            let nibble = (self.0 >> (124 - 4 * i)) & 0xf;
+            *byte = DIGITS[nibble as usize];
+        }
+        out
+    }
+}
+
+impl fmt::Debug for LockToken {
+    /// Shows only the first 8 hex digits: enough to tell holders apart in logs without printing
+    /// the secret that would let a reader release the lock.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hex = self.to_hex();
+        write!(f, "LockToken({}…)", String::from_utf8_lossy(&hex[..8]))
+    }
+}
+
+impl redis::ToRedisArgs for LockToken {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg(&self.to_hex());
+    }
+}
+
+/// A number that strictly increases each time a lock key gets a new holder.
+///
+/// Pass it along with every write the protected handler makes to another system; that system
+/// rejects writes carrying a lower token than one it has seen. That keeps the data safe even
+/// when a paused holder wakes up after its lock expired and another holder took over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FencingToken(pub u64);
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_is_big_endian_and_fixed_width() {
+        let token = LockToken(0x0123_4567_89ab_cdef_0000_0000_0000_00ff);
+        assert_eq!(&token.to_hex(), b"0123456789abcdef00000000000000ff");
+    }
+
+    #[test]
+    fn random_tokens_differ() {
+        assert_ne!(LockToken::random(), LockToken::random());
+    }
+}

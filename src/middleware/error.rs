@@ -1,0 +1,62 @@
+//! The error of a call through [`LockService`](crate::LockService).
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::error::{BoxError, KeyError, StoreError};
+use crate::key::LockKey;
+use crate::lock::LockLost;
+
+/// Why a call through [`LockService`](crate::LockService) failed. `E` is the inner service's
+/// error.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Error<E> {
+    /// The inner service failed. The lock was released.
+    #[error("inner service failed: {0}")]
+    Inner(#[source] E),
+    /// Another request holds the lock and the conflict strategy refused to wait.
+    #[error("{key:?} is locked by another request{}", retry_hint(*retry_after))]
+    Locked {
+        /// The key that is held.
+        key: LockKey,
+        /// The holder's remaining TTL: when trying again may succeed.
+        retry_after: Option<Duration>,
+    },
+    /// The lock stopped being ours while the handler ran (expired during a pause, deleted by an
+    /// operator, unreachable store), so the handler was stopped rather than run on unlocked.
+    #[error("lost the lock on {key:?} while the handler ran ({reason:?})")]
+    LockLost {
+        /// The key whose lock was lost.
+        key: LockKey,
+        /// What the renewal found.
+        reason: LockLost,
+    },
+    /// The key extractor produced a key that is rejected (empty, too long). No Redis call was made.
+    #[error("invalid lock key: {0}")]
+    InvalidKey(#[from] KeyError),
+    /// The store failed; no lock is held.
+    #[error("lock store failed: {0}")]
+    Store(#[source] StoreError),
+    /// The conflict strategy failed (for example, a deferral could not be stored).
+    #[error("conflict strategy failed: {0}")]
+    Strategy(#[source] BoxError),
+}
+
+fn retry_hint(retry_after: Option<Duration>) -> String {
+    match retry_after {
+        Some(after) => format!("; retry after {}", humantime::format_duration(after)),
+        None => String::new(),
+    }
+}
+
+impl<E> Error<E> {
+    /// When trying again may succeed, for [`Error::Locked`].
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Locked { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The layer that builds [`LockService`]s.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower::Layer;
+
+use super::service::{LockService, Shared};
+use crate::strategy::FailFast;
+
+/// The default lock TTL: long enough for most handlers without renewal, short enough that a
+/// crashed holder blocks its key only briefly.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// Runs each request under the lock of its key, in `store`, with `strategy` deciding what a
+/// request does when its lock is held.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use redefer::{Backoff, LockLayer, MemoryStore, strategy::Retry};
+/// use tower::{service_fn, ServiceBuilder, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// struct Debit { account: u64, cents: i64 }
+///
+/// let service = ServiceBuilder::new()
+///     .layer(
+///         LockLayer::new(MemoryStore::new(), |d: &Debit| Some(format!("account:{}", d.account)))
+///             .ttl(Duration::from_secs(5))
+///             .on_conflict(Retry::new(Backoff::default())),
+///     )
+///     .service(service_fn(|d: Debit| async move { Ok::<_, Infallible>(d.cents) }));
+///
+/// let outcome = service.oneshot(Debit { account: 1, cents: 250 }).await.unwrap();
+/// assert_eq!(outcome.done(), Some(250));
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockLayer<St, X, C = FailFast> {
+    store: St,
+    extractor: X,
+    strategy: C,
+    ttl: Duration,
+}
+
+impl<St, X> LockLayer<St, X, FailFast> {
+    /// Locks each request on the key `extractor` gives it, failing fast on conflicts, with the
+    /// default TTL of 10 s.
+    pub fn new(store: St, extractor: X) -> Self {
+        LockLayer {
+            store,
+            extractor,
+            strategy: FailFast,
+            ttl: DEFAULT_TTL,
+        }
+    }
+}
+
+impl<St, X, C> LockLayer<St, X, C> {
+    /// How long a lock lives unless renewed. A handler that runs longer keeps its lock: it is
+    /// extended every third of the TTL. The TTL is the safety net for a holder that crashed.
+    ///
+    /// # Panics
+    ///
+    /// If `ttl` is shorter than 3 ms, too short to renew.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        assert!(
+            ttl >= Duration::from_millis(3),
+            "lock TTL {ttl:?} is shorter than 3 ms"
+        );
+        self.ttl = ttl;
+        self
+    }
+
+    /// What a request does when its lock is held.
+    pub fn on_conflict<C2>(self, strategy: C2) -> LockLayer<St, X, C2> {
+        LockLayer {
+            store: self.store,
+            extractor: self.extractor,
+            strategy,
+            ttl: self.ttl,
+        }
+    }
+}
+
+impl<S, St, X, C> Layer<S> for LockLayer<St, X, C>
+where
+    St: Clone,
+    X: Clone,
+    C: Clone,
+{
+    type Service = LockService<S, St, X, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LockService::new(
+            inner,
+            Arc::new(Shared {
+                store: self.store.clone(),
+                extractor: self.extractor.clone(),
+                strategy: self.strategy.clone(),
+                ttl: self.ttl,
+            }),
+        )
+    }
+}

@@ -1,0 +1,19 @@
+//! The tower middleware: [`LockLayer`] wraps a service in [`LockService`], which runs each
+//! request under the lock of its key and asks a [`ConflictStrategy`](crate::strategy::ConflictStrategy)
+//! what to do when the lock is held.
+//!
+//! Laid out as tower lays out its own middleware: the layer, the service, its future, its error.
+
+mod error;
+mod extract;
+mod future;
+mod layer;
+mod outcome;
+mod service;
+
+pub use self::error::Error;
+pub use self::extract::KeyExtractor;
+pub use self::future::ResponseFuture;
+pub use self::layer::LockLayer;
+pub use self::outcome::{Deferred, Outcome};
+pub use self::service::LockService;

@@ -1,0 +1,53 @@
+//! What a locked call produced when it did not fail.
+
+use std::time::SystemTime;
+
+use crate::queue::JobId;
+
+/// The result of a call through [`LockService`](crate::LockService) that did not fail: either
+/// the inner service's response, or a deferral of the request to run later.
+#[derive(Debug, Clone, PartialEq)]
+#[must_use = "a deferred request has not run yet"]
+pub enum Outcome<R> {
+    /// The request ran under the lock (or needed none) and this is its response.
+    Done(R),
+    /// The lock was held; the request is stored in a delay queue and will run later.
+    Deferred(Deferred),
+}
+
+impl<R> Outcome<R> {
+    /// The response, if the request ran.
+    pub fn done(self) -> Option<R> {
+        match self {
+            Outcome::Done(response) => Some(response),
+            Outcome::Deferred(_) => None,
+        }
+    }
+
+    /// The deferral, if the request was deferred.
+    pub fn deferred(&self) -> Option<&Deferred> {
+        match self {
+            Outcome::Done(_) => None,
+            Outcome::Deferred(deferred) => Some(deferred),
+        }
+    }
+}
+
+/// A request stored in a delay queue: reported only once the store has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Deferred {
+    /// The job that will carry the request; stays the same across re-deferrals.
+    pub job_id: JobId,
+    /// When the job becomes due, by the store's clock.
+    pub due: SystemTime,
+    /// How many times the job was deferred before (0 the first time).
+    pub attempt: u32,
+}
+
+impl Deferred {
+    /// A deferral record, for strategies that store requests themselves.
+    pub fn new(job_id: JobId, due: SystemTime, attempt: u32) -> Self {
+        Deferred { job_id, due, attempt }
+    }
+}

@@ -1,0 +1,91 @@
+//! The service that runs requests under their locks.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tower::Service;
+
+use super::future::{ResponseFuture, call_locked};
+use super::{Error, KeyExtractor, Outcome};
+use crate::key::LockKey;
+use crate::store::LockStore;
+use crate::strategy::ConflictStrategy;
+
+/// Runs each request under the lock of its key; built by [`LockLayer`](super::LockLayer).
+///
+/// An uncontended request costs two store round trips: acquire, then release. Requests whose
+/// extractor returns `None` pass through unlocked.
+///
+/// The inner service made ready by `poll_ready` is the one that handles the request (a clone
+/// takes its place), as tower requires of services that move their inner service into the
+/// response future.
+#[derive(Debug)]
+pub struct LockService<S, St, X, C> {
+    inner: S,
+    shared: Arc<Shared<St, X, C>>,
+}
+
+/// What every clone of one service shares.
+#[derive(Debug)]
+pub(super) struct Shared<St, X, C> {
+    pub(super) store: St,
+    pub(super) extractor: X,
+    pub(super) strategy: C,
+    pub(super) ttl: Duration,
+}
+
+impl<S, St, X, C> LockService<S, St, X, C> {
+    pub(super) fn new(inner: S, shared: Arc<Shared<St, X, C>>) -> Self {
+        LockService { inner, shared }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Clone, St, X, C> Clone for LockService<S, St, X, C> {
+    fn clone(&self) -> Self {
+        LockService {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S, St, X, C, Req> Service<Req> for LockService<S, St, X, C>
+where
+    S: Service<Req> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send + 'static,
+    S::Error: Send + 'static,
+    Req: Send + 'static,
+    St: LockStore,
+    X: KeyExtractor<Req> + Send + Sync + 'static,
+    C: ConflictStrategy<Req>,
+{
+    type Response = Outcome<S::Response>;
+    type Error = Error<S::Error>;
+    type Future = ResponseFuture<S::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Error::Inner)
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, clone);
+        let Some(key) = self.shared.extractor.lock_key(&request) else {
+            let response = ready.call(request);
+            return ResponseFuture::new(
+                async move { response.await.map(Outcome::Done).map_err(Error::Inner) },
+            );
+        };
+        match LockKey::new(key) {
+            Ok(key) => ResponseFuture::new(call_locked(Arc::clone(&self.shared), key, ready, request)),
+            Err(invalid) => ResponseFuture::new(std::future::ready(Err(Error::InvalidKey(invalid)))),
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! The delay queue that deferred requests wait in.
+
+mod job_id;
+
+pub use self::job_id::JobId;

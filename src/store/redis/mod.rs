@@ -1,0 +1,215 @@
+//! The Redis store: Lua scripts over any async redis-rs connection, single node or cluster.
+
+mod scripts;
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+
+use super::{Acquisition, LockStore};
+use crate::error::{KeyError, StoreError};
+use crate::key::{LockKey, Prefix};
+use crate::lock::{FencingToken, LockToken};
+
+use self::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
+
+/// A store in Redis, over any async connection of the redis crate that can be cloned cheaply:
+/// [`ConnectionManager`] (reconnects on its own) or the cluster connection.
+///
+/// Every script declares all its keys, and the keys one script touches share a hash tag, so the
+/// same store runs on Redis Cluster unchanged.
+///
+/// ```no_run
+/// use redefer::RedisStore;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), redefer::StoreError> {
+/// // `rediss://` (with the `tls` feature) and `redis://user:password@host` work too.
+/// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore<C = ConnectionManager> {
+    conn: C,
+    prefix: Prefix,
+}
+
+impl<C> std::fmt::Debug for RedisStore<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore<ConnectionManager> {
+    /// Connects to one Redis server with the default settings of [`RedisStoreBuilder`].
+    ///
+    /// Fails with [`StoreError::Redis`] when the URL is malformed or the server cannot be
+    /// reached now; once connected, the store reconnects by itself after the server restarts.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::builder().connect(url).await
+    }
+
+    /// Settings for [`connect`](RedisStoreBuilder::connect): prefix and timeouts.
+    pub fn builder() -> RedisStoreBuilder {
+        RedisStoreBuilder::default()
+    }
+}
+
+impl<C> RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A store over a connection you made, with the default prefix `redefer`.
+    pub fn new(conn: C) -> Self {
+        RedisStore {
+            conn,
+            prefix: Prefix::default(),
+        }
+    }
+
+    /// The same store under another key prefix.
+    pub fn with_prefix(self, prefix: Prefix) -> Self {
+        RedisStore { prefix, ..self }
+    }
+
+    /// The prefix of every key this store writes.
+    pub fn prefix(&self) -> &Prefix {
+        &self.prefix
+    }
+
+    /// A clone of the underlying connection, for commands of your own.
+    pub fn connection(&self) -> C {
+        self.conn.clone()
+    }
+}
+
+/// Settings for [`RedisStore::connect`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redefer::RedisStore;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::builder()
+///     .prefix("billing")?
+///     .response_timeout(Duration::from_millis(500))
+///     .connect("redis://127.0.0.1:6379")
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisStoreBuilder {
+    prefix: Prefix,
+    response_timeout: Duration,
+    connection_timeout: Duration,
+    reconnect_attempts: usize,
+}
+
+impl Default for RedisStoreBuilder {
+    fn default() -> Self {
+        RedisStoreBuilder {
+            prefix: Prefix::default(),
+            response_timeout: Duration::from_secs(2),
+            connection_timeout: Duration::from_secs(2),
+            reconnect_attempts: 2,
+        }
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every key (default `redefer`); rejected when empty or braced.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Result<Self, KeyError> {
+        self.prefix = Prefix::new(prefix)?;
+        Ok(self)
+    }
+
+    /// How long a command may wait for its reply before it fails (default 2 s). Keep it well
+    /// under the lock TTL: lock renewal must learn of a dead server before the lock expires.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long opening a connection may take (default 2 s).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How many times one reconnection retries before the commands waiting on it fail
+    /// (default 2, 50 ms then 100 ms apart). Kept low so that calls fail promptly while Redis
+    /// is down instead of queueing behind a long reconnect schedule; the next command starts
+    /// a new reconnection.
+    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
+        self.reconnect_attempts = attempts;
+        self
+    }
+
+    /// Connects to the server at `url` (`redis://`, `rediss://` with the `tls` feature,
+    /// `redis://user:password@host:port/db`).
+    pub async fn connect(self, url: &str) -> Result<RedisStore<ConnectionManager>, StoreError> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.response_timeout))
+            .set_connection_timeout(Some(self.connection_timeout))
+            .set_number_of_retries(self.reconnect_attempts)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_with_config(client, config).await?;
+        Ok(RedisStore::new(conn).with_prefix(self.prefix))
+    }
+}
+
+/// Milliseconds for a script argument; at least 1, since Redis rejects a zero TTL.
+fn millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl<C> LockStore for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn try_acquire(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+    ) -> Result<Acquisition, StoreError> {
+        let (acquired, value): (i64, i64) = LOCK_ACQUIRE
+            .key(self.prefix.lock_key(key))
+            .key(self.prefix.fence_key(key))
+            .arg(token)
+            .arg(millis(ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match (acquired, value) {
+            (1, fence) => u64::try_from(fence)
+                .map(|fence| Acquisition::Acquired(FencingToken(fence)))
+                .map_err(|_| StoreError::Protocol(format!("negative fencing token {fence}"))),
+            (0, remaining) => Ok(Acquisition::Held {
+                remaining: u64::try_from(remaining).ok().map(Duration::from_millis),
+            }),
+            other => Err(StoreError::Protocol(format!("acquire answered {other:?}"))),
+        }
+    }
+
+    async fn extend(&self, key: &LockKey, token: LockToken, ttl: Duration) -> Result<bool, StoreError> {
+        let extended: bool = LOCK_EXTEND
+            .key(self.prefix.lock_key(key))
+            .arg(token)
+            .arg(millis(ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(extended)
+    }
+
+    async fn release(&self, key: &LockKey, token: LockToken) -> Result<bool, StoreError> {
+        let released: bool = LOCK_RELEASE
+            .key(self.prefix.lock_key(key))
+            .arg(token)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(released)
+    }
+}

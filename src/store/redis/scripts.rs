@@ -1,0 +1,19 @@
+//! The Lua scripts, compiled into the binary from the `.lua` files beside this one.
+//!
+//! Each [`Script`] hashes its text once; calls go out as `EVALSHA`, and the redis crate loads
+//! the text only when a server answers `NOSCRIPT` (first use, or after a restart or failover).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+macro_rules! script {
+    ($name:ident, $file:literal) => {
+        pub(super) static $name: LazyLock<Script> =
+            LazyLock::new(|| Script::new(include_str!(concat!("lua/", $file))));
+    };
+}
+
+script!(LOCK_ACQUIRE, "lock_acquire.lua");
+script!(LOCK_EXTEND, "lock_extend.lua");
+script!(LOCK_RELEASE, "lock_release.lua");

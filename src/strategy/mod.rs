@@ -1,0 +1,91 @@
+//! What to do when the lock a request needs is held by another: the [`ConflictStrategy`] trait
+//! and the built-in strategies.
+//!
+//! | strategy | fits | cost |
+//! |---|---|---|
+//! | [`FailFast`] | requests a person started: they see an error and retry later | the request is refused |
+//! | [`Retry`] | short critical sections, rare collisions | the waiting request holds its slot |
+//!
+//! Strategies compose: [`Retry`] falls through to another strategy once its bounds are spent.
+
+mod fail_fast;
+mod retry;
+
+pub use self::fail_fast::FailFast;
+pub use self::retry::{Retry, RetryLimits};
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::BoxError;
+use crate::key::LockKey;
+use crate::middleware::Deferred;
+
+/// One failed acquisition, as a strategy sees it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Conflict {
+    /// The key that is held.
+    pub key: LockKey,
+    /// How many conflicts this call met before this one (0 for the first).
+    pub attempt: u32,
+    /// How long this call has already waited on the lock.
+    pub waited: Duration,
+    /// How long the holder's lock still lives, if it has a TTL.
+    pub remaining: Option<Duration>,
+}
+
+/// A strategy's answer to a conflict.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Wait this long, then try to acquire again.
+    RetryAfter(Duration),
+    /// Give up: the caller gets [`Error::Locked`](crate::Error::Locked) with this hint.
+    Reject {
+        /// When trying again may succeed.
+        retry_after: Option<Duration>,
+    },
+    /// The request was stored to run later: the caller gets
+    /// [`Outcome::Deferred`](crate::Outcome::Deferred).
+    Deferred(Deferred),
+}
+
+/// Decides what a request does when its lock is held by another.
+///
+/// `on_conflict` looks at the request synchronously and returns a future that owns what it
+/// needs (`'static`): the service never holds a borrow of the request across an await, so
+/// requests need not be `Sync`.
+///
+/// A strategy that waits at most five times, a fixed 10 ms apart, then refuses:
+///
+/// ```
+/// use std::future::{ready, Future};
+/// use std::time::Duration;
+/// use redefer::BoxError;
+/// use redefer::strategy::{Conflict, ConflictStrategy, Decision};
+///
+/// #[derive(Clone)]
+/// struct FivePolls;
+///
+/// impl<Req> ConflictStrategy<Req> for FivePolls {
+///     fn on_conflict(
+///         &self,
+///         conflict: Conflict,
+///         _request: &Req,
+///     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
+///         ready(Ok(if conflict.attempt < 5 {
+///             Decision::RetryAfter(Duration::from_millis(10))
+///         } else {
+///             Decision::Reject { retry_after: conflict.remaining }
+///         }))
+///     }
+/// }
+/// ```
+pub trait ConflictStrategy<Req>: Send + Sync + 'static {
+    /// Decides what `request` does about `conflict`.
+    fn on_conflict(
+        &self,
+        conflict: Conflict,
+        request: &Req,
+    ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static;
+}

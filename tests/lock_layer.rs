@@ -1,0 +1,413 @@
+//! Conformance of `LockLayer` over every store: mutual exclusion, fencing, release on every exit
+//! path, renewal, and the built-in conflict strategies.
+
+mod support;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redefer::store::{Acquisition, LockStore};
+use redefer::strategy::{Conflict, ConflictStrategy, Decision, FailFast, Retry};
+use redefer::{Backoff, BoxError, Error, FencingToken, LockKey, LockLayer, LockToken, Outcome, current_lock};
+use tokio::sync::{Mutex, oneshot};
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+use support::{eventually, for_each_store};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Requests are order numbers; this one is the order every test fights over.
+const HOT: u32 = 1;
+
+fn hot_key() -> LockKey {
+    LockKey::new("order:1").unwrap()
+}
+
+fn by_order(order: &u32) -> Option<String> {
+    Some(format!("order:{order}"))
+}
+
+/// Whether the lock on `key` is free right now (taking it and giving it back at once).
+async fn is_free<S: LockStore>(store: &S, key: &LockKey) -> bool {
+    let probe = LockToken::random();
+    match store.try_acquire(key, probe, LONG).await.unwrap() {
+        Acquisition::Acquired(_) => {
+            store.release(key, probe).await.unwrap();
+            true
+        }
+        Acquisition::Held { .. } => false,
+    }
+}
+
+/// Holds `key` with a fresh token, as another process would.
+async fn hold<S: LockStore>(store: &S, key: &LockKey, ttl: Duration) -> LockToken {
+    let token = LockToken::random();
+    assert!(matches!(
+        store.try_acquire(key, token, ttl).await.unwrap(),
+        Acquisition::Acquired(_)
+    ));
+    token
+}
+
+/// Wraps a strategy and reports every conflict it sees.
+#[derive(Clone)]
+struct Observed<C> {
+    strategy: C,
+    conflicts: Arc<AtomicU32>,
+    first_conflict: Arc<std::sync::Mutex<Option<oneshot::Sender<()>>>>,
+}
+
+impl<C> Observed<C> {
+    fn new(strategy: C) -> (Self, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        let observed = Observed {
+            strategy,
+            conflicts: Arc::default(),
+            first_conflict: Arc::new(std::sync::Mutex::new(Some(tx))),
+        };
+        (observed, rx)
+    }
+}
+
+impl<Req, C: ConflictStrategy<Req>> ConflictStrategy<Req> for Observed<C> {
+    fn on_conflict(
+        &self,
+        conflict: Conflict,
+        request: &Req,
+    ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
+        self.conflicts.fetch_add(1, Ordering::SeqCst);
+        if let Some(tx) = self.first_conflict.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+        self.strategy.on_conflict(conflict, request)
+    }
+}
+
+async fn requests_on_one_key_never_overlap_and_fences_increase<S: LockStore>(store: S) {
+    let inside = Arc::new(AtomicUsize::new(0));
+    let fences = Arc::new(Mutex::new(Vec::<FencingToken>::new()));
+    let handler = {
+        let (inside, fences) = (inside.clone(), fences.clone());
+        service_fn(move |_: u32| {
+            let (inside, fences) = (inside.clone(), fences.clone());
+            async move {
+                let overlapping = inside.fetch_add(1, Ordering::SeqCst);
+                fences
+                    .lock()
+                    .await
+                    .push(current_lock().expect("runs under the lock").fence);
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, Infallible>(overlapping)
+            }
+        })
+    };
+    let retry_forever =
+        Retry::new(Backoff::exponential(Duration::from_millis(1), Duration::from_millis(4)).with_jitter(1.0))
+            .max_attempts(u32::MAX)
+            .max_wait(LONG);
+    let service = LockLayer::new(store, by_order)
+        .on_conflict(retry_forever)
+        .layer(handler);
+
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let service = service.clone();
+            tokio::spawn(async move {
+                let mut overlaps = 0;
+                for _ in 0..10 {
+                    overlaps += service.clone().oneshot(HOT).await.unwrap().done().unwrap();
+                }
+                overlaps
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), 0, "a handler found another inside");
+    }
+    let fences = fences.lock().await;
+    assert_eq!(fences.len(), 160);
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences in acquisition order: {fences:?}"
+    );
+}
+
+async fn released_after_success<S: LockStore>(store: S) {
+    let service = LockLayer::new(store.clone(), by_order)
+        .ttl(LONG)
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    assert!(service.oneshot(HOT).await.unwrap().done().is_some());
+    assert!(is_free(&store, &hot_key()).await);
+}
+
+async fn released_after_inner_error<S: LockStore>(store: S) {
+    let service = LockLayer::new(store.clone(), by_order)
+        .ttl(LONG)
+        .layer(service_fn(|_: u32| async { Err::<(), _>("handler failed") }));
+    assert!(matches!(
+        service.oneshot(HOT).await,
+        Err(Error::Inner("handler failed"))
+    ));
+    assert!(is_free(&store, &hot_key()).await);
+}
+
+async fn released_after_inner_panic<S: LockStore>(store: S) {
+    let service = LockLayer::new(store.clone(), by_order)
+        .ttl(LONG)
+        .layer(service_fn(|_: u32| async {
+            panic!("handler panicked");
+            #[allow(unreachable_code)]
+            Ok::<(), Infallible>(())
+        }));
+    let joined = tokio::spawn(service.oneshot(HOT)).await;
+    assert!(joined.unwrap_err().is_panic(), "the panic reaches the caller");
+    assert!(
+        is_free(&store, &hot_key()).await,
+        "released before the panic propagated"
+    );
+}
+
+async fn released_after_the_caller_drops_the_future<S: LockStore>(store: S) {
+    let (entered_tx, entered_rx) = oneshot::channel();
+    let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
+    let service = LockLayer::new(store.clone(), by_order)
+        .ttl(LONG)
+        .layer(service_fn(move |_: u32| {
+            let entered_tx = entered_tx.clone();
+            async move {
+                let _ = entered_tx.lock().unwrap().take().unwrap().send(());
+                std::future::pending::<Result<(), Infallible>>().await
+            }
+        }));
+    let call = tokio::spawn(service.oneshot(HOT));
+    entered_rx.await.unwrap();
+    assert!(!is_free(&store, &hot_key()).await, "held while the handler runs");
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    eventually(
+        Duration::from_secs(5),
+        "the lock is released after cancellation (TTL is 60 s)",
+        || async { is_free(&store, &hot_key()).await.then_some(()) },
+    )
+    .await;
+}
+
+async fn renewal_keeps_the_lock_through_a_handler_three_ttls_long<S: LockStore>(store: S) {
+    let ttl = Duration::from_millis(300);
+    let (entered_tx, entered_rx) = oneshot::channel::<()>();
+    let (finish_tx, finish_rx) = oneshot::channel::<()>();
+    let channels = Arc::new(std::sync::Mutex::new(Some((entered_tx, finish_rx))));
+    let service = LockLayer::new(store.clone(), by_order)
+        .ttl(ttl)
+        .layer(service_fn(move |_: u32| {
+            let channels = channels.clone();
+            async move {
+                let (entered_tx, finish_rx) = channels.lock().unwrap().take().unwrap();
+                entered_tx.send(()).unwrap();
+                finish_rx.await.unwrap();
+                Ok::<_, Infallible>(current_lock().unwrap().fence)
+            }
+        }));
+    let call = tokio::spawn(service.oneshot(HOT));
+    entered_rx.await.unwrap();
+    // Probe the lock throughout three TTLs: it must stay held the whole time.
+    let until = tokio::time::Instant::now() + ttl * 3;
+    let mut probes = 0;
+    while tokio::time::Instant::now() < until {
+        assert!(
+            !is_free(&store, &hot_key()).await,
+            "lock free after {probes} probes"
+        );
+        probes += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    finish_tx.send(()).unwrap();
+    assert!(call.await.unwrap().unwrap().done().is_some());
+    assert!(is_free(&store, &hot_key()).await);
+}
+
+async fn fail_fast_reports_the_remaining_ttl<S: LockStore>(store: S) {
+    let holder = hold(&store, &hot_key(), Duration::from_secs(10)).await;
+    let service =
+        LockLayer::new(store.clone(), by_order).layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    let retry_after = |result: Result<Outcome<()>, Error<Infallible>>| match result {
+        Err(Error::Locked {
+            key,
+            retry_after: Some(after),
+        }) => {
+            assert_eq!(key, hot_key());
+            after
+        }
+        other => panic!("expected Locked with a retry-after, got {other:?}"),
+    };
+    let first = retry_after(service.clone().oneshot(HOT).await);
+    assert!(
+        first <= Duration::from_secs(10) && first > Duration::from_secs(9),
+        "{first:?}"
+    );
+    // The holder shortens its lock: the hint follows.
+    assert!(
+        store
+            .extend(&hot_key(), holder, Duration::from_secs(3))
+            .await
+            .unwrap()
+    );
+    let second = retry_after(service.oneshot(HOT).await);
+    assert!(
+        second <= Duration::from_secs(3) && second > Duration::from_secs(2),
+        "{second:?}"
+    );
+}
+
+async fn retry_succeeds_once_the_holder_releases<S: LockStore>(store: S) {
+    let holder = hold(&store, &hot_key(), LONG).await;
+    let (strategy, first_conflict) = Observed::new(
+        Retry::new(Backoff::exponential(
+            Duration::from_millis(2),
+            Duration::from_millis(20),
+        ))
+        .max_attempts(1000)
+        .max_wait(LONG),
+    );
+    let conflicts = strategy.conflicts.clone();
+    let service = LockLayer::new(store.clone(), by_order)
+        .on_conflict(strategy)
+        .layer(service_fn(|_: u32| async {
+            Ok::<_, Infallible>(current_lock().unwrap().fence)
+        }));
+    let call = tokio::spawn(service.oneshot(HOT));
+    first_conflict.await.unwrap();
+    assert!(store.release(&hot_key(), holder).await.unwrap());
+    assert!(call.await.unwrap().unwrap().done().is_some());
+    assert!(conflicts.load(Ordering::SeqCst) >= 1);
+}
+
+async fn retry_gives_up_after_max_attempts_and_falls_through<S: LockStore>(store: S) {
+    hold(&store, &hot_key(), LONG).await;
+    let (strategy, _) = Observed::new(
+        Retry::new(Backoff::exponential(
+            Duration::from_millis(1),
+            Duration::from_millis(1),
+        ))
+        .max_attempts(3),
+    );
+    let conflicts = strategy.conflicts.clone();
+    let service = LockLayer::new(store, by_order)
+        .on_conflict(strategy)
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    assert!(matches!(service.oneshot(HOT).await, Err(Error::Locked { .. })));
+    assert_eq!(
+        conflicts.load(Ordering::SeqCst),
+        4,
+        "three retries, then the fallback"
+    );
+}
+
+async fn retry_gives_up_within_max_wait<S: LockStore>(store: S) {
+    hold(&store, &hot_key(), LONG).await;
+    let fixed = Backoff::exponential(Duration::from_millis(50), Duration::from_millis(50));
+    let (strategy, _) = Observed::new(
+        Retry::new(fixed)
+            .max_attempts(100)
+            .max_wait(Duration::from_millis(120)),
+    );
+    let conflicts = strategy.conflicts.clone();
+    let service = LockLayer::new(store, by_order)
+        .on_conflict(strategy)
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    assert!(matches!(service.oneshot(HOT).await, Err(Error::Locked { .. })));
+    assert_eq!(
+        conflicts.load(Ordering::SeqCst),
+        3,
+        "waits of 50 ms fit twice into 120 ms"
+    );
+}
+
+async fn retry_falls_through_to_the_strategy_it_is_given<S: LockStore>(store: S) {
+    #[derive(Clone)]
+    struct Refuse;
+    impl<Req> ConflictStrategy<Req> for Refuse {
+        fn on_conflict(
+            &self,
+            _: Conflict,
+            _: &Req,
+        ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
+            std::future::ready(Err::<Decision, BoxError>("no more waiting".into()))
+        }
+    }
+    hold(&store, &hot_key(), LONG).await;
+    let service = LockLayer::new(store, by_order)
+        .on_conflict(
+            Retry::new(Backoff::exponential(
+                Duration::from_millis(1),
+                Duration::from_millis(1),
+            ))
+            .max_attempts(2)
+            .then(Refuse),
+        )
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    match service.oneshot(HOT).await {
+        Err(Error::Strategy(error)) => assert_eq!(error.to_string(), "no more waiting"),
+        other => panic!("expected the fallback's error, got {other:?}"),
+    }
+}
+
+async fn requests_without_a_key_pass_through_unlocked<S: LockStore>(store: S) {
+    hold(&store, &hot_key(), LONG).await;
+    let service = LockLayer::new(store, |_: &u32| None::<String>)
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(current_lock()) }));
+    assert_eq!(service.oneshot(HOT).await.unwrap().done(), Some(None));
+}
+
+async fn invalid_keys_are_rejected_before_the_store<S: LockStore>(store: S) {
+    let service = LockLayer::new(store, |name: &String| Some(name.clone()))
+        .layer(service_fn(|_: String| async { Ok::<_, Infallible>(()) }));
+    assert!(matches!(
+        service.clone().oneshot(String::new()).await,
+        Err(Error::InvalidKey(redefer::KeyError::Empty { .. }))
+    ));
+    assert!(matches!(
+        service.oneshot("k".repeat(2000)).await,
+        Err(Error::InvalidKey(redefer::KeyError::TooLong { len: 2000, .. }))
+    ));
+}
+
+async fn the_inner_service_made_ready_is_the_one_called<S: LockStore>(store: S) {
+    // ConcurrencyLimit panics when called without the permit its poll_ready took.
+    let limited = tower::limit::ConcurrencyLimitLayer::new(1)
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    let mut service = LockLayer::new(store, by_order)
+        .on_conflict(FailFast)
+        .layer(limited);
+    for _ in 0..3 {
+        let outcome = service
+            .ready()
+            .await
+            .map_err(|_| "not ready")
+            .unwrap()
+            .call(HOT)
+            .await;
+        assert!(outcome.unwrap().done().is_some());
+    }
+}
+
+for_each_store!(
+    requests_on_one_key_never_overlap_and_fences_increase,
+    released_after_success,
+    released_after_inner_error,
+    released_after_inner_panic,
+    released_after_the_caller_drops_the_future,
+    renewal_keeps_the_lock_through_a_handler_three_ttls_long,
+    fail_fast_reports_the_remaining_ttl,
+    retry_succeeds_once_the_holder_releases,
+    retry_gives_up_after_max_attempts_and_falls_through,
+    retry_gives_up_within_max_wait,
+    retry_falls_through_to_the_strategy_it_is_given,
+    requests_without_a_key_pass_through_unlocked,
+    invalid_keys_are_rejected_before_the_store,
+    the_inner_service_made_ready_is_the_one_called,
+);

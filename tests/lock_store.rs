@@ -1,0 +1,153 @@
+//! Conformance of the lock operations of every store: the semantics `LockStore` documents.
+
+mod support;
+
+use std::time::Duration;
+
+use redefer::store::{Acquisition, LockStore};
+use redefer::{FencingToken, LockKey, LockToken};
+
+use support::{eventually, for_each_store};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn key(name: &str) -> LockKey {
+    LockKey::new(name).unwrap()
+}
+
+async fn acquired<S: LockStore>(
+    store: &S,
+    key: &LockKey,
+    token: LockToken,
+    ttl: Duration,
+) -> Option<FencingToken> {
+    match store.try_acquire(key, token, ttl).await.unwrap() {
+        Acquisition::Acquired(fence) => Some(fence),
+        Acquisition::Held { .. } => None,
+    }
+}
+
+async fn a_held_lock_refuses_others<S: LockStore>(store: S) {
+    let k = key("order:1");
+    assert!(acquired(&store, &k, LockToken::random(), LONG).await.is_some());
+    match store.try_acquire(&k, LockToken::random(), LONG).await.unwrap() {
+        Acquisition::Held {
+            remaining: Some(remaining),
+        } => {
+            assert!(
+                remaining <= LONG && remaining > LONG - Duration::from_secs(5),
+                "{remaining:?}"
+            );
+        }
+        other => panic!("expected the lock to be held, got {other:?}"),
+    }
+    // Other keys are independent.
+    assert!(
+        acquired(&store, &key("order:2"), LockToken::random(), LONG)
+            .await
+            .is_some()
+    );
+}
+
+async fn a_resent_acquire_with_our_token_counts_as_held<S: LockStore>(store: S) {
+    let k = key("order:1");
+    let token = LockToken::random();
+    let first = acquired(&store, &k, token, LONG).await.expect("first acquire");
+    let again = acquired(&store, &k, token, LONG).await.expect("re-sent acquire");
+    assert_eq!(first, again, "a re-sent acquire reports the same fencing token");
+    assert!(acquired(&store, &k, LockToken::random(), LONG).await.is_none());
+}
+
+async fn fencing_tokens_strictly_increase_across_holders<S: LockStore>(store: S) {
+    let k = key("order:1");
+    let mut last = FencingToken(0);
+    for _ in 0..20 {
+        let token = LockToken::random();
+        let fence = acquired(&store, &k, token, LONG).await.expect("free lock");
+        assert!(fence > last, "{fence:?} after {last:?}");
+        last = fence;
+        assert!(store.release(&k, token).await.unwrap());
+    }
+}
+
+async fn release_and_extend_check_the_token<S: LockStore>(store: S) {
+    let k = key("order:1");
+    let holder = LockToken::random();
+    let stranger = LockToken::random();
+    acquired(&store, &k, holder, LONG).await.expect("free lock");
+    assert!(!store.release(&k, stranger).await.unwrap());
+    assert!(!store.extend(&k, stranger, LONG).await.unwrap());
+    assert!(
+        acquired(&store, &k, LockToken::random(), LONG).await.is_none(),
+        "still held"
+    );
+    assert!(store.extend(&k, holder, LONG).await.unwrap());
+    assert!(store.release(&k, holder).await.unwrap());
+    assert!(!store.release(&k, holder).await.unwrap(), "released once only");
+}
+
+async fn a_stale_holder_cannot_touch_the_next_holders_lock<S: LockStore>(store: S) {
+    let k = key("order:1");
+    let stale = LockToken::random();
+    let old_fence = acquired(&store, &k, stale, Duration::from_millis(30))
+        .await
+        .expect("free lock");
+    let next = LockToken::random();
+    let new_fence = eventually(Duration::from_secs(5), "the short lock expires", || {
+        acquired(&store, &k, next, LONG)
+    })
+    .await;
+    assert!(new_fence > old_fence);
+    assert!(!store.extend(&k, stale, LONG).await.unwrap());
+    assert!(!store.release(&k, stale).await.unwrap());
+    assert!(
+        acquired(&store, &k, LockToken::random(), LONG).await.is_none(),
+        "next holder keeps it"
+    );
+    assert!(store.release(&k, next).await.unwrap());
+}
+
+async fn extend_keeps_a_lock_past_its_first_ttl<S: LockStore>(store: S) {
+    let k = key("order:1");
+    let token = LockToken::random();
+    acquired(&store, &k, token, Duration::from_millis(100))
+        .await
+        .expect("free lock");
+    assert!(store.extend(&k, token, LONG).await.unwrap());
+    match store.try_acquire(&k, LockToken::random(), LONG).await.unwrap() {
+        Acquisition::Held {
+            remaining: Some(remaining),
+        } => assert!(remaining > Duration::from_secs(50)),
+        other => panic!("expected held with the extended TTL, got {other:?}"),
+    }
+}
+
+async fn hostile_keys_do_not_collide<S: LockStore>(store: S) {
+    let names = [
+        "a", "{a}", "a}", "}a", "%7Ba%7D", "a\0b", "a\0c", "ключ", "🔒", "a:b", "a%",
+    ];
+    for name in names {
+        assert!(
+            acquired(&store, &key(name), LockToken::random(), LONG)
+                .await
+                .is_some(),
+            "{name:?} is free"
+        );
+    }
+    let long = "x".repeat(redefer::key::MAX_KEY_LEN);
+    assert!(
+        acquired(&store, &key(&long), LockToken::random(), LONG)
+            .await
+            .is_some()
+    );
+}
+
+for_each_store!(
+    a_held_lock_refuses_others,
+    a_resent_acquire_with_our_token_counts_as_held,
+    fencing_tokens_strictly_increase_across_holders,
+    release_and_extend_check_the_token,
+    a_stale_holder_cannot_touch_the_next_holders_lock,
+    extend_keeps_a_lock_past_its_first_ttl,
+    hostile_keys_do_not_collide,
+);

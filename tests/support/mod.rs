@@ -1,0 +1,230 @@
+//! Test harness: real `redis-server` processes on free loopback ports, and the macro that runs
+//! one conformance test against both stores.
+#![allow(dead_code, unused_macros, unused_imports)] // each test binary uses a different part of the harness
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redefer::{Prefix, RedisStore};
+use redis::aio::ConnectionManager;
+
+/// A `redis-server` child process on a free port of 127.0.0.1, killed on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    extra_args: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server that keeps nothing on disk.
+    pub fn start() -> Self {
+        Self::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// Starts a server with extra configuration arguments (`--appendonly yes` ...).
+    pub fn start_with(args: &[&str]) -> Self {
+        let port = free_port();
+        let dir = tempfile::tempdir().expect("a temporary directory for redis-server");
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+            extra_args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        server.spawn();
+        server
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--dir"])
+            .arg(self.dir.path())
+            .args(&self.extra_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| {
+                panic!(
+                    "cannot start redis-server ({error}). The tests start their own Redis 7: \
+                     install it with `sudo apt-get install redis-server` (Debian/Ubuntu) or \
+                     `brew install redis` (macOS)"
+                )
+            });
+        self.child = Some(child);
+        wait_for_pong(self.port);
+    }
+
+    /// Kills the server with SIGKILL: no shutdown, no final save.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, directory and arguments.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Runs one command with a fresh connection of its own.
+    pub async fn cmd<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        let client = redis::Client::open(self.url()).expect("valid url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to test redis");
+        cmd.query_async(&mut conn).await.expect("test command")
+    }
+
+    /// A store on this server with a prefix unique to the calling test.
+    pub async fn store(&self) -> RedisStore<ConnectionManager> {
+        RedisStore::builder()
+            .prefix(unique_prefix())
+            .expect("valid prefix")
+            .connect(&self.url())
+            .await
+            .expect("connect to test redis")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The server a conformance test runs against: `REDIS_URL` when set (tests then keep to a
+/// prefix of their own), otherwise a fresh server of its own.
+pub enum TestRedis {
+    Spawned(RedisServer),
+    External(String),
+}
+
+impl TestRedis {
+    pub fn start() -> Self {
+        match std::env::var("REDIS_URL") {
+            Ok(url) if !url.is_empty() => TestRedis::External(url),
+            _ => TestRedis::Spawned(RedisServer::start()),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        match self {
+            TestRedis::Spawned(server) => server.url(),
+            TestRedis::External(url) => url.clone(),
+        }
+    }
+
+    pub async fn store(&self) -> RedisStore<ConnectionManager> {
+        RedisStore::builder()
+            .prefix(unique_prefix())
+            .expect("valid prefix")
+            .connect(&self.url())
+            .await
+            .expect("connect to test redis")
+    }
+}
+
+pub fn unique_prefix() -> String {
+    format!("redefer-test-{:016x}", rand::random::<u64>())
+}
+
+pub fn prefix_of(store: &RedisStore<ConnectionManager>) -> Prefix {
+    store.prefix().clone()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free loopback port")
+}
+
+/// Waits until the server answers PING, for at most 10 s.
+fn wait_for_pong(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut reply = [0u8; 7];
+            if stream.write_all(b"PING\r\n").is_ok()
+                && stream.read_exact(&mut reply).is_ok()
+                && &reply == b"+PONG\r\n"
+            {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redis-server on port {port} did not answer PING within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Polls `probe` until it yields a value, failing the test after `within`. For effects that
+/// happen in the background with no event to await (a release spawned on drop, a TTL running
+/// out, a server coming back).
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {within:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Runs each named `async fn(store)` once with a [`redefer::MemoryStore`] and once with a
+/// [`redefer::RedisStore`] on a real server: one conformance suite, both stores.
+macro_rules! for_each_store {
+    ($($test:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(redefer::MemoryStore::new()).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let server = crate::support::TestRedis::start();
+                    super::$test(server.store().await).await;
+                }
+            )*
+        }
+    };
+}
+pub(crate) use for_each_store;
