@@ -63,6 +63,12 @@ pub enum KeyError {
         /// The cap in bytes.
         max: usize,
     },
+    /// A job id has characters other than ASCII letters, digits, `_`, `.` and `-`.
+    #[error("job id {id:?} may hold only ASCII letters, digits, '_', '.' and '-'")]
+    InvalidJobId {
+        /// The rejected id.
+        id: String,
+    },
     /// A prefix contains `{` or `}`, which would move the Redis Cluster hash tag into the prefix
     /// and put every key of a deployment in one slot.
     #[error("prefix {prefix:?} must not contain '{{' or '}}': they would change Redis Cluster hash tags")]

@@ -34,12 +34,16 @@ pub mod key;
 pub mod lock;
 pub mod middleware;
 pub mod queue;
+mod renewal;
+pub mod scheduler;
 pub mod store;
 pub mod strategy;
 
 pub use crate::backoff::Backoff;
 pub use crate::error::{BoxError, KeyError, StoreError};
 pub use crate::key::{LockKey, Prefix};
-pub use crate::lock::{FencingToken, HeldLock, LockLost, LockToken, current_lock};
+pub use crate::lock::{FencingToken, HeldLock, LockToken, current_lock};
 pub use crate::middleware::{Deferred, Error, KeyExtractor, LockLayer, LockService, Outcome};
+pub use crate::renewal::LockLost;
+pub use crate::scheduler::{Scheduler, SchedulerHandle, SchedulerOptions, SchedulerReport, current_job};
 pub use crate::store::{MemoryStore, RedisStore};

@@ -3,12 +3,9 @@
 
 mod guard;
 mod held;
-mod renewal;
 mod token;
 
 pub(crate) use self::guard::ReleaseOnDrop;
 pub(crate) use self::held::run_holding;
 pub use self::held::{HeldLock, current_lock};
-pub use self::renewal::LockLost;
-pub(crate) use self::renewal::renew_until_lost;
 pub use self::token::{FencingToken, LockToken};

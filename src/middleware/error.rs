@@ -6,7 +6,7 @@ use thiserror::Error;
 
 use crate::error::{BoxError, KeyError, StoreError};
 use crate::key::LockKey;
-use crate::lock::LockLost;
+use crate::renewal::LockLost;
 
 /// Why a call through [`LockService`](crate::LockService) failed. `E` is the inner service's
 /// error.

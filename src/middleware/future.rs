@@ -17,7 +17,8 @@ use tracing::Instrument;
 use super::service::Shared;
 use super::{Error, Outcome};
 use crate::key::LockKey;
-use crate::lock::{HeldLock, LockToken, ReleaseOnDrop, renew_until_lost, run_holding};
+use crate::lock::{HeldLock, LockToken, ReleaseOnDrop, run_holding};
+use crate::renewal::renew_until_lost;
 use crate::store::{Acquisition, LockStore};
 use crate::strategy::{Conflict, ConflictStrategy, Decision};
 
@@ -118,7 +119,9 @@ where
             held,
             AssertUnwindSafe(async move { inner.call(request).await }).catch_unwind(),
         );
-        let renewal = renew_until_lost(&shared.store, &key, token, shared.ttl, acquired_at);
+        let renewal = renew_until_lost("lock", shared.ttl, acquired_at, || {
+            shared.store.extend(&key, token, shared.ttl)
+        });
         let finished = tokio::select! {
             biased;
             finished = handler => finished,

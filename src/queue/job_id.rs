@@ -5,9 +5,26 @@ use std::fmt;
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
-/// A job's identity: 32 random hex digits, kept across re-deferrals and retries.
+use crate::error::KeyError;
+
+/// The longest job id, in bytes.
+pub const MAX_JOB_ID_LEN: usize = 128;
+
+/// A job's identity, kept across re-deferrals and retries: 32 random hex digits, or an id of
+/// the caller's of up to 128 ASCII letters, digits, `_`, `.` and `-`.
+///
+/// The charset is what the claim script accepts; anything else found in a queue (written by
+/// another client) is buried there rather than handed to a scheduler.
+///
+/// ```
+/// use redefer::queue::JobId;
+///
+/// assert_eq!(JobId::random().as_str().len(), 32);
+/// assert!(JobId::new("order-42.refund").is_ok());
+/// assert!(JobId::new("order 42").is_err());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
+#[serde(try_from = "String", into = "String")]
 pub struct JobId(String);
 
 impl JobId {
@@ -16,7 +33,20 @@ impl JobId {
         JobId(format!("{:032x}", rand::rng().random::<u128>()))
     }
 
-    /// The id as stored in Redis.
+    /// Validates an id of the caller's.
+    pub fn new(id: impl Into<String>) -> Result<Self, KeyError> {
+        let id = id.into();
+        crate::key::validate_name("job id", &id, MAX_JOB_ID_LEN)?;
+        if !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        {
+            return Err(KeyError::InvalidJobId { id });
+        }
+        Ok(JobId(id))
+    }
+
+    /// The id as stored.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -28,9 +58,16 @@ impl fmt::Display for JobId {
     }
 }
 
-impl From<String> for JobId {
-    /// Takes a given id as it is: an id read back from Redis or chosen by the caller.
-    fn from(id: String) -> Self {
-        JobId(id)
+impl TryFrom<String> for JobId {
+    type Error = KeyError;
+
+    fn try_from(id: String) -> Result<Self, KeyError> {
+        JobId::new(id)
+    }
+}
+
+impl From<JobId> for String {
+    fn from(id: JobId) -> String {
+        id.0
     }
 }

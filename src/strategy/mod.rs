@@ -5,12 +5,15 @@
 //! |---|---|---|
 //! | [`FailFast`] | requests a person started: they see an error and retry later | the request is refused |
 //! | [`Retry`] | short critical sections, rare collisions | the waiting request holds its slot |
+//! | [`Defer`] | asynchronous work (messages, jobs) | the request runs later, from a delay queue |
 //!
 //! Strategies compose: [`Retry`] falls through to another strategy once its bounds are spent.
 
+mod defer;
 mod fail_fast;
 mod retry;
 
+pub use self::defer::Defer;
 pub use self::fail_fast::FailFast;
 pub use self::retry::{Retry, RetryLimits};
 

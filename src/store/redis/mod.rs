@@ -1,17 +1,16 @@
 //! The Redis store: Lua scripts over any async redis-rs connection, single node or cluster.
 
+mod lock;
+mod queue;
 mod scripts;
+mod wake;
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 
-use super::{Acquisition, LockStore};
 use crate::error::{KeyError, StoreError};
-use crate::key::{LockKey, Prefix};
-use crate::lock::{FencingToken, LockToken};
-
-use self::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
+use crate::key::Prefix;
 
 /// A store in Redis, over any async connection of the redis crate that can be cloned cheaply:
 /// [`ConnectionManager`] (reconnects on its own) or the cluster connection.
@@ -31,6 +30,9 @@ use self::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
 pub struct RedisStore<C = ConnectionManager> {
     conn: C,
     prefix: Prefix,
+    /// Opens the pub/sub connections that wake schedulers; without one, schedulers wake on
+    /// their timers only.
+    pubsub: Option<redis::Client>,
 }
 
 impl<C> std::fmt::Debug for RedisStore<C> {
@@ -65,12 +67,23 @@ where
         RedisStore {
             conn,
             prefix: Prefix::default(),
+            pubsub: None,
         }
     }
 
     /// The same store under another key prefix.
     pub fn with_prefix(self, prefix: Prefix) -> Self {
         RedisStore { prefix, ..self }
+    }
+
+    /// Lets schedulers on this store wake as soon as a job is pushed with an earlier due time,
+    /// by any process, through a pub/sub connection opened with `client`. Set by
+    /// [`connect`](RedisStore::connect); without it, schedulers wake on their own timers only.
+    pub fn with_pubsub(self, client: redis::Client) -> Self {
+        RedisStore {
+            pubsub: Some(client),
+            ..self
+        }
     }
 
     /// The prefix of every key this store writes.
@@ -156,60 +169,7 @@ impl RedisStoreBuilder {
             .set_number_of_retries(self.reconnect_attempts)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_with_config(client, config).await?;
-        Ok(RedisStore::new(conn).with_prefix(self.prefix))
-    }
-}
-
-/// Milliseconds for a script argument; at least 1, since Redis rejects a zero TTL.
-fn millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-impl<C> LockStore for RedisStore<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    async fn try_acquire(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
-    ) -> Result<Acquisition, StoreError> {
-        let (acquired, value): (i64, i64) = LOCK_ACQUIRE
-            .key(self.prefix.lock_key(key))
-            .key(self.prefix.fence_key(key))
-            .arg(token)
-            .arg(millis(ttl))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        match (acquired, value) {
-            (1, fence) => u64::try_from(fence)
-                .map(|fence| Acquisition::Acquired(FencingToken(fence)))
-                .map_err(|_| StoreError::Protocol(format!("negative fencing token {fence}"))),
-            (0, remaining) => Ok(Acquisition::Held {
-                remaining: u64::try_from(remaining).ok().map(Duration::from_millis),
-            }),
-            other => Err(StoreError::Protocol(format!("acquire answered {other:?}"))),
-        }
-    }
-
-    async fn extend(&self, key: &LockKey, token: LockToken, ttl: Duration) -> Result<bool, StoreError> {
-        let extended: bool = LOCK_EXTEND
-            .key(self.prefix.lock_key(key))
-            .arg(token)
-            .arg(millis(ttl))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(extended)
-    }
-
-    async fn release(&self, key: &LockKey, token: LockToken) -> Result<bool, StoreError> {
-        let released: bool = LOCK_RELEASE
-            .key(self.prefix.lock_key(key))
-            .arg(token)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(released)
+        let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+        Ok(RedisStore::new(conn).with_prefix(self.prefix).with_pubsub(client))
     }
 }

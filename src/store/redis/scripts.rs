@@ -17,3 +17,12 @@ macro_rules! script {
 script!(LOCK_ACQUIRE, "lock_acquire.lua");
 script!(LOCK_EXTEND, "lock_extend.lua");
 script!(LOCK_RELEASE, "lock_release.lua");
+script!(QUEUE_PUSH, "queue_push.lua");
+script!(QUEUE_CLAIM, "queue_claim.lua");
+script!(QUEUE_ACK, "queue_ack.lua");
+script!(QUEUE_RETRY, "queue_retry.lua");
+script!(QUEUE_BURY, "queue_bury.lua");
+script!(QUEUE_EXTEND, "queue_extend.lua");
+script!(QUEUE_CANCEL, "queue_cancel.lua");
+script!(QUEUE_INSPECT, "queue_inspect.lua");
+script!(QUEUE_STATS, "queue_stats.lua");

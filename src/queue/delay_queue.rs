@@ -1,0 +1,401 @@
+//! The typed delay queue: encodes jobs, pushes, claims, and settles them.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Codec, Envelope, JobId, Json, QueueError, QueueName, RetryPolicy};
+use crate::error::KeyError;
+use crate::lock::LockToken;
+use crate::store::{Cancelled, Due, QueueStats, QueueStore, RawJobState, Wakeups};
+
+/// The default largest encoded job: 1 MiB.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+
+/// A delay queue of `T`s in a store: jobs wait in a set sorted by due time, are claimed by one
+/// claimer at a time under a lease, and end acknowledged or in the dead-letter set.
+///
+/// ```
+/// use std::time::Duration;
+/// use redefer::MemoryStore;
+/// use redefer::queue::DelayQueue;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let queue = DelayQueue::<String, _>::new(MemoryStore::new(), "emails")?;
+/// let scheduled = queue.push(&"welcome alice".to_string(), Duration::ZERO).await?;
+///
+/// let claimed = queue.claim(10, Duration::from_secs(30)).await?;
+/// assert_eq!(claimed.jobs.len(), 1);
+/// let job = &claimed.jobs[0];
+/// assert_eq!(job.envelope.id, scheduled.id);
+/// assert_eq!(job.envelope.payload, "welcome alice");
+/// assert!(queue.ack(&job.lease).await?);
+/// assert_eq!(queue.stats().await?.waiting, 0);
+/// # Ok(()) }
+/// ```
+pub struct DelayQueue<T, St, C = Json> {
+    store: St,
+    name: QueueName,
+    policy: RetryPolicy,
+    max_payload: usize,
+    codec: C,
+    payload: PhantomData<fn(T) -> T>,
+}
+
+impl<T, St: Clone, C: Clone> Clone for DelayQueue<T, St, C> {
+    fn clone(&self) -> Self {
+        DelayQueue {
+            store: self.store.clone(),
+            name: self.name.clone(),
+            policy: self.policy,
+            max_payload: self.max_payload,
+            codec: self.codec.clone(),
+            payload: PhantomData,
+        }
+    }
+}
+
+impl<T, St, C> fmt::Debug for DelayQueue<T, St, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DelayQueue")
+            .field("name", &self.name)
+            .field("policy", &self.policy)
+            .field("max_payload", &self.max_payload)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a pushed job went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scheduled {
+    /// The job's id.
+    pub id: JobId,
+    /// When it becomes due, by the store's clock.
+    pub due: SystemTime,
+}
+
+/// A claimed job: its envelope, and the lease that settles it.
+#[derive(Debug)]
+pub struct ClaimedJob<T> {
+    /// The decoded job.
+    pub envelope: Envelope<T>,
+    /// When it was due, by the store's clock.
+    pub due: SystemTime,
+    /// The claim on it: pass it to [`DelayQueue::ack`], [`fail`](DelayQueue::fail) and the rest.
+    pub lease: Lease,
+}
+
+/// A claimer's hold on one job, until its lease runs out.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    id: JobId,
+    token: LockToken,
+    attempt: u32,
+    /// The envelope as stored, to write the next attempt's from without a `T: Clone`.
+    stored: Vec<u8>,
+}
+
+impl Lease {
+    /// The job's id.
+    pub fn id(&self) -> &JobId {
+        &self.id
+    }
+
+    /// How many attempts of the job failed before this one.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+/// The result of one claim.
+#[derive(Debug)]
+pub struct Claimed<T> {
+    /// The claimed jobs that decoded, in due order. Jobs that did not decode are in the
+    /// dead-letter set with the decode error as the reason.
+    pub jobs: Vec<ClaimedJob<T>>,
+    /// How long until the next job is due or the next lease runs out (store clock); `None`
+    /// when the queue is empty.
+    pub next_in: Option<Duration>,
+}
+
+/// What [`DelayQueue::fail`] did with a failed job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// It waits for another attempt.
+    Retrying {
+        /// When the next attempt is due.
+        due: SystemTime,
+        /// The next attempt's number (counting from 0).
+        attempt: u32,
+    },
+    /// It used its attempts and is in the dead-letter set.
+    Buried {
+        /// The reason recorded.
+        reason: String,
+    },
+    /// The lease ran out before: another claimer has the job now, or it was deleted.
+    LeaseLost,
+}
+
+/// One job as read by [`DelayQueue::job`].
+#[derive(Debug)]
+pub struct JobInfo<T> {
+    /// Where it is.
+    pub state: RawJobState,
+    /// Its envelope, or why it does not decode (`None` when it has no bytes).
+    pub envelope: Option<Result<Envelope<T>, String>>,
+}
+
+impl<T, St> DelayQueue<T, St, Json> {
+    /// The queue `name` in `store`, with JSON encoding, the default retry policy and a 1 MiB
+    /// payload limit.
+    pub fn new(store: St, name: impl Into<String>) -> Result<Self, KeyError> {
+        Ok(DelayQueue {
+            store,
+            name: QueueName::new(name)?,
+            policy: RetryPolicy::default(),
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            codec: Json,
+            payload: PhantomData,
+        })
+    }
+}
+
+impl<T, St, C> DelayQueue<T, St, C> {
+    /// How the queue's jobs back off between attempts, and how many they get.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The largest encoded job accepted, in bytes. A larger push fails and writes nothing; a
+    /// larger job found in the store (written by another client) is buried when claimed.
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
+    /// Encodes jobs with `codec` instead of JSON.
+    pub fn codec<C2: Codec>(self, codec: C2) -> DelayQueue<T, St, C2> {
+        DelayQueue {
+            store: self.store,
+            name: self.name,
+            policy: self.policy,
+            max_payload: self.max_payload,
+            codec,
+            payload: PhantomData,
+        }
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &QueueName {
+        &self.name
+    }
+
+    /// The queue's retry policy.
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.policy
+    }
+
+    /// The queue's store.
+    pub fn store(&self) -> &St {
+        &self.store
+    }
+}
+
+impl<T, St, C> DelayQueue<T, St, C>
+where
+    T: Serialize + DeserializeOwned,
+    St: QueueStore,
+    C: Codec,
+{
+    /// Pushes `item` to become due `delay` from now, by the store's clock.
+    pub async fn push(&self, item: &T, delay: Duration) -> Result<Scheduled, QueueError> {
+        let (id, bytes) = self.encode_new(JobId::random(), item)?;
+        self.push_encoded(id, bytes, Due::In(delay)).await
+    }
+
+    /// Pushes `item` to become due at `at`.
+    pub async fn push_at(&self, item: &T, at: SystemTime) -> Result<Scheduled, QueueError> {
+        let (id, bytes) = self.encode_new(JobId::random(), item)?;
+        self.push_encoded(id, bytes, Due::At(at)).await
+    }
+
+    /// Pushes `item` under an id of the caller's, so that pushing it twice stores it once:
+    /// the second push fails with [`QueueError::DuplicateId`].
+    pub async fn push_with_id(&self, id: JobId, item: &T, due: Due) -> Result<Scheduled, QueueError> {
+        let (id, bytes) = self.encode_new(id, item)?;
+        self.push_encoded(id, bytes, due).await
+    }
+
+    /// Encodes a first-attempt envelope, checking the payload limit.
+    pub(crate) fn encode_new(&self, id: JobId, item: &T) -> Result<(JobId, Vec<u8>), QueueError> {
+        let bytes = self.encode(&Envelope::new(id.clone(), item))?;
+        Ok((id, bytes))
+    }
+
+    /// Stores an envelope made by [`encode_new`](Self::encode_new).
+    pub(crate) async fn push_encoded(
+        &self,
+        id: JobId,
+        bytes: Vec<u8>,
+        due: Due,
+    ) -> Result<Scheduled, QueueError> {
+        match self.store.push(&self.name, &id, bytes, due).await? {
+            Some(due) => Ok(Scheduled { id, due }),
+            None => Err(QueueError::DuplicateId(id)),
+        }
+    }
+
+    fn encode<P: Serialize>(&self, envelope: &Envelope<P>) -> Result<Vec<u8>, QueueError> {
+        let bytes = self.codec.encode(envelope).map_err(QueueError::Encode)?;
+        if bytes.len() > self.max_payload {
+            return Err(QueueError::TooLarge {
+                size: bytes.len(),
+                max: self.max_payload,
+            });
+        }
+        Ok(bytes)
+    }
+
+    fn decode(&self, id: &JobId, bytes: &[u8]) -> Result<Envelope<T>, String> {
+        let envelope: Envelope<T> = self
+            .codec
+            .decode(bytes)
+            .map_err(|error| format!("cannot decode the envelope: {error}"))?;
+        if envelope.id != *id {
+            return Err(format!("the envelope belongs to job {}, not {id}", envelope.id));
+        }
+        Ok(envelope)
+    }
+
+    /// Claims up to `max` due jobs for `lease`. Jobs whose bytes do not decode go to the
+    /// dead-letter set with the decode error as reason; the others are returned.
+    pub async fn claim(&self, max: usize, lease: Duration) -> Result<Claimed<T>, QueueError> {
+        let token = LockToken::random();
+        let batch = self
+            .store
+            .claim(&self.name, max, lease, token, self.max_payload)
+            .await?;
+        let mut jobs = Vec::with_capacity(batch.jobs.len());
+        for raw in batch.jobs {
+            match self.decode(&raw.id, &raw.envelope) {
+                Ok(envelope) => jobs.push(ClaimedJob {
+                    lease: Lease {
+                        id: raw.id,
+                        token,
+                        attempt: envelope.attempt,
+                        stored: raw.envelope,
+                    },
+                    envelope,
+                    due: raw.due,
+                }),
+                Err(reason) => {
+                    tracing::warn!(queue = %self.name, job_id = %raw.id, %reason, "burying an undecodable job");
+                    self.store.bury(&self.name, &raw.id, token, &reason, None).await?;
+                }
+            }
+        }
+        Ok(Claimed {
+            jobs,
+            next_in: batch.next_in,
+        })
+    }
+
+    /// Deletes a job its claimer finished; `false` when the lease ran out before.
+    pub async fn ack(&self, lease: &Lease) -> Result<bool, QueueError> {
+        Ok(self.store.ack(&self.name, &lease.id, lease.token).await?)
+    }
+
+    /// Records a failed attempt: the job waits for another attempt after the policy's backoff,
+    /// or, when it used its attempts, goes to the dead-letter set with
+    /// `"<reason> after <n> attempts"`.
+    pub async fn fail(&self, lease: &Lease, reason: &str) -> Result<AfterFailure, QueueError> {
+        if !self.policy.allows_another(lease.attempt) {
+            let reason = format!("{reason} after {} attempts", lease.attempt.saturating_add(1));
+            let buried = self.bury(lease, &reason).await?;
+            return Ok(if buried {
+                AfterFailure::Buried { reason }
+            } else {
+                AfterFailure::LeaseLost
+            });
+        }
+        let attempt = lease.attempt + 1;
+        let envelope = self.next_attempt(lease, reason)?;
+        let delay = self.policy.backoff.delay(attempt, &mut rand::rng());
+        let due = self
+            .store
+            .retry(&self.name, &lease.id, lease.token, Some(envelope), delay)
+            .await?;
+        Ok(match due {
+            Some(due) => AfterFailure::Retrying { due, attempt },
+            None => AfterFailure::LeaseLost,
+        })
+    }
+
+    /// The stored envelope with the attempt counted and the error recorded.
+    fn next_attempt(&self, lease: &Lease, reason: &str) -> Result<Vec<u8>, QueueError> {
+        let mut envelope: Envelope<T> = self
+            .decode(&lease.id, &lease.stored)
+            .map_err(|e| QueueError::Encode(e.into()))?;
+        envelope.attempt = lease.attempt.saturating_add(1);
+        envelope.last_error = Some(reason.to_string());
+        self.encode(&envelope)
+    }
+
+    /// Moves a claimed job to the dead-letter set with `reason`; `false` when the lease ran out.
+    pub async fn bury(&self, lease: &Lease, reason: &str) -> Result<bool, QueueError> {
+        Ok(self
+            .store
+            .bury(&self.name, &lease.id, lease.token, reason, None)
+            .await?)
+    }
+
+    /// Gives a claimed job back, due now and with its attempt unchanged, for another claimer
+    /// to take at once (a scheduler shutting down); `false` when the lease ran out.
+    pub async fn release(&self, lease: &Lease) -> Result<bool, QueueError> {
+        let due = self
+            .store
+            .retry(&self.name, &lease.id, lease.token, None, Duration::ZERO)
+            .await?;
+        Ok(due.is_some())
+    }
+
+    /// Extends a claimed job's lease to `lease` from now; `false` when it ran out before.
+    pub async fn extend_lease(&self, lease: &Lease, duration: Duration) -> Result<bool, QueueError> {
+        Ok(self
+            .store
+            .extend_lease(&self.name, &lease.id, lease.token, duration)
+            .await?)
+    }
+
+    /// Deletes a waiting or dead job.
+    pub async fn cancel(&self, id: &JobId) -> Result<Cancelled, QueueError> {
+        Ok(self.store.cancel(&self.name, id).await?)
+    }
+
+    /// Reads one job, decoded when it decodes; `None` when there is no such job.
+    pub async fn job(&self, id: &JobId) -> Result<Option<JobInfo<T>>, QueueError> {
+        let raw = self.store.inspect(&self.name, id).await?;
+        if raw.state == RawJobState::Missing && raw.envelope.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(JobInfo {
+            state: raw.state,
+            envelope: raw.envelope.map(|bytes| self.decode(id, &bytes)),
+        }))
+    }
+
+    /// Counts the queue's jobs.
+    pub async fn stats(&self) -> Result<QueueStats, QueueError> {
+        Ok(self.store.stats(&self.name).await?)
+    }
+
+    /// Wake-ups for a scheduler of this queue.
+    pub fn wakeups(&self) -> Wakeups {
+        self.store.wakeups(&self.name)
+    }
+}

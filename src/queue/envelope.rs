@@ -1,0 +1,38 @@
+//! What a job stores: its payload with the facts the scheduler keeps about it.
+
+use serde::{Deserialize, Serialize};
+
+use super::JobId;
+
+/// A job as stored: the payload plus what the scheduler tracks across attempts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Envelope<T> {
+    /// The job's id, also its key in the queue.
+    pub id: JobId,
+    /// How many attempts failed before (0 on the first delivery).
+    pub attempt: u32,
+    /// When the job was first pushed, in ms since the Unix epoch (the pushing host's clock;
+    /// for information only: due times come from the store's clock).
+    pub enqueued_at_ms: u64,
+    /// Why the previous attempt failed, if one did.
+    pub last_error: Option<String>,
+    /// The job's payload: for a deferred request, the request.
+    pub payload: T,
+}
+
+impl<T> Envelope<T> {
+    /// A first-attempt envelope for `payload`.
+    pub fn new(id: JobId, payload: T) -> Self {
+        let enqueued_at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
+        Envelope {
+            id,
+            attempt: 0,
+            enqueued_at_ms,
+            last_error: None,
+            payload,
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! One claimed job: re-inject it into the service stack with its lease renewed, then settle it.
+
+use std::fmt::Display;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tower::Service;
+use tracing::Instrument;
+
+use super::current_job::{CurrentJob, run_for_job};
+use super::report::JobEnd;
+use crate::backoff::Backoff;
+use crate::middleware::{Error, Outcome};
+use crate::queue::{AfterFailure, ClaimedJob, Codec, DelayQueue, Lease, QueueError};
+use crate::renewal::renew_until_lost;
+use crate::store::QueueStore;
+
+/// The reason recorded when a re-injected request meets its lock again.
+pub(super) const LOCK_STILL_HELD: &str = "lock still held";
+
+/// How a run of the service ended, before settling.
+enum Ran {
+    Done,
+    Failed(String),
+}
+
+/// What a job needs beyond itself.
+pub(super) struct JobRun<S, T, St, C> {
+    pub(super) queue: DelayQueue<T, St, C>,
+    pub(super) service: S,
+    pub(super) lease_ttl: Duration,
+    pub(super) error_backoff: Backoff,
+    /// Cancelled when the shutdown grace ran out: give the job back unfinished.
+    pub(super) abandon: CancellationToken,
+}
+
+impl<S, T, St, C, R, E> JobRun<S, T, St, C>
+where
+    S: Service<T, Response = Outcome<R>, Error = Error<E>> + Send + 'static,
+    S::Future: Send,
+    E: Display,
+    T: Serialize + DeserializeOwned + Send + 'static,
+    St: QueueStore,
+    C: Codec,
+{
+    /// Runs `job`, claimed by a request sent at `claimed_at`, to its end.
+    pub(super) async fn run(self, job: ClaimedJob<T>, claimed_at: Instant) -> JobEnd {
+        let ClaimedJob { envelope, due, lease } = job;
+        let span = tracing::info_span!(
+            "redefer.job",
+            queue = %self.queue.name(),
+            job_id = %lease.id(),
+            attempt = lease.attempt(),
+        );
+        let lag = std::time::SystemTime::now()
+            .duration_since(due)
+            .unwrap_or_default();
+        let context = CurrentJob {
+            queue: self.queue.name().clone(),
+            id: lease.id().clone(),
+            attempt: lease.attempt(),
+        };
+        let JobRun {
+            queue,
+            mut service,
+            lease_ttl,
+            error_backoff,
+            abandon,
+        } = self;
+        async move {
+            tracing::debug!(lag_ms = lag.as_millis() as u64, "job started");
+            let call = run_for_job(
+                context,
+                AssertUnwindSafe(async move {
+                    std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+                    service.call(envelope.payload).await
+                })
+                .catch_unwind(),
+            );
+            let renewal = renew_until_lost("job lease", lease_ttl, claimed_at, || {
+                queue.extend_lease(&lease, lease_ttl)
+            });
+            let ran = tokio::select! {
+                biased;
+                result = call => match result {
+                    Ok(Ok(Outcome::Done(_))) => Ran::Done,
+                    Ok(Ok(Outcome::Deferred(deferred))) => {
+                        // A strategy stored the request as a job of another queue: ours is done.
+                        tracing::debug!(moved_to = %deferred.job_id, "request deferred elsewhere");
+                        Ran::Done
+                    }
+                    Ok(Err(Error::Locked { .. })) => Ran::Failed(LOCK_STILL_HELD.to_string()),
+                    Ok(Err(error)) => Ran::Failed(error.to_string()),
+                    Err(panic) => Ran::Failed(format!("handler panicked: {}", panic_message(&*panic))),
+                },
+                _ = renewal => {
+                    tracing::warn!("job lease lost while the handler ran; the handler was stopped");
+                    return JobEnd::LeaseLost;
+                }
+                _ = abandon.cancelled() => {
+                    return match queue.release(&lease).await {
+                        Ok(true) => JobEnd::Returned,
+                        Ok(false) => JobEnd::LeaseLost,
+                        Err(error) => {
+                            tracing::warn!(%error, "cannot give the job back; it returns after its lease");
+                            JobEnd::Unsettled
+                        }
+                    };
+                }
+            };
+            settle(&queue, &lease, ran, claimed_at + lease_ttl, &error_backoff).await
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// Acks or fails the job, retrying a failing store until the lease would run out: after that,
+/// the job is delivered again anyway (at-least-once).
+async fn settle<T, St, C>(
+    queue: &DelayQueue<T, St, C>,
+    lease: &Lease,
+    ran: Ran,
+    lease_deadline: Instant,
+    error_backoff: &Backoff,
+) -> JobEnd
+where
+    T: Serialize + DeserializeOwned,
+    St: QueueStore,
+    C: Codec,
+{
+    let mut failures = 0;
+    loop {
+        let settled: Result<JobEnd, QueueError> = match &ran {
+            Ran::Done => queue
+                .ack(lease)
+                .await
+                .map(|acked| if acked { JobEnd::Acked } else { JobEnd::LeaseLost }),
+            Ran::Failed(reason) => queue.fail(lease, reason).await.map(|after| match after {
+                AfterFailure::Retrying { attempt, .. } => {
+                    tracing::debug!(%reason, next_attempt = attempt, "job failed; retrying");
+                    JobEnd::Retrying
+                }
+                AfterFailure::Buried { reason } => {
+                    tracing::warn!(%reason, "job buried");
+                    JobEnd::Buried
+                }
+                AfterFailure::LeaseLost => JobEnd::LeaseLost,
+            }),
+        };
+        match settled {
+            Ok(end) => {
+                if end == JobEnd::LeaseLost {
+                    tracing::warn!("job lease ran out before it was settled; another claimer has it");
+                }
+                return end;
+            }
+            Err(error) => {
+                let pause = error_backoff.delay(failures, &mut rand::rng());
+                failures = failures.saturating_add(1);
+                if Instant::now() + pause >= lease_deadline {
+                    tracing::warn!(%error, "cannot settle the job; it is delivered again after its lease");
+                    return JobEnd::Unsettled;
+                }
+                tracing::debug!(%error, "cannot settle the job yet; retrying");
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
+
+/// The message of a panic payload, when it has one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a non-text panic payload")
+}

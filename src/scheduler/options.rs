@@ -1,0 +1,58 @@
+//! How a scheduler claims and runs jobs.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backoff::Backoff;
+
+/// How a [`Scheduler`](super::Scheduler) claims and runs jobs.
+///
+/// ```
+/// use redefer::SchedulerOptions;
+///
+/// let options: SchedulerOptions = serde_json::from_str(
+///     r#"{ "concurrency": 8, "lease": "1m", "shutdown_grace": "20s" }"#,
+/// )?;
+/// assert_eq!(options.concurrency, 8);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerOptions {
+    /// How many jobs run at once.
+    pub concurrency: usize,
+    /// The most jobs one claim takes.
+    pub batch: usize,
+    /// How long a claimed job stays ours without renewal; renewed every third of it while the
+    /// job runs. After a crash, the job is delivered again once this runs out.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// The longest the scheduler sleeps without looking at the queue, should a wake-up be missed.
+    #[serde(with = "humantime_serde")]
+    pub max_idle: Duration,
+    /// How long a shutdown waits for running jobs before giving the rest back to the queue.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// The waits between attempts to reach a failing store.
+    pub error_backoff: Backoff,
+}
+
+impl Default for SchedulerOptions {
+    /// 32 jobs at once, batches of 64, 30 s leases, at most 1 s idle, 10 s grace.
+    fn default() -> Self {
+        SchedulerOptions {
+            concurrency: 32,
+            batch: 64,
+            lease: Duration::from_secs(30),
+            max_idle: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(10),
+            error_backoff: Backoff {
+                initial: Duration::from_millis(50),
+                factor: 2.0,
+                cap: Duration::from_secs(5),
+                jitter: 0.5,
+            },
+        }
+    }
+}

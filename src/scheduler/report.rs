@@ -1,0 +1,52 @@
+//! What a scheduler did, counted.
+
+use serde::Serialize;
+
+/// How one job's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum JobEnd {
+    /// Handled and acknowledged (or moved by its strategy into another queue).
+    Acked,
+    /// Failed; waits for another attempt.
+    Retrying,
+    /// Failed its last attempt; in the dead-letter set.
+    Buried,
+    /// Given back to the queue unfinished at shutdown.
+    Returned,
+    /// The lease ran out before the job was settled; another claimer has it.
+    LeaseLost,
+    /// The store failed while settling; the job is delivered again after its lease.
+    Unsettled,
+}
+
+/// What a scheduler did with the jobs it claimed, counted over its run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SchedulerReport {
+    /// Jobs handled and acknowledged.
+    pub acked: u64,
+    /// Failed attempts put back to wait.
+    pub retried: u64,
+    /// Jobs buried after their last attempt.
+    pub buried: u64,
+    /// Unfinished jobs given back to the queue at shutdown.
+    pub returned: u64,
+    /// Jobs whose lease ran out under us.
+    pub lease_lost: u64,
+    /// Jobs left to their lease because the store failed while settling them.
+    pub unsettled: u64,
+}
+
+impl SchedulerReport {
+    pub(super) fn record(&mut self, end: JobEnd) {
+        let counter = match end {
+            JobEnd::Acked => &mut self.acked,
+            JobEnd::Retrying => &mut self.retried,
+            JobEnd::Buried => &mut self.buried,
+            JobEnd::Returned => &mut self.returned,
+            JobEnd::LeaseLost => &mut self.lease_lost,
+            JobEnd::Unsettled => &mut self.unsettled,
+        };
+        *counter += 1;
+    }
+}

@@ -1,0 +1,137 @@
+//! The claim loop: claim due jobs while there are free slots, sleep until the next is due.
+
+use std::fmt::Display;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, sleep, timeout};
+use tokio_util::sync::CancellationToken;
+use tower::Service;
+
+use super::job::JobRun;
+use super::report::{JobEnd, SchedulerReport};
+use super::{Scheduler, SchedulerOptions};
+use crate::middleware::{Error, Outcome};
+use crate::queue::Codec;
+use crate::store::QueueStore;
+
+impl<S, T, St, C, R, E> Scheduler<S, T, St, C>
+where
+    S: Service<T, Response = Outcome<R>, Error = Error<E>> + Clone + Send + 'static,
+    S::Future: Send,
+    R: Send + 'static,
+    E: Display + Send + 'static,
+    T: Serialize + DeserializeOwned + Send + 'static,
+    St: QueueStore,
+    C: Codec,
+{
+    /// Runs until `stop` is cancelled, then shuts down gracefully.
+    pub(super) async fn run(self, stop: CancellationToken) -> SchedulerReport {
+        let Scheduler {
+            queue,
+            service,
+            options,
+        } = self;
+        let SchedulerOptions {
+            concurrency,
+            batch,
+            lease,
+            max_idle,
+            shutdown_grace,
+            error_backoff,
+        } = options;
+        let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+        let abandon = CancellationToken::new();
+        let mut running = JoinSet::new();
+        let mut report = SchedulerReport::default();
+        let mut wakeups = queue.wakeups();
+        let mut failures = 0;
+        tracing::info!(queue = %queue.name(), concurrency, "scheduler started");
+
+        loop {
+            while let Some(ended) = running.try_join_next() {
+                report.record(job_end(ended));
+            }
+            let free = slots.available_permits().min(batch.max(1));
+            if free == 0 {
+                // Every slot is busy: wait for one (or the stop) before claiming more.
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => break,
+                    Some(ended) = running.join_next() => report.record(job_end(ended)),
+                }
+                continue;
+            }
+            let claimed_at = Instant::now();
+            let claimed = tokio::select! {
+                biased;
+                _ = stop.cancelled() => break,
+                claimed = queue.claim(free, lease) => claimed,
+            };
+            let pause = match claimed {
+                Ok(claimed) => {
+                    failures = 0;
+                    for job in claimed.jobs {
+                        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                            unreachable!(
+                                "claimed no more jobs than free slots, and only this loop takes slots"
+                            )
+                        };
+                        let run = JobRun {
+                            queue: queue.clone(),
+                            service: service.clone(),
+                            lease_ttl: lease,
+                            error_backoff,
+                            abandon: abandon.clone(),
+                        };
+                        running.spawn(async move {
+                            let end = run.run(job, claimed_at).await;
+                            drop(slot);
+                            end
+                        });
+                    }
+                    claimed.next_in.map_or(max_idle, |next| next.min(max_idle))
+                }
+                Err(error) => {
+                    let pause = error_backoff.delay(failures, &mut rand::rng());
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(%error, retry_in_ms = pause.as_millis() as u64, "cannot claim jobs");
+                    pause
+                }
+            };
+            if pause.is_zero() {
+                continue;
+            }
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => break,
+                _ = wakeups.next() => {}
+                _ = sleep(pause) => {}
+            }
+        }
+
+        tracing::info!(queue = %queue.name(), running = running.len(), "scheduler stopping");
+        let drain = async {
+            while let Some(ended) = running.join_next().await {
+                report.record(job_end(ended));
+            }
+        };
+        if timeout(shutdown_grace, drain).await.is_err() {
+            abandon.cancel();
+            while let Some(ended) = running.join_next().await {
+                report.record(job_end(ended));
+            }
+        }
+        tracing::info!(queue = %queue.name(), ?report, "scheduler stopped");
+        report
+    }
+}
+
+/// A job task's end; a job task cannot panic (the handler's panics are caught inside it), so
+/// a join error means the runtime is shutting down, and the job returns after its lease.
+fn job_end(joined: Result<JobEnd, tokio::task::JoinError>) -> JobEnd {
+    joined.unwrap_or(JobEnd::Unsettled)
+}

@@ -1,0 +1,64 @@
+//! The in-process store: the embedded default for a single process, and the reference the
+//! Redis store is tested against.
+
+mod lock;
+mod queue;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use self::lock::LockState;
+use self::queue::QueueState;
+use crate::queue::QueueName;
+
+/// A store in this process's memory, with the same semantics as [`RedisStore`](super::RedisStore).
+///
+/// Clones share the same data. Lock TTLs follow tokio's clock; queue due times follow the
+/// system clock, as they would Redis's.
+///
+/// ```
+/// use std::time::Duration;
+/// use redefer::{LockKey, LockToken, MemoryStore};
+/// use redefer::store::{Acquisition, LockStore};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryStore::new();
+/// let key = LockKey::new("order:42")?;
+/// let first = store.try_acquire(&key, LockToken::random(), Duration::from_secs(5)).await?;
+/// assert!(matches!(first, Acquisition::Acquired(_)));
+/// let second = store.try_acquire(&key, LockToken::random(), Duration::from_secs(5)).await?;
+/// assert!(matches!(second, Acquisition::Held { .. }));
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    locks: Arc<Mutex<LockState>>,
+    queues: Arc<Mutex<HashMap<QueueName, QueueState>>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn locks(&self) -> MutexGuard<'_, LockState> {
+        lock_unpoisoned(&self.locks)
+    }
+
+    fn queues(&self) -> MutexGuard<'_, HashMap<QueueName, QueueState>> {
+        lock_unpoisoned(&self.queues)
+    }
+}
+
+/// A panic while one of these mutexes was held cannot leave its data half-updated: no code
+/// that can panic runs between the updates of one operation. So the data is still consistent.
+fn lock_unpoisoned<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}

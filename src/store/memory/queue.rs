@@ -1,0 +1,315 @@
+//! The delay-queue operations of the in-memory store: the same steps as the Lua scripts, under
+//! one mutex instead of Redis's single thread.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+
+use super::MemoryStore;
+use crate::error::StoreError;
+use crate::lock::LockToken;
+use crate::queue::{JobId, QueueName};
+use crate::store::queue::{from_epoch_ms, to_epoch_ms};
+use crate::store::{
+    Cancelled, ClaimBatch, Due, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
+};
+
+/// One queue: the same sets as in Redis, scores in ms since the epoch.
+pub(super) struct QueueState {
+    delayed: BTreeSet<(i64, JobId)>,
+    due_of: HashMap<JobId, i64>,
+    inflight: BTreeSet<(i64, JobId)>,
+    leases: HashMap<JobId, (i64, LockToken)>,
+    jobs: HashMap<JobId, Vec<u8>>,
+    dead: HashMap<JobId, (i64, String)>,
+    wake: watch::Sender<u64>,
+}
+
+impl Default for QueueState {
+    fn default() -> Self {
+        QueueState {
+            delayed: BTreeSet::new(),
+            due_of: HashMap::new(),
+            inflight: BTreeSet::new(),
+            leases: HashMap::new(),
+            jobs: HashMap::new(),
+            dead: HashMap::new(),
+            wake: watch::Sender::new(0),
+        }
+    }
+}
+
+/// The reasons the claim script gives, word for word.
+const NO_ENVELOPE: &str = "the job has no envelope (deleted or never written by redefer)";
+
+fn oversized(size: usize, max: usize) -> String {
+    format!("the envelope is {size} bytes, over the limit of {max}")
+}
+
+fn now_ms() -> i64 {
+    to_epoch_ms(SystemTime::now())
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl QueueState {
+    fn schedule(&mut self, id: JobId, due: i64) {
+        if let Some(old) = self.due_of.insert(id.clone(), due) {
+            self.delayed.remove(&(old, id.clone()));
+        }
+        let first = self
+            .delayed
+            .first()
+            .is_none_or(|(first_due, first_id)| (due, &id) < (*first_due, first_id));
+        self.delayed.insert((due, id));
+        if first {
+            self.wake.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    fn unschedule(&mut self, id: &JobId) -> bool {
+        match self.due_of.remove(id) {
+            Some(due) => self.delayed.remove(&(due, id.clone())),
+            None => false,
+        }
+    }
+
+    /// Ends `token`'s lease on `id`; `false` when the lease is not `token`'s.
+    fn end_lease(&mut self, id: &JobId, token: LockToken) -> bool {
+        match self.leases.get(id) {
+            Some((deadline, holder)) if *holder == token => {
+                let deadline = *deadline;
+                self.inflight.remove(&(deadline, id.clone()));
+                self.leases.remove(id);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl MemoryStore {
+    fn with_queue<R>(&self, queue: &QueueName, f: impl FnOnce(&mut QueueState) -> R) -> R {
+        let mut queues = self.queues();
+        f(queues.entry(queue.clone()).or_default())
+    }
+}
+
+impl QueueStore for MemoryStore {
+    async fn push(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        envelope: Vec<u8>,
+        due: Due,
+    ) -> Result<Option<SystemTime>, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            if q.jobs.contains_key(id) {
+                return None;
+            }
+            let due = match due {
+                Due::In(delay) => now_ms().saturating_add(millis(delay)),
+                Due::At(at) => to_epoch_ms(at),
+            };
+            q.jobs.insert(id.clone(), envelope);
+            q.schedule(id.clone(), due);
+            Some(from_epoch_ms(due))
+        }))
+    }
+
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        max: usize,
+        lease: Duration,
+        token: LockToken,
+        max_envelope: usize,
+    ) -> Result<ClaimBatch, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            let now = now_ms();
+            let expired: Vec<(i64, JobId)> = q
+                .inflight
+                .iter()
+                .take_while(|(deadline, _)| *deadline <= now)
+                .take(max)
+                .cloned()
+                .collect();
+            for (deadline, id) in expired {
+                q.inflight.remove(&(deadline, id.clone()));
+                q.leases.remove(&id);
+                q.schedule(id, deadline);
+            }
+            let deadline = now.saturating_add(millis(lease));
+            let due: Vec<(i64, JobId)> = q
+                .delayed
+                .iter()
+                .take_while(|(due, _)| *due <= now)
+                .take(max)
+                .cloned()
+                .collect();
+            let mut jobs = Vec::with_capacity(due.len());
+            for (due, id) in due {
+                q.unschedule(&id);
+                let envelope = match q.jobs.get(&id) {
+                    None => Err(NO_ENVELOPE.to_string()),
+                    Some(bytes) if bytes.is_empty() => Err(NO_ENVELOPE.to_string()),
+                    Some(bytes) if bytes.len() > max_envelope => Err(oversized(bytes.len(), max_envelope)),
+                    Some(bytes) => Ok(bytes.clone()),
+                };
+                match envelope {
+                    Ok(envelope) => {
+                        q.inflight.insert((deadline, id.clone()));
+                        q.leases.insert(id.clone(), (deadline, token));
+                        jobs.push(RawClaim {
+                            id,
+                            due: from_epoch_ms(due),
+                            envelope,
+                        });
+                    }
+                    Err(reason) => {
+                        q.dead.insert(id, (now, reason));
+                    }
+                }
+            }
+            let next_at = [q.delayed.first(), q.inflight.first()]
+                .into_iter()
+                .flatten()
+                .map(|(at, _)| *at)
+                .min();
+            ClaimBatch {
+                jobs,
+                next_in: next_at.map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0))),
+            }
+        }))
+    }
+
+    async fn ack(&self, queue: &QueueName, id: &JobId, token: LockToken) -> Result<bool, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            let ended = q.end_lease(id, token);
+            if ended {
+                q.jobs.remove(id);
+            }
+            ended
+        }))
+    }
+
+    async fn retry(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: LockToken,
+        envelope: Option<Vec<u8>>,
+        delay: Duration,
+    ) -> Result<Option<SystemTime>, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            if !q.end_lease(id, token) {
+                return None;
+            }
+            if let Some(envelope) = envelope {
+                q.jobs.insert(id.clone(), envelope);
+            }
+            let due = now_ms().saturating_add(millis(delay));
+            q.schedule(id.clone(), due);
+            Some(from_epoch_ms(due))
+        }))
+    }
+
+    async fn bury(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: LockToken,
+        reason: &str,
+        envelope: Option<Vec<u8>>,
+    ) -> Result<bool, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            if !q.end_lease(id, token) {
+                return false;
+            }
+            if let Some(envelope) = envelope {
+                q.jobs.insert(id.clone(), envelope);
+            }
+            q.dead.insert(id.clone(), (now_ms(), reason.to_string()));
+            true
+        }))
+    }
+
+    async fn extend_lease(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: LockToken,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            if !q.end_lease(id, token) {
+                return false;
+            }
+            let deadline = now_ms().saturating_add(millis(lease));
+            q.inflight.insert((deadline, id.clone()));
+            q.leases.insert(id.clone(), (deadline, token));
+            true
+        }))
+    }
+
+    async fn cancel(&self, queue: &QueueName, id: &JobId) -> Result<Cancelled, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            if q.leases.contains_key(id) {
+                return Cancelled::InFlight;
+            }
+            let waiting = q.unschedule(id);
+            let dead = q.dead.remove(id).is_some();
+            let bytes = q.jobs.remove(id).is_some();
+            if waiting || dead || bytes {
+                Cancelled::Deleted
+            } else {
+                Cancelled::NotFound
+            }
+        }))
+    }
+
+    async fn inspect(&self, queue: &QueueName, id: &JobId) -> Result<RawJob, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            let state = if let Some(due) = q.due_of.get(id) {
+                RawJobState::Delayed {
+                    due: from_epoch_ms(*due),
+                }
+            } else if let Some((deadline, _)) = q.leases.get(id) {
+                RawJobState::InFlight {
+                    lease_until: from_epoch_ms(*deadline),
+                }
+            } else if let Some((at, reason)) = q.dead.get(id) {
+                RawJobState::Dead {
+                    buried_at: from_epoch_ms(*at),
+                    reason: Some(reason.clone()),
+                }
+            } else {
+                RawJobState::Missing
+            };
+            RawJob {
+                state,
+                envelope: q.jobs.get(id).cloned(),
+            }
+        }))
+    }
+
+    async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            let now = now_ms();
+            QueueStats {
+                waiting: q.delayed.len() as u64,
+                due: q.delayed.iter().take_while(|(due, _)| *due <= now).count() as u64,
+                in_flight: q.inflight.len() as u64,
+                dead: q.dead.len() as u64,
+            }
+        }))
+    }
+
+    fn wakeups(&self, queue: &QueueName) -> Wakeups {
+        let signal = self.with_queue(queue, |q| q.wake.subscribe());
+        Wakeups::new(signal, None)
+    }
+}

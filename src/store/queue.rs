@@ -1,0 +1,237 @@
+//! The delay-queue operations of a store, on envelopes as opaque bytes.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+
+use crate::error::StoreError;
+use crate::lock::LockToken;
+use crate::queue::{JobId, QueueName};
+
+/// When a pushed job becomes due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// This long from now, by the store's clock.
+    In(Duration),
+    /// At this time.
+    At(SystemTime),
+}
+
+/// One claimed job, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawClaim {
+    /// The job's id.
+    pub id: JobId,
+    /// When it was due, by the store's clock.
+    pub due: SystemTime,
+    /// Its envelope bytes.
+    pub envelope: Vec<u8>,
+}
+
+/// The result of one claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimBatch {
+    /// The jobs claimed, in due order; empty when none is due.
+    pub jobs: Vec<RawClaim>,
+    /// How long until the next job is due or the next lease runs out, by the store's clock;
+    /// `None` when the queue is empty, zero when more jobs are due now.
+    pub next_in: Option<Duration>,
+}
+
+/// Where a job is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawJobState {
+    /// Waiting to become due.
+    Delayed {
+        /// When it becomes due.
+        due: SystemTime,
+    },
+    /// Claimed by a scheduler.
+    InFlight {
+        /// When its lease runs out unless extended.
+        lease_until: SystemTime,
+    },
+    /// In the dead-letter set.
+    Dead {
+        /// When it was buried.
+        buried_at: SystemTime,
+        /// Why.
+        reason: Option<String>,
+    },
+    /// Not in the queue.
+    Missing,
+}
+
+/// One job, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawJob {
+    /// Where it is.
+    pub state: RawJobState,
+    /// Its envelope bytes, if any.
+    pub envelope: Option<Vec<u8>>,
+}
+
+/// What a cancellation found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// The job was waiting or dead, and is deleted.
+    Deleted,
+    /// There is no such job.
+    NotFound,
+    /// A scheduler is handling it: it cannot be cancelled now.
+    InFlight,
+}
+
+/// A queue's counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueStats {
+    /// Jobs waiting, due or not.
+    pub waiting: u64,
+    /// Of those, the jobs due now.
+    pub due: u64,
+    /// Jobs claimed by a scheduler.
+    pub in_flight: u64,
+    /// Jobs in the dead-letter set.
+    pub dead: u64,
+}
+
+/// Wakes a scheduler when a job becomes the first due of its queue, pushed by this process or
+/// another. Best effort: a scheduler also wakes on its own timers.
+#[derive(Debug)]
+pub struct Wakeups {
+    signal: watch::Receiver<u64>,
+    subscription: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Wakeups {
+    pub(crate) fn new(
+        signal: watch::Receiver<u64>,
+        subscription: Option<tokio::task::JoinHandle<()>>,
+    ) -> Self {
+        Wakeups {
+            signal,
+            subscription,
+        }
+    }
+
+    /// Resolves at the next wake-up since the last one seen; never, if the store cannot send any.
+    pub async fn next(&mut self) {
+        if self.signal.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Wakeups {
+    fn drop(&mut self) {
+        if let Some(subscription) = &self.subscription {
+            subscription.abort();
+        }
+    }
+}
+
+/// Atomic delay-queue operations. Envelopes are opaque bytes here; [`DelayQueue`](crate::queue::DelayQueue)
+/// encodes and decodes them.
+///
+/// Semantics every implementation keeps, pinned by the conformance tests:
+/// - a job is in exactly one of: waiting, in flight, dead;
+/// - `claim` hands each due job to one claimer at a time, with that claimer's lease token;
+///   a job whose lease ran out becomes due again (at-least-once delivery after a crash);
+/// - `ack`, `retry`, `bury` and `extend_lease` act only with the job's current lease token;
+/// - due times and leases follow the store's clock, not the caller's.
+pub trait QueueStore: Clone + Send + Sync + 'static {
+    /// Stores a new job; `None` when a job with this id exists (nothing is written).
+    fn push(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        envelope: Vec<u8>,
+        due: Due,
+    ) -> impl Future<Output = Result<Option<SystemTime>, StoreError>> + Send;
+
+    /// Claims up to `max` due jobs for `lease`, first making due again the jobs whose lease ran
+    /// out. A due entry that cannot be a job (an invalid id, no envelope, an envelope over
+    /// `max_envelope` bytes) is buried with the reason instead of claimed.
+    fn claim(
+        &self,
+        queue: &QueueName,
+        max: usize,
+        lease: Duration,
+        token: LockToken,
+        max_envelope: usize,
+    ) -> impl Future<Output = Result<ClaimBatch, StoreError>> + Send;
+
+    /// Deletes a claimed job; `false` when the lease is no longer `token`'s.
+    fn ack(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: LockToken,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Puts a claimed job back to wait `delay`, replacing its envelope when one is given; the
+    /// new due time, or `None` when the lease is no longer `token`'s.
+    fn retry(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: LockToken,
+        envelope: Option<Vec<u8>>,
+        delay: Duration,
+    ) -> impl Future<Output = Result<Option<SystemTime>, StoreError>> + Send;
+
+    /// Moves a claimed job to the dead-letter set with `reason`, replacing its envelope when one
+    /// is given; `false` when the lease is no longer `token`'s.
+    fn bury(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: LockToken,
+        reason: &str,
+        envelope: Option<Vec<u8>>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Extends a claimed job's lease to `lease` from now; `false` when it is no longer `token`'s.
+    fn extend_lease(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: LockToken,
+        lease: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Deletes a waiting or dead job.
+    fn cancel(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+    ) -> impl Future<Output = Result<Cancelled, StoreError>> + Send;
+
+    /// Reads one job.
+    fn inspect(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+    ) -> impl Future<Output = Result<RawJob, StoreError>> + Send;
+
+    /// Counts the queue's jobs.
+    fn stats(&self, queue: &QueueName) -> impl Future<Output = Result<QueueStats, StoreError>> + Send;
+
+    /// Wake-ups for a scheduler of `queue`.
+    fn wakeups(&self, queue: &QueueName) -> Wakeups;
+}
+
+/// Milliseconds since the Unix epoch as a time.
+pub(crate) fn from_epoch_ms(ms: i64) -> SystemTime {
+    match u64::try_from(ms) {
+        Ok(ms) => SystemTime::UNIX_EPOCH + Duration::from_millis(ms),
+        Err(_) => SystemTime::UNIX_EPOCH,
+    }
+}
+
+/// A time as milliseconds since the Unix epoch (0 before it).
+pub(crate) fn to_epoch_ms(time: SystemTime) -> i64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,249 @@
+//! The delay-queue operations of the Redis store: one Lua script each.
+
+use std::time::{Duration, SystemTime};
+
+use redis::aio::ConnectionLike;
+use tokio::sync::watch;
+
+use super::RedisStore;
+use super::lock::millis;
+use super::scripts::{
+    QUEUE_ACK, QUEUE_BURY, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_INSPECT, QUEUE_PUSH, QUEUE_RETRY,
+    QUEUE_STATS,
+};
+use super::wake::forward_wakeups;
+use crate::error::StoreError;
+use crate::lock::LockToken;
+use crate::queue::{JobId, QueueKeys, QueueName};
+use crate::store::queue::{from_epoch_ms, to_epoch_ms};
+use crate::store::{
+    Cancelled, ClaimBatch, Due, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
+};
+
+impl<C> RedisStore<C> {
+    fn keys(&self, queue: &QueueName) -> QueueKeys {
+        QueueKeys::new(&self.prefix, queue)
+    }
+}
+
+/// A job id read back from a claim; the claim script buries every id that would fail here.
+fn job_id(id: String) -> Result<JobId, StoreError> {
+    JobId::new(id).map_err(|error| StoreError::Protocol(format!("claim returned {error}")))
+}
+
+impl<C> QueueStore for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn push(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        envelope: Vec<u8>,
+        due: Due,
+    ) -> Result<Option<SystemTime>, StoreError> {
+        let keys = self.keys(queue);
+        let (mode, at) = match due {
+            Due::In(delay) => ("in", millis(delay)),
+            Due::At(at) => ("at", u64::try_from(to_epoch_ms(at)).unwrap_or(0)),
+        };
+        let (stored, due_ms): (i64, i64) = QUEUE_PUSH
+            .key(&keys.delayed)
+            .key(&keys.jobs)
+            .arg(id.as_str())
+            .arg(envelope)
+            .arg(mode)
+            .arg(at)
+            .arg(&keys.wake)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok((stored == 1).then(|| from_epoch_ms(due_ms)))
+    }
+
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        max: usize,
+        lease: Duration,
+        token: LockToken,
+        max_envelope: usize,
+    ) -> Result<ClaimBatch, StoreError> {
+        let keys = self.keys(queue);
+        let (wait_ms, claimed): (i64, Vec<(String, i64, Vec<u8>)>) = QUEUE_CLAIM
+            .key(&keys.delayed)
+            .key(&keys.inflight)
+            .key(&keys.jobs)
+            .key(&keys.leases)
+            .key(&keys.dead)
+            .key(&keys.errors)
+            .arg(max)
+            .arg(millis(lease))
+            .arg(token)
+            .arg(max_envelope)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let jobs = claimed
+            .into_iter()
+            .map(|(id, due, envelope)| {
+                Ok(RawClaim {
+                    id: job_id(id)?,
+                    due: from_epoch_ms(due),
+                    envelope,
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(ClaimBatch {
+            jobs,
+            next_in: u64::try_from(wait_ms).ok().map(Duration::from_millis),
+        })
+    }
+
+    async fn ack(&self, queue: &QueueName, id: &JobId, token: LockToken) -> Result<bool, StoreError> {
+        let keys = self.keys(queue);
+        let acked: bool = QUEUE_ACK
+            .key(&keys.inflight)
+            .key(&keys.jobs)
+            .key(&keys.leases)
+            .arg(id.as_str())
+            .arg(token)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(acked)
+    }
+
+    async fn retry(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: LockToken,
+        envelope: Option<Vec<u8>>,
+        delay: Duration,
+    ) -> Result<Option<SystemTime>, StoreError> {
+        let keys = self.keys(queue);
+        let due: i64 = QUEUE_RETRY
+            .key(&keys.delayed)
+            .key(&keys.inflight)
+            .key(&keys.jobs)
+            .key(&keys.leases)
+            .arg(id.as_str())
+            .arg(token)
+            .arg(envelope.unwrap_or_default())
+            .arg(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX))
+            .arg(&keys.wake)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok((due >= 0).then(|| from_epoch_ms(due)))
+    }
+
+    async fn bury(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: LockToken,
+        reason: &str,
+        envelope: Option<Vec<u8>>,
+    ) -> Result<bool, StoreError> {
+        let keys = self.keys(queue);
+        let buried: bool = QUEUE_BURY
+            .key(&keys.inflight)
+            .key(&keys.jobs)
+            .key(&keys.leases)
+            .key(&keys.dead)
+            .key(&keys.errors)
+            .arg(id.as_str())
+            .arg(token)
+            .arg(reason)
+            .arg(envelope.unwrap_or_default())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(buried)
+    }
+
+    async fn extend_lease(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: LockToken,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let keys = self.keys(queue);
+        let extended: bool = QUEUE_EXTEND
+            .key(&keys.inflight)
+            .key(&keys.leases)
+            .arg(id.as_str())
+            .arg(token)
+            .arg(millis(lease))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(extended)
+    }
+
+    async fn cancel(&self, queue: &QueueName, id: &JobId) -> Result<Cancelled, StoreError> {
+        let keys = self.keys(queue);
+        let cancelled: i64 = QUEUE_CANCEL
+            .key(&keys.delayed)
+            .key(&keys.inflight)
+            .key(&keys.jobs)
+            .key(&keys.dead)
+            .key(&keys.errors)
+            .arg(id.as_str())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match cancelled {
+            1 => Ok(Cancelled::Deleted),
+            0 => Ok(Cancelled::NotFound),
+            -1 => Ok(Cancelled::InFlight),
+            other => Err(StoreError::Protocol(format!("cancel answered {other}"))),
+        }
+    }
+
+    async fn inspect(&self, queue: &QueueName, id: &JobId) -> Result<RawJob, StoreError> {
+        let keys = self.keys(queue);
+        let (state, at, envelope, reason): (String, i64, Option<Vec<u8>>, Option<String>) = QUEUE_INSPECT
+            .key(&keys.delayed)
+            .key(&keys.inflight)
+            .key(&keys.jobs)
+            .key(&keys.dead)
+            .key(&keys.errors)
+            .arg(id.as_str())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let at = from_epoch_ms(at);
+        let state = match state.as_str() {
+            "delayed" => RawJobState::Delayed { due: at },
+            "inflight" => RawJobState::InFlight { lease_until: at },
+            "dead" => RawJobState::Dead {
+                buried_at: at,
+                reason,
+            },
+            "missing" => RawJobState::Missing,
+            other => return Err(StoreError::Protocol(format!("inspect answered state {other:?}"))),
+        };
+        Ok(RawJob { state, envelope })
+    }
+
+    async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
+        let keys = self.keys(queue);
+        let (waiting, due, in_flight, dead): (u64, u64, u64, u64) = QUEUE_STATS
+            .key(&keys.delayed)
+            .key(&keys.inflight)
+            .key(&keys.dead)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(QueueStats {
+            waiting,
+            due,
+            in_flight,
+            dead,
+        })
+    }
+
+    fn wakeups(&self, queue: &QueueName) -> Wakeups {
+        let (signal, receiver) = watch::channel(0);
+        let subscription = self
+            .pubsub
+            .clone()
+            .map(|client| tokio::spawn(forward_wakeups(client, self.keys(queue).wake, signal)));
+        Wakeups::new(receiver, subscription)
+    }
+}

@@ -1,0 +1,311 @@
+//! Conformance of the delay queue over every store: push, claim, leases, settle, inspect.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use redefer::Backoff;
+use redefer::queue::{AfterFailure, DelayQueue, JobId, QueueError, RetryPolicy};
+use redefer::store::{Cancelled, Due, QueueStats, QueueStore, RawJobState};
+use tokio::sync::Mutex;
+
+use support::{eventually, for_each_store};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn queue<St: QueueStore>(store: St) -> DelayQueue<String, St> {
+    DelayQueue::new(store, "jobs").unwrap()
+}
+
+fn stats(waiting: u64, due: u64, in_flight: u64, dead: u64) -> QueueStats {
+    QueueStats {
+        waiting,
+        due,
+        in_flight,
+        dead,
+    }
+}
+
+async fn a_pushed_job_is_claimed_once_and_acked<St: QueueStore>(store: St) {
+    let q = queue(store);
+    let scheduled = q.push(&"hello".to_string(), Duration::ZERO).await.unwrap();
+    assert!(scheduled.due <= SystemTime::now() + Duration::from_secs(1));
+    assert_eq!(q.stats().await.unwrap(), stats(1, 1, 0, 0));
+
+    let claimed = q.claim(10, LEASE).await.unwrap();
+    assert_eq!(claimed.jobs.len(), 1);
+    let job = &claimed.jobs[0];
+    assert_eq!(job.envelope.id, scheduled.id);
+    assert_eq!(job.envelope.payload, "hello");
+    assert_eq!(job.envelope.attempt, 0);
+    assert_eq!(q.stats().await.unwrap(), stats(0, 0, 1, 0));
+    assert!(q.claim(10, LEASE).await.unwrap().jobs.is_empty(), "claimed once");
+
+    assert!(q.ack(&job.lease).await.unwrap());
+    assert!(!q.ack(&job.lease).await.unwrap(), "acked once");
+    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert!(q.job(&scheduled.id).await.unwrap().is_none());
+}
+
+async fn only_due_jobs_are_claimed_in_due_order<St: QueueStore>(store: St) {
+    let q = queue(store);
+    let now = SystemTime::now();
+    q.push_at(&"second".into(), now - Duration::from_secs(5))
+        .await
+        .unwrap();
+    q.push_at(&"first".into(), now - Duration::from_secs(10))
+        .await
+        .unwrap();
+    q.push(&"later".into(), Duration::from_secs(60)).await.unwrap();
+    assert_eq!(q.stats().await.unwrap(), stats(3, 2, 0, 0));
+
+    // A lease longer than the wait, so that the next event is the waiting job, not a lease.
+    let claimed = q.claim(10, Duration::from_secs(120)).await.unwrap();
+    let payloads: Vec<_> = claimed.jobs.iter().map(|j| j.envelope.payload.as_str()).collect();
+    assert_eq!(payloads, ["first", "second"]);
+    let next_in = claimed.next_in.expect("a job is still waiting");
+    assert!(
+        next_in > Duration::from_secs(50) && next_in <= Duration::from_secs(60),
+        "{next_in:?}"
+    );
+}
+
+async fn a_claim_takes_at_most_its_batch<St: QueueStore>(store: St) {
+    let q = queue(store);
+    for i in 0..5 {
+        q.push(&i.to_string(), Duration::ZERO).await.unwrap();
+    }
+    let first = q.claim(3, LEASE).await.unwrap();
+    assert_eq!(first.jobs.len(), 3);
+    assert_eq!(first.next_in, Some(Duration::ZERO), "more are due now");
+    assert_eq!(q.claim(3, LEASE).await.unwrap().jobs.len(), 2);
+}
+
+async fn a_duplicate_id_writes_nothing<St: QueueStore>(store: St) {
+    let q = queue(store);
+    let id = JobId::new("order-7").unwrap();
+    q.push_with_id(id.clone(), &"original".into(), Due::In(Duration::ZERO))
+        .await
+        .unwrap();
+    match q
+        .push_with_id(id.clone(), &"copy".into(), Due::In(Duration::ZERO))
+        .await
+    {
+        Err(QueueError::DuplicateId(dup)) => assert_eq!(dup, id),
+        other => panic!("expected DuplicateId, got {other:?}"),
+    }
+    let claimed = q.claim(10, LEASE).await.unwrap();
+    assert_eq!(claimed.jobs.len(), 1);
+    assert_eq!(claimed.jobs[0].envelope.payload, "original");
+}
+
+async fn an_oversized_job_is_refused_and_writes_nothing<St: QueueStore>(store: St) {
+    let q = queue(store).max_payload(1024);
+    match q.push(&"x".repeat(2000), Duration::ZERO).await {
+        Err(QueueError::TooLarge { size, max: 1024 }) => assert!(size > 2000),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    q.push(&"x".repeat(900), Duration::ZERO).await.unwrap();
+}
+
+async fn concurrent_claimers_receive_each_job_exactly_once<St: QueueStore>(store: St) {
+    const JOBS: usize = 10_000;
+    let q = queue(store);
+    let mut pushed = HashSet::new();
+    for i in 0..JOBS {
+        pushed.insert(q.push(&i.to_string(), Duration::ZERO).await.unwrap().id);
+    }
+    let seen = Arc::new(Mutex::new(Vec::with_capacity(JOBS)));
+    let claimers: Vec<_> = (0..8)
+        .map(|_| {
+            let (q, seen) = (q.clone(), seen.clone());
+            tokio::spawn(async move {
+                loop {
+                    let claimed = q.claim(64, LEASE).await.unwrap();
+                    if claimed.jobs.is_empty() {
+                        return;
+                    }
+                    for job in claimed.jobs {
+                        seen.lock().await.push(job.envelope.id.clone());
+                        assert!(q.ack(&job.lease).await.unwrap(), "our lease is the job's");
+                    }
+                }
+            })
+        })
+        .collect();
+    for claimer in claimers {
+        claimer.await.unwrap();
+    }
+    let seen = seen.lock().await;
+    assert_eq!(seen.len(), JOBS, "every job delivered, none twice");
+    assert_eq!(seen.iter().cloned().collect::<HashSet<_>>(), pushed);
+    assert_eq!(
+        q.stats().await.unwrap(),
+        QueueStats::default(),
+        "nothing left behind"
+    );
+}
+
+async fn a_job_whose_claimer_crashed_is_delivered_again_after_its_lease<St: QueueStore>(store: St) {
+    let q = queue(store);
+    let id = q.push(&"work".into(), Duration::ZERO).await.unwrap().id;
+    let crashed = q
+        .claim(10, Duration::from_millis(100))
+        .await
+        .unwrap()
+        .jobs
+        .remove(0);
+    assert!(
+        q.claim(10, LEASE).await.unwrap().jobs.is_empty(),
+        "held while the lease runs"
+    );
+
+    let again = eventually(
+        Duration::from_secs(5),
+        "the job is claimable after its lease",
+        || {
+            let q = q.clone();
+            async move { q.claim(10, LEASE).await.unwrap().jobs.pop() }
+        },
+    )
+    .await;
+    assert_eq!(again.envelope.id, id);
+    assert_eq!(again.envelope.attempt, 0, "a crash is not a failed attempt");
+    assert!(
+        !q.ack(&crashed.lease).await.unwrap(),
+        "the crashed claimer's lease is void"
+    );
+    assert!(!q.extend_lease(&crashed.lease, LEASE).await.unwrap());
+    assert_eq!(
+        q.fail(&crashed.lease, "late").await.unwrap(),
+        AfterFailure::LeaseLost
+    );
+    assert!(q.ack(&again.lease).await.unwrap());
+}
+
+async fn an_extended_lease_is_not_recovered<St: QueueStore>(store: St) {
+    let q = queue(store);
+    q.push(&"work".into(), Duration::ZERO).await.unwrap();
+    let job = q
+        .claim(10, Duration::from_millis(200))
+        .await
+        .unwrap()
+        .jobs
+        .remove(0);
+    assert!(q.extend_lease(&job.lease, LEASE).await.unwrap());
+    let claimed = q.claim(10, LEASE).await.unwrap();
+    assert!(claimed.jobs.is_empty());
+    assert!(
+        claimed.next_in.unwrap() > Duration::from_secs(20),
+        "the lease now runs 30 s"
+    );
+    assert!(q.ack(&job.lease).await.unwrap());
+}
+
+async fn failed_attempts_back_off_then_go_to_the_dead_letter_set<St: QueueStore>(store: St) {
+    let policy = RetryPolicy {
+        backoff: Backoff::exponential(Duration::from_millis(20), Duration::from_secs(1)),
+        max_attempts: 3,
+    };
+    let q = queue(store).retry_policy(policy);
+    let id = q.push(&"flaky".into(), Duration::ZERO).await.unwrap().id;
+    let mut previous_due = SystemTime::UNIX_EPOCH;
+    for attempt in 0..3u32 {
+        let job = eventually(Duration::from_secs(5), "the next attempt becomes due", || {
+            let q = q.clone();
+            async move { q.claim(10, LEASE).await.unwrap().jobs.pop() }
+        })
+        .await;
+        assert_eq!(job.envelope.attempt, attempt);
+        let before = SystemTime::now();
+        match q.fail(&job.lease, "boom").await.unwrap() {
+            AfterFailure::Retrying { due, attempt: next } => {
+                assert!(attempt < 2, "attempt {attempt} of 3 is the last");
+                assert_eq!(next, attempt + 1);
+                let backoff = policy.backoff.upper_bound(next);
+                assert!(
+                    due + Duration::from_millis(2) >= before + backoff,
+                    "due after the backoff"
+                );
+                assert!(due > previous_due, "due times grow");
+                previous_due = due;
+                let envelope = q.job(&id).await.unwrap().unwrap().envelope.unwrap().unwrap();
+                assert_eq!(
+                    (envelope.attempt, envelope.last_error.as_deref()),
+                    (next, Some("boom"))
+                );
+            }
+            AfterFailure::Buried { reason } => {
+                assert_eq!(attempt, 2);
+                assert_eq!(reason, "boom after 3 attempts");
+            }
+            AfterFailure::LeaseLost => panic!("our lease ran out"),
+        }
+    }
+    let info = q.job(&id).await.unwrap().expect("kept in the dead-letter set");
+    match info.state {
+        RawJobState::Dead { reason, .. } => assert_eq!(reason.as_deref(), Some("boom after 3 attempts")),
+        other => panic!("expected dead, got {other:?}"),
+    }
+    assert_eq!(
+        info.envelope.unwrap().unwrap().payload,
+        "flaky",
+        "the payload is kept"
+    );
+    assert_eq!(q.stats().await.unwrap(), stats(0, 0, 0, 1));
+}
+
+async fn cancel_deletes_waiting_and_dead_jobs_but_not_running_ones<St: QueueStore>(store: St) {
+    let q = queue(store);
+    let waiting = q.push(&"a".into(), Duration::from_secs(60)).await.unwrap().id;
+    assert_eq!(q.cancel(&waiting).await.unwrap(), Cancelled::Deleted);
+    assert_eq!(q.cancel(&waiting).await.unwrap(), Cancelled::NotFound);
+
+    let running = q.push(&"b".into(), Duration::ZERO).await.unwrap().id;
+    let job = q.claim(10, LEASE).await.unwrap().jobs.remove(0);
+    assert_eq!(q.cancel(&running).await.unwrap(), Cancelled::InFlight);
+    assert!(q.bury(&job.lease, "operator said so").await.unwrap());
+    assert_eq!(q.cancel(&running).await.unwrap(), Cancelled::Deleted);
+    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+}
+
+async fn a_released_job_is_due_at_once_with_its_attempt_unchanged<St: QueueStore>(store: St) {
+    let q = queue(store);
+    q.push(&"work".into(), Duration::ZERO).await.unwrap();
+    let job = q.claim(10, LEASE).await.unwrap().jobs.remove(0);
+    assert!(q.release(&job.lease).await.unwrap());
+    assert!(!q.release(&job.lease).await.unwrap(), "released once");
+    let again = q.claim(10, LEASE).await.unwrap().jobs.remove(0);
+    assert_eq!(again.envelope.id, job.envelope.id);
+    assert_eq!(again.envelope.attempt, 0);
+}
+
+async fn pushing_an_earlier_job_wakes_the_queue_s_watchers<St: QueueStore>(store: St) {
+    let q = queue(store);
+    q.push(&"late".into(), Duration::from_secs(60)).await.unwrap();
+    let mut wakeups = q.wakeups();
+    // Redis: the subscription signals once when it is in place; memory: nothing to wait for.
+    let _ = tokio::time::timeout(Duration::from_secs(2), wakeups.next()).await;
+    q.push(&"early".into(), Duration::from_millis(50)).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), wakeups.next())
+        .await
+        .expect("an earlier job wakes the watchers");
+}
+
+for_each_store!(
+    a_pushed_job_is_claimed_once_and_acked,
+    only_due_jobs_are_claimed_in_due_order,
+    a_claim_takes_at_most_its_batch,
+    a_duplicate_id_writes_nothing,
+    an_oversized_job_is_refused_and_writes_nothing,
+    concurrent_claimers_receive_each_job_exactly_once,
+    a_job_whose_claimer_crashed_is_delivered_again_after_its_lease,
+    an_extended_lease_is_not_recovered,
+    failed_attempts_back_off_then_go_to_the_dead_letter_set,
+    cancel_deletes_waiting_and_dead_jobs_but_not_running_ones,
+    a_released_job_is_due_at_once_with_its_attempt_unchanged,
+    pushing_an_earlier_job_wakes_the_queue_s_watchers,
+);
