@@ -29,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod config;
 pub mod error;
 pub mod key;
 pub mod lock;
@@ -40,6 +41,7 @@ pub mod store;
 pub mod strategy;
 
 pub use crate::backoff::Backoff;
+pub use crate::config::{Config, ConfigError};
 pub use crate::error::{BoxError, KeyError, StoreError};
 pub use crate::key::{LockKey, Prefix};
 pub use crate::lock::{FencingToken, HeldLock, LockToken, current_lock};

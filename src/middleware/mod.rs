@@ -14,6 +14,6 @@ mod service;
 pub use self::error::Error;
 pub use self::extract::KeyExtractor;
 pub use self::future::ResponseFuture;
-pub use self::layer::LockLayer;
+pub use self::layer::{DEFAULT_TTL, LockLayer};
 pub use self::outcome::{Deferred, Outcome};
 pub use self::service::LockService;

@@ -109,10 +109,7 @@ impl Wakeups {
         signal: watch::Receiver<u64>,
         subscription: Option<tokio::task::JoinHandle<()>>,
     ) -> Self {
-        Wakeups {
-            signal,
-            subscription,
-        }
+        Wakeups { signal, subscription }
     }
 
     /// Resolves at the next wake-up since the last one seen; never, if the store cannot send any.

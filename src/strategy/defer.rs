@@ -41,9 +41,17 @@ use crate::store::{Due, QueueStore};
 ///     .then(Defer::new(queue));
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Defer<Req, St, C = Json> {
     queue: DelayQueue<Req, St, C>,
+}
+
+impl<Req, St: Clone, C: Clone> Clone for Defer<Req, St, C> {
+    fn clone(&self) -> Self {
+        Defer {
+            queue: self.queue.clone(),
+        }
+    }
 }
 
 impl<Req, St, C> Defer<Req, St, C> {

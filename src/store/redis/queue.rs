@@ -26,6 +26,11 @@ impl<C> RedisStore<C> {
     }
 }
 
+/// A delay in milliseconds for a script: zero stays zero (due now), unlike a TTL.
+fn delay_millis(delay: Duration) -> u64 {
+    u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// A job id read back from a claim; the claim script buries every id that would fail here.
 fn job_id(id: String) -> Result<JobId, StoreError> {
     JobId::new(id).map_err(|error| StoreError::Protocol(format!("claim returned {error}")))
@@ -44,7 +49,7 @@ where
     ) -> Result<Option<SystemTime>, StoreError> {
         let keys = self.keys(queue);
         let (mode, at) = match due {
-            Due::In(delay) => ("in", millis(delay)),
+            Due::In(delay) => ("in", delay_millis(delay)),
             Due::At(at) => ("at", u64::try_from(to_epoch_ms(at)).unwrap_or(0)),
         };
         let (stored, due_ms): (i64, i64) = QUEUE_PUSH
@@ -128,7 +133,7 @@ where
             .arg(id.as_str())
             .arg(token)
             .arg(envelope.unwrap_or_default())
-            .arg(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX))
+            .arg(delay_millis(delay))
             .arg(&keys.wake)
             .invoke_async(&mut self.conn.clone())
             .await?;

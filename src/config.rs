@@ -1,0 +1,293 @@
+//! One serde struct for the whole stack: lock, conflict strategy, queue, scheduler.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::future::Either;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::error::{BoxError, KeyError};
+use crate::key::{DEFAULT_PREFIX, Prefix};
+use crate::middleware::LockLayer;
+use crate::queue::{DEFAULT_MAX_PAYLOAD, DelayQueue, Json, RetryPolicy};
+use crate::scheduler::SchedulerOptions;
+use crate::store::QueueStore;
+use crate::strategy::{Conflict, ConflictStrategy, Decision, Defer, FailFast, Retry, RetryLimits};
+
+/// The configuration of a redefer stack, TOML- and JSON-friendly, durations in human form
+/// (`"250ms"`, `"30s"`, `"5m"`). Every field has a default, so a file names only what it changes.
+///
+/// ```
+/// use redefer::Config;
+///
+/// let config: Config = toml::from_str(r#"
+///     prefix = "billing"
+///
+///     [lock]
+///     ttl = "15s"
+///
+///     [strategy]
+///     then = "defer"                               # after the retries: defer (or "fail_fast")
+///     retry = { max_attempts = 3, max_wait = "500ms", backoff = { initial = "50ms" } }
+///
+///     [queue]
+///     name = "charges"
+///     retry = { max_attempts = 8, backoff = { initial = "1s", cap = "10m" } }
+///
+///     [scheduler]
+///     concurrency = 16
+///     lease = "1m"
+/// "#)?;
+/// config.validate()?;
+/// assert_eq!(config.scheduler.concurrency, 16);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct Config {
+    /// The prefix of every Redis key (default `redefer`).
+    pub prefix: String,
+    /// The lock.
+    pub lock: LockConfig,
+    /// What a request does when its lock is held.
+    pub strategy: StrategyConfig,
+    /// The delay queue deferred requests wait in.
+    pub queue: QueueConfig,
+    /// The scheduler that runs them.
+    pub scheduler: SchedulerOptions,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            prefix: DEFAULT_PREFIX.to_string(),
+            lock: LockConfig::default(),
+            strategy: StrategyConfig::default(),
+            queue: QueueConfig::default(),
+            scheduler: SchedulerOptions::default(),
+        }
+    }
+}
+
+/// The lock's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LockConfig {
+    /// How long a lock lives unless renewed (default 10 s); renewed every third of it while
+    /// the handler runs.
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+}
+
+impl Default for LockConfig {
+    fn default() -> Self {
+        LockConfig {
+            ttl: crate::middleware::DEFAULT_TTL,
+        }
+    }
+}
+
+/// Retry briefly (or not at all), then fail fast or defer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StrategyConfig {
+    /// The waits before falling through; `max_attempts = 0` (the default) falls through at once.
+    pub retry: RetryLimits,
+    /// What happens after the retries.
+    pub then: FallThrough,
+}
+
+impl Default for StrategyConfig {
+    /// Fail fast, with no retries.
+    fn default() -> Self {
+        StrategyConfig {
+            retry: RetryLimits {
+                max_attempts: 0,
+                ..RetryLimits::default()
+            },
+            then: FallThrough::FailFast,
+        }
+    }
+}
+
+/// The last word of a configured strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FallThrough {
+    /// Refuse with `Error::Locked { retry_after }`.
+    FailFast,
+    /// Store the request in the queue for the scheduler.
+    Defer,
+}
+
+/// The delay queue's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    /// The queue's name (default `deferred`).
+    pub name: String,
+    /// The largest encoded job in bytes (default 1 MiB).
+    pub max_payload: usize,
+    /// The backoff between a job's attempts and how many it gets.
+    pub retry: RetryPolicy,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            name: "deferred".to_string(),
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The prefix or queue name is rejected.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A value is out of range.
+    #[error("{field}: {problem}")]
+    OutOfRange {
+        /// The field, as `section.name`.
+        field: &'static str,
+        /// What is wrong.
+        problem: &'static str,
+    },
+}
+
+impl Config {
+    /// Checks what serde cannot: names, and values that would not work.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let out_of_range = |field, problem| Err(ConfigError::OutOfRange { field, problem });
+        Prefix::new(self.prefix.as_str())?;
+        crate::queue::QueueName::new(self.queue.name.as_str())?;
+        if self.lock.ttl < Duration::from_millis(3) {
+            return out_of_range("lock.ttl", "must be at least 3 ms, to be renewed");
+        }
+        if self.queue.retry.max_attempts == 0 {
+            return out_of_range("queue.retry.max_attempts", "must be at least 1");
+        }
+        if self.scheduler.concurrency == 0 || self.scheduler.batch == 0 {
+            return out_of_range("scheduler", "concurrency and batch must be at least 1");
+        }
+        if self.scheduler.lease < Duration::from_millis(3) {
+            return out_of_range("scheduler.lease", "must be at least 3 ms, to be renewed");
+        }
+        Ok(())
+    }
+
+    /// The validated key prefix.
+    pub fn prefix(&self) -> Result<Prefix, ConfigError> {
+        Ok(Prefix::new(self.prefix.as_str())?)
+    }
+
+    /// The configured queue of `T`s in `store`.
+    pub fn queue<T, St>(&self, store: St) -> Result<DelayQueue<T, St>, ConfigError> {
+        Ok(DelayQueue::new(store, self.queue.name.as_str())?
+            .retry_policy(self.queue.retry)
+            .max_payload(self.queue.max_payload))
+    }
+
+    /// The configured lock layer: `store` holds the locks, `queue` takes deferred requests.
+    pub fn lock_layer<St, X, Req, Q>(
+        &self,
+        store: St,
+        extractor: X,
+        queue: DelayQueue<Req, Q>,
+    ) -> Result<LockLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
+        self.validate()?;
+        let then = match self.strategy.then {
+            FallThrough::FailFast => Fallback::FailFast,
+            FallThrough::Defer => Fallback::Defer(Defer::new(queue)),
+        };
+        Ok(LockLayer::new(store, extractor)
+            .ttl(self.lock.ttl)
+            .on_conflict(Retry::from_limits(self.strategy.retry).then(then)))
+    }
+}
+
+/// The strategy a [`Config`] describes: retry within limits, then fail fast or defer.
+pub type ConfiguredStrategy<Req, St> = Retry<Fallback<Req, St>>;
+
+/// What a configured strategy falls through to.
+#[derive(Debug)]
+pub enum Fallback<Req, St, C = Json> {
+    /// Refuse.
+    FailFast,
+    /// Store in the queue.
+    Defer(Defer<Req, St, C>),
+}
+
+impl<Req, St: Clone, C: Clone> Clone for Fallback<Req, St, C> {
+    fn clone(&self) -> Self {
+        match self {
+            Fallback::FailFast => Fallback::FailFast,
+            Fallback::Defer(defer) => Fallback::Defer(defer.clone()),
+        }
+    }
+}
+
+impl<Req, St> ConflictStrategy<Req> for Fallback<Req, St>
+where
+    Req: Serialize + DeserializeOwned + 'static,
+    St: QueueStore,
+{
+    fn on_conflict(
+        &self,
+        conflict: Conflict,
+        request: &Req,
+    ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
+        match self {
+            Fallback::FailFast => Either::Left(FailFast.on_conflict(conflict, request)),
+            Fallback::Defer(defer) => Either::Right(defer.on_conflict(conflict, request)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(text: &str) -> Config {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn defaults_are_valid_and_fail_fast() {
+        let config = parsed("");
+        assert_eq!(config, Config::default());
+        config.validate().unwrap();
+        assert_eq!(config.strategy.retry.max_attempts, 0);
+        assert_eq!(config.strategy.then, FallThrough::FailFast);
+    }
+
+    #[test]
+    fn values_that_cannot_work_are_rejected() {
+        let invalid = [
+            ("prefix = \"a{b}\"", "prefix"),
+            ("[queue]\nname = \"\"", "queue name"),
+            ("[lock]\nttl = \"1ms\"", "lock.ttl"),
+            ("[queue.retry]\nmax_attempts = 0", "max_attempts"),
+            ("[scheduler]\nconcurrency = 0", "concurrency"),
+            ("[scheduler]\nlease = \"0s\"", "scheduler.lease"),
+        ];
+        for (text, mentions) in invalid {
+            let error = parsed(text).validate().unwrap_err().to_string();
+            assert!(error.contains(mentions), "{text:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_durations_do_not_parse() {
+        assert!(toml::from_str::<Config>("[lock]\nttl = \"10 parsecs\"").is_err());
+        assert!(toml::from_str::<Config>("[lock]\nttll = \"10s\"").is_err());
+        assert!(toml::from_str::<Config>("[strategy]\nthen = \"pray\"").is_err());
+    }
+}

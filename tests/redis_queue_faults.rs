@@ -1,0 +1,234 @@
+//! The delay queue and scheduler against a misbehaving Redis: bytes written by other clients,
+//! a server killed and restarted, and the cost of an idle scheduler.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redefer::queue::DelayQueue;
+use redefer::store::{QueueStats, RawJobState};
+use redefer::{LockLayer, RedisStore, Scheduler, SchedulerOptions};
+use serde::{Deserialize, Serialize};
+use tower::{Layer, service_fn};
+
+use support::{RedisServer, eventually};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Charge {
+    order: u64,
+}
+
+fn by_order(charge: &Charge) -> Option<String> {
+    Some(format!("order:{}", charge.order))
+}
+
+/// A scheduler whose handler records the orders it handled.
+fn recording_scheduler(
+    store: RedisStore,
+    queue: &DelayQueue<Charge, RedisStore>,
+    options: SchedulerOptions,
+) -> (redefer::SchedulerHandle, Arc<Mutex<Vec<u64>>>) {
+    let handled: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let record = handled.clone();
+    let handler = service_fn(move |charge: Charge| {
+        let record = record.clone();
+        async move {
+            record.lock().unwrap().push(charge.order);
+            Ok::<_, std::convert::Infallible>(())
+        }
+    });
+    let service = LockLayer::new(store, by_order).layer(handler);
+    (
+        Scheduler::new(queue.clone(), service).options(options).start(),
+        handled,
+    )
+}
+
+fn quick() -> SchedulerOptions {
+    SchedulerOptions {
+        max_idle: Duration::from_millis(100),
+        ..SchedulerOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_written_by_other_clients_are_buried_with_a_reason_and_the_rest_run() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges")
+        .unwrap()
+        .max_payload(64 * 1024);
+    let prefix = store.prefix().as_str().to_string();
+    let key = |suffix: &str| format!("{prefix}:q:{{charges}}:{suffix}");
+    for order in 1..=3 {
+        queue.push(&Charge { order }, Duration::ZERO).await.unwrap();
+    }
+    let hostile: [(&str, Option<Vec<u8>>, &str); 7] = [
+        ("garbage", Some(b"\xff\xfenot json".to_vec()), "cannot decode the envelope"),
+        ("truncated", Some(br#"{"id":"truncated","attempt":0,"enq"#.to_vec()), "cannot decode the envelope"),
+        ("wrong-schema", Some(br#"{"id":"wrong-schema","payload":{"order":"seven"}}"#.to_vec()), "cannot decode the envelope"),
+        ("stolen", Some(serde_json::to_vec(&serde_json::json!({"id": "someone-else", "attempt": 0, "enqueued_at_ms": 0, "last_error": null, "payload": {"order": 9}})).unwrap()), "belongs to job someone-else"),
+        ("huge", Some(vec![b'x'; 100 * 1024]), "over the limit"),
+        ("no-envelope", None, "has no envelope"),
+        ("bad id {with} spaces", Some(b"{}".to_vec()), "not a job id"),
+    ];
+    for (id, bytes, _) in &hostile {
+        if let Some(bytes) = bytes {
+            let _: i64 = server
+                .cmd(redis::cmd("HSET").arg(key("jobs")).arg(id).arg(bytes.as_slice()))
+                .await;
+        }
+        let _: i64 = server
+            .cmd(redis::cmd("ZADD").arg(key("delayed")).arg(0).arg(id))
+            .await;
+    }
+
+    let (scheduler, handled) = recording_scheduler(store, &queue, quick());
+    eventually(
+        Duration::from_secs(10),
+        "good jobs handled, hostile ones buried",
+        || async {
+            let stats = queue.stats().await.unwrap();
+            (stats
+                == QueueStats {
+                    dead: hostile.len() as u64,
+                    ..QueueStats::default()
+                })
+            .then_some(())
+        },
+    )
+    .await;
+    let report = scheduler.shutdown().await;
+    assert_eq!(report.acked, 3);
+    assert_eq!(
+        handled.lock().unwrap().iter().copied().collect::<HashSet<_>>(),
+        HashSet::from([1, 2, 3])
+    );
+    for (id, _, reason) in hostile {
+        let recorded: String = server.cmd(redis::cmd("HGET").arg(key("errors")).arg(id)).await;
+        assert!(
+            recorded.contains(reason),
+            "{id}: {recorded:?} should say {reason:?}"
+        );
+        let buried: Option<f64> = server.cmd(redis::cmd("ZSCORE").arg(key("dead")).arg(id)).await;
+        assert!(buried.is_some(), "{id} is in the dead-letter set");
+    }
+    // The ones with a valid id can be inspected: shown as undecodable, not crashed on.
+    let info = queue
+        .job(&redefer::queue::JobId::new("garbage").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(info.state, RawJobState::Dead { .. }));
+    assert!(info.envelope.unwrap().is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheduler_carries_on_after_redis_is_killed_and_restarted_with_aof() {
+    let mut server =
+        RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--save", ""]);
+    let store = RedisStore::builder()
+        .prefix(support::unique_prefix())
+        .unwrap()
+        .response_timeout(Duration::from_millis(300))
+        .connection_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    // Due later, so that they are still waiting when the server dies.
+    for order in 0..50 {
+        queue
+            .push(&Charge { order }, Duration::from_millis(500))
+            .await
+            .unwrap();
+    }
+    let (scheduler, handled) = recording_scheduler(store, &queue, quick());
+    server.kill();
+    server.restart();
+    for order in 50..60 {
+        let pushed = eventually(
+            Duration::from_secs(10),
+            "pushes succeed once Redis is back",
+            || {
+                let queue = queue.clone();
+                async move { queue.push(&Charge { order }, Duration::ZERO).await.ok() }
+            },
+        )
+        .await;
+        assert_eq!(pushed.id.as_str().len(), 32);
+    }
+    eventually(
+        Duration::from_secs(15),
+        "every job pushed, before and after the kill, is handled",
+        || async {
+            (handled
+                .lock()
+                .unwrap()
+                .iter()
+                .copied()
+                .collect::<HashSet<_>>()
+                .len()
+                == 60)
+                .then_some(())
+        },
+    )
+    .await;
+    scheduler.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_scheduler_sends_only_a_few_commands_per_second() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    let (scheduler, _) = recording_scheduler(store, &queue, SchedulerOptions::default());
+    // Let it start and subscribe, then count what it sends over a quiet window.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _: () = server
+        .cmd(&redis::cmd("CONFIG").arg("RESETSTAT").to_owned())
+        .await;
+    let window = Duration::from_secs(3);
+    tokio::time::sleep(window).await;
+    let info: String = server.cmd(redis::cmd("INFO").arg("commandstats")).await;
+    scheduler.shutdown().await;
+    // Per command: `cmdstat_<name>:calls=<n>,...`. Commands run inside our scripts count there
+    // too; what the scheduler sends over the network is the EVALSHA calls.
+    let calls: Vec<(String, u64)> = info
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect();
+    let inside_scripts = [
+        "time",
+        "zrangebyscore",
+        "zrange",
+        "zadd",
+        "zrem",
+        "hset",
+        "hget",
+        "hdel",
+        "hstrlen",
+    ];
+    let ours = ["info", "config|resetstat"];
+    let sent: Vec<_> = calls
+        .iter()
+        .filter(|(name, _)| !inside_scripts.contains(&name.as_str()) && !ours.contains(&name.as_str()))
+        .collect();
+    let round_trips: u64 = sent.iter().map(|(_, n)| n).sum();
+    assert!(
+        sent.iter().all(|(name, _)| name == "evalsha"),
+        "an idle scheduler sends only its claim script: {sent:?}"
+    );
+    // One claim per max_idle (1 s); pub/sub wake-ups cost nothing while nothing is pushed.
+    let per_second = round_trips as f64 / window.as_secs_f64();
+    assert!(
+        per_second <= 1.5,
+        "{round_trips} round trips in {window:?} while idle"
+    );
+}

@@ -1,0 +1,424 @@
+//! The scheduler over every store: deferred requests re-injected through the lock layer,
+//! retries and burial, several schedulers on one queue, wake-up and shutdown.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use redefer::queue::{DelayQueue, RetryPolicy};
+use redefer::store::{Acquisition, LockStore, QueueStats, QueueStore, RawJobState};
+use redefer::strategy::Defer;
+use redefer::{
+    Backoff, LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions, current_job, current_lock,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tower::{Layer, ServiceExt, service_fn};
+
+use support::{eventually, for_each_store};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// When each job's attempts started: job -> [(attempt, start)].
+type AttemptLog = HashMap<u64, Vec<(u32, tokio::time::Instant)>>;
+
+/// A request to charge an order; `job` tells requests apart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Charge {
+    order: u64,
+    job: u64,
+}
+
+fn by_order(charge: &Charge) -> Option<String> {
+    Some(format!("order:{}", charge.order))
+}
+
+fn order_key(order: u64) -> LockKey {
+    LockKey::new(format!("order:{order}")).unwrap()
+}
+
+fn fast_policy(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        backoff: Backoff::exponential(Duration::from_millis(10), Duration::from_millis(40)),
+        max_attempts,
+    }
+}
+
+fn options() -> SchedulerOptions {
+    SchedulerOptions {
+        max_idle: Duration::from_millis(200),
+        ..SchedulerOptions::default()
+    }
+}
+
+async fn hold<S: LockStore>(store: &S, order: u64) -> LockToken {
+    let token = LockToken::random();
+    let acquired = store.try_acquire(&order_key(order), token, LONG).await.unwrap();
+    assert!(matches!(acquired, Acquisition::Acquired(_)));
+    token
+}
+
+async fn wait_for_stats<St: QueueStore>(queue: &DelayQueue<Charge, St>, expected: QueueStats, what: &str) {
+    eventually(Duration::from_secs(10), what, || async {
+        (queue.stats().await.unwrap() == expected).then_some(())
+    })
+    .await;
+}
+
+async fn a_deferred_request_runs_once_after_the_holder_releases<St: LockStore + QueueStore>(store: St) {
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges")
+        .unwrap()
+        .retry_policy(fast_policy(50));
+    let (handled_tx, mut handled) = mpsc::unbounded_channel();
+    let handler = service_fn(move |charge: Charge| {
+        let handled_tx = handled_tx.clone();
+        async move {
+            let fence = current_lock().expect("re-injected under the lock").fence;
+            let job = current_job().expect("re-injected as a job");
+            handled_tx.send((charge.job, fence, job.id)).unwrap();
+            Ok::<_, std::convert::Infallible>(())
+        }
+    });
+    let service = LockLayer::new(store.clone(), by_order)
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(handler);
+
+    let holder = hold(&store, 1).await;
+    let deferred = match service.clone().oneshot(Charge { order: 1, job: 7 }).await {
+        Ok(Outcome::Deferred(deferred)) => deferred,
+        other => panic!("expected a deferral, got {other:?}"),
+    };
+    assert_eq!(deferred.attempt, 0);
+    let stored = queue
+        .job(&deferred.job_id)
+        .await
+        .unwrap()
+        .expect("stored before it was reported");
+    assert_eq!(stored.envelope.unwrap().unwrap().payload.job, 7);
+
+    let scheduler = Scheduler::new(queue.clone(), service).options(options()).start();
+    assert!(store.release(&order_key(1), holder).await.unwrap());
+
+    let (job, _fence, job_id) = handled.recv().await.unwrap();
+    assert_eq!((job, &job_id), (7, &deferred.job_id));
+    wait_for_stats(&queue, QueueStats::default(), "the job is acked").await;
+    let report = scheduler.shutdown().await;
+    assert_eq!(report.acked, 1);
+    assert!(handled.try_recv().is_err(), "handled exactly once");
+}
+
+async fn a_request_that_keeps_meeting_the_lock_is_buried<St: LockStore + QueueStore>(store: St) {
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges")
+        .unwrap()
+        .retry_policy(fast_policy(3));
+    let handler = service_fn(|_: Charge| async { Ok::<_, std::convert::Infallible>(()) });
+    let service = LockLayer::new(store.clone(), by_order)
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(handler);
+    hold(&store, 1).await;
+    let Ok(Outcome::Deferred(deferred)) = service.clone().oneshot(Charge { order: 1, job: 1 }).await else {
+        panic!("expected a deferral");
+    };
+    let scheduler = Scheduler::new(queue.clone(), service).options(options()).start();
+    wait_for_stats(
+        &queue,
+        QueueStats {
+            dead: 1,
+            ..QueueStats::default()
+        },
+        "the job is buried",
+    )
+    .await;
+    let report = scheduler.shutdown().await;
+    assert_eq!((report.retried, report.buried, report.acked), (2, 1, 0));
+    let info = queue.job(&deferred.job_id).await.unwrap().unwrap();
+    match info.state {
+        RawJobState::Dead { reason, .. } => {
+            assert_eq!(reason.as_deref(), Some("lock still held after 3 attempts"))
+        }
+        other => panic!("expected dead, got {other:?}"),
+    }
+    let envelope = info.envelope.unwrap().unwrap();
+    assert_eq!(envelope.id, deferred.job_id, "re-deferred under the same id");
+    assert_eq!(envelope.attempt, 2);
+}
+
+async fn failing_and_panicking_handlers_back_off_and_are_buried<St: LockStore + QueueStore>(store: St) {
+    let policy = RetryPolicy {
+        backoff: Backoff::exponential(Duration::from_millis(20), Duration::from_secs(1)),
+        max_attempts: 4,
+    };
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges")
+        .unwrap()
+        .retry_policy(policy);
+    let starts: Arc<Mutex<AttemptLog>> = Arc::default();
+    let handler = {
+        let starts = starts.clone();
+        service_fn(move |charge: Charge| {
+            let starts = starts.clone();
+            async move {
+                let attempt = current_job().unwrap().attempt;
+                starts
+                    .lock()
+                    .unwrap()
+                    .entry(charge.job)
+                    .or_default()
+                    .push((attempt, tokio::time::Instant::now()));
+                match charge.job {
+                    1 => panic!("boom"),
+                    2 => Err("bad input"),
+                    _ => Ok(()),
+                }
+            }
+        })
+    };
+    let service = LockLayer::new(store.clone(), by_order).layer(handler);
+    let mut ids = Vec::new();
+    for job in 1..=3 {
+        ids.push(
+            queue
+                .push(&Charge { order: job, job }, Duration::ZERO)
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let scheduler = Scheduler::new(queue.clone(), service).options(options()).start();
+    wait_for_stats(
+        &queue,
+        QueueStats {
+            dead: 2,
+            ..QueueStats::default()
+        },
+        "two buried, one acked",
+    )
+    .await;
+    let report = scheduler.shutdown().await;
+    assert_eq!((report.acked, report.retried, report.buried), (1, 6, 2));
+
+    let reason = |state: RawJobState| match state {
+        RawJobState::Dead { reason, .. } => reason.unwrap(),
+        other => panic!("expected dead, got {other:?}"),
+    };
+    let panicked = queue.job(&ids[0]).await.unwrap().unwrap();
+    assert_eq!(reason(panicked.state), "handler panicked: boom after 4 attempts");
+    let failed = queue.job(&ids[1]).await.unwrap().unwrap();
+    assert_eq!(
+        reason(failed.state),
+        "inner service failed: bad input after 4 attempts"
+    );
+
+    let starts = starts.lock().unwrap();
+    let attempts = &starts[&2];
+    assert_eq!(attempts.iter().map(|(a, _)| *a).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    for (n, pair) in attempts.windows(2).enumerate() {
+        let gap = pair[1].1 - pair[0].1;
+        let backoff = policy.backoff.upper_bound(n as u32 + 1);
+        assert!(
+            gap + Duration::from_millis(3) >= backoff,
+            "attempt {} came {gap:?} after, before its backoff {backoff:?}",
+            n + 1
+        );
+    }
+}
+
+async fn schedulers_sharing_a_queue_handle_each_job_once<St: LockStore + QueueStore>(store: St) {
+    const JOBS: u64 = 300;
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    let counts: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let running: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let handler = {
+        let (counts, running) = (counts.clone(), running.clone());
+        service_fn(move |charge: Charge| {
+            let (counts, running) = (counts.clone(), running.clone());
+            async move {
+                assert!(
+                    running.lock().unwrap().insert(charge.job),
+                    "job {} handled twice at once",
+                    charge.job
+                );
+                tokio::task::yield_now().await;
+                running.lock().unwrap().remove(&charge.job);
+                *counts.lock().unwrap().entry(charge.job).or_default() += 1;
+                Ok::<_, std::convert::Infallible>(())
+            }
+        })
+    };
+    let service = LockLayer::new(store.clone(), by_order).layer(handler);
+    let schedulers: Vec<_> = (0..3)
+        .map(|_| {
+            let options = SchedulerOptions {
+                concurrency: 4,
+                batch: 8,
+                ..options()
+            };
+            Scheduler::new(queue.clone(), service.clone())
+                .options(options)
+                .start()
+        })
+        .collect();
+    for job in 0..JOBS {
+        queue
+            .push(&Charge { order: job, job }, Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    wait_for_stats(&queue, QueueStats::default(), "every job acked").await;
+    let mut acked = 0;
+    for scheduler in schedulers {
+        acked += scheduler.shutdown().await.acked;
+    }
+    assert_eq!(acked, JOBS);
+    let counts = counts.lock().unwrap();
+    assert_eq!(counts.len() as u64, JOBS);
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "a job was handled more than once"
+    );
+}
+
+async fn a_job_pushed_while_the_scheduler_sleeps_starts_when_due<St: LockStore + QueueStore>(store: St) {
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let handler = service_fn(move |_: Charge| {
+        let started_tx = started_tx.clone();
+        async move {
+            started_tx.send(SystemTime::now()).unwrap();
+            Ok::<_, std::convert::Infallible>(())
+        }
+    });
+    let service = LockLayer::new(store.clone(), by_order).layer(handler);
+    // A long idle sleep: only a wake-up can explain a prompt start.
+    let idle = SchedulerOptions {
+        max_idle: Duration::from_secs(30),
+        ..SchedulerOptions::default()
+    };
+    let scheduler = Scheduler::new(queue.clone(), service).options(idle).start();
+    let due = queue
+        .push(&Charge { order: 1, job: 1 }, Duration::from_millis(50))
+        .await
+        .unwrap()
+        .due;
+    let start = tokio::time::timeout(Duration::from_secs(10), started.recv())
+        .await
+        .expect("started")
+        .unwrap();
+    let lag = start.duration_since(due).expect("never before its due time");
+    assert!(
+        lag < Duration::from_secs(2),
+        "started {lag:?} after due, within a generous bound"
+    );
+    scheduler.shutdown().await;
+}
+
+async fn shutdown_gives_unfinished_jobs_back_for_another_scheduler<St: LockStore + QueueStore>(store: St) {
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    let (entered_tx, mut entered) = mpsc::unbounded_channel();
+    let stuck = service_fn(move |_: Charge| {
+        let entered_tx = entered_tx.clone();
+        async move {
+            entered_tx.send(()).unwrap();
+            std::future::pending::<Result<(), std::convert::Infallible>>().await
+        }
+    });
+    let grace = SchedulerOptions {
+        shutdown_grace: Duration::from_millis(100),
+        ..options()
+    };
+    let first = Scheduler::new(
+        queue.clone(),
+        LockLayer::new(store.clone(), by_order).layer(stuck),
+    )
+    .options(grace)
+    .start();
+    let id = queue
+        .push(&Charge { order: 1, job: 1 }, Duration::ZERO)
+        .await
+        .unwrap()
+        .id;
+    entered.recv().await.unwrap();
+    let report = first.shutdown().await;
+    assert_eq!(report.returned, 1);
+    assert_eq!(
+        queue.stats().await.unwrap(),
+        QueueStats {
+            waiting: 1,
+            due: 1,
+            in_flight: 0,
+            dead: 0
+        }
+    );
+    let returned = queue.job(&id).await.unwrap().unwrap().envelope.unwrap().unwrap();
+    assert_eq!(returned.attempt, 0, "giving back is not a failed attempt");
+
+    let (done_tx, mut done) = mpsc::unbounded_channel();
+    let working = service_fn(move |charge: Charge| {
+        let done_tx = done_tx.clone();
+        async move {
+            done_tx.send(charge.job).unwrap();
+            Ok::<_, std::convert::Infallible>(())
+        }
+    });
+    let second = Scheduler::new(
+        queue.clone(),
+        LockLayer::new(store.clone(), by_order).layer(working),
+    )
+    .options(options())
+    .start();
+    assert_eq!(done.recv().await, Some(1));
+    wait_for_stats(&queue, QueueStats::default(), "acked by the second scheduler").await;
+    second.shutdown().await;
+}
+
+async fn a_configured_stack_retries_then_defers<St: LockStore + QueueStore>(store: St) {
+    let config: redefer::Config = toml::from_str(
+        r#"
+        [strategy]
+        then = "defer"
+        retry = { max_attempts = 2, backoff = { initial = "1ms", cap = "2ms" } }
+        [queue]
+        name = "configured"
+        retry = { backoff = { initial = "10ms", cap = "40ms" } }
+        [scheduler]
+        max_idle = "200ms"
+        "#,
+    )
+    .unwrap();
+    let queue = config.queue::<Charge, _>(store.clone()).unwrap();
+    let (handled_tx, mut handled) = mpsc::unbounded_channel();
+    let handler = service_fn(move |charge: Charge| {
+        let handled_tx = handled_tx.clone();
+        async move {
+            handled_tx.send(charge.job).unwrap();
+            Ok::<_, std::convert::Infallible>(())
+        }
+    });
+    let service = config
+        .lock_layer(store.clone(), by_order, queue.clone())
+        .unwrap()
+        .layer(handler);
+    let holder = hold(&store, 1).await;
+    assert!(matches!(
+        service.clone().oneshot(Charge { order: 1, job: 5 }).await,
+        Ok(Outcome::Deferred(_))
+    ));
+    let scheduler = Scheduler::new(queue.clone(), service)
+        .options(config.scheduler)
+        .start();
+    store.release(&order_key(1), holder).await.unwrap();
+    assert_eq!(handled.recv().await, Some(5));
+    wait_for_stats(&queue, QueueStats::default(), "acked").await;
+    scheduler.shutdown().await;
+}
+
+for_each_store!(
+    a_deferred_request_runs_once_after_the_holder_releases,
+    a_request_that_keeps_meeting_the_lock_is_buried,
+    failing_and_panicking_handlers_back_off_and_are_buried,
+    schedulers_sharing_a_queue_handle_each_job_once,
+    a_job_pushed_while_the_scheduler_sleeps_starts_when_due,
+    shutdown_gives_unfinished_jobs_back_for_another_scheduler,
+    a_configured_stack_retries_then_defers,
+);
