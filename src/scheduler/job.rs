@@ -29,6 +29,33 @@ enum Ran {
     Failed(String),
 }
 
+/// The services a scheduler runs jobs through: a [`LockService`](crate::LockService) stack, whose
+/// outcome and error tell a handled job from a deferred, locked or failed one.
+///
+/// Implemented for every service of the right shape; it only names the bounds once.
+pub trait JobService<T>:
+    Service<T, Response = Outcome<Self::Output>, Error = Error<Self::Failure>, Future: Send>
+    + Clone
+    + Send
+    + 'static
+{
+    /// The handler's response.
+    type Output: Send + 'static;
+    /// The handler's error.
+    type Failure: Display + Send + 'static;
+}
+
+impl<S, T, R, E> JobService<T> for S
+where
+    S: Service<T, Response = Outcome<R>, Error = Error<E>> + Clone + Send + 'static,
+    S::Future: Send,
+    R: Send + 'static,
+    E: Display + Send + 'static,
+{
+    type Output = R;
+    type Failure = E;
+}
+
 /// What a job needs beyond itself.
 pub(super) struct JobRun<S, T, St, C> {
     pub(super) queue: DelayQueue<T, St, C>,
@@ -39,11 +66,9 @@ pub(super) struct JobRun<S, T, St, C> {
     pub(super) abandon: CancellationToken,
 }
 
-impl<S, T, St, C, R, E> JobRun<S, T, St, C>
+impl<S, T, St, C> JobRun<S, T, St, C>
 where
-    S: Service<T, Response = Outcome<R>, Error = Error<E>> + Send + 'static,
-    S::Future: Send,
-    E: Display,
+    S: JobService<T>,
     T: Serialize + DeserializeOwned + Send + 'static,
     St: QueueStore,
     C: Codec,

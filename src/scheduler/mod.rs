@@ -18,18 +18,16 @@ mod run;
 
 pub use self::current_job::{CurrentJob, current_job};
 pub use self::handle::SchedulerHandle;
+pub use self::job::JobService;
 pub use self::options::SchedulerOptions;
 pub use self::report::SchedulerReport;
 
-use std::fmt::Display;
 use std::future::Future;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
-use tower::Service;
 
-use crate::middleware::{Error, Outcome};
 use crate::queue::{Codec, DelayQueue, Json};
 use crate::store::QueueStore;
 
@@ -84,12 +82,9 @@ impl<S, T, St, C> Scheduler<S, T, St, C> {
     }
 }
 
-impl<S, T, St, C, R, E> Scheduler<S, T, St, C>
+impl<S, T, St, C> Scheduler<S, T, St, C>
 where
-    S: Service<T, Response = Outcome<R>, Error = Error<E>> + Clone + Send + 'static,
-    S::Future: Send,
-    R: Send + 'static,
-    E: Display + Send + 'static,
+    S: JobService<T>,
     T: Serialize + DeserializeOwned + Send + 'static,
     St: QueueStore,
     C: Codec,

@@ -1,6 +1,5 @@
 //! The claim loop: claim due jobs while there are free slots, sleep until the next is due.
 
-use std::fmt::Display;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -9,21 +8,16 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
-use tower::Service;
 
-use super::job::JobRun;
+use super::job::{JobRun, JobService};
 use super::report::{JobEnd, SchedulerReport};
 use super::{Scheduler, SchedulerOptions};
-use crate::middleware::{Error, Outcome};
 use crate::queue::Codec;
 use crate::store::QueueStore;
 
-impl<S, T, St, C, R, E> Scheduler<S, T, St, C>
+impl<S, T, St, C> Scheduler<S, T, St, C>
 where
-    S: Service<T, Response = Outcome<R>, Error = Error<E>> + Clone + Send + 'static,
-    S::Future: Send,
-    R: Send + 'static,
-    E: Display + Send + 'static,
+    S: JobService<T>,
     T: Serialize + DeserializeOwned + Send + 'static,
     St: QueueStore,
     C: Codec,

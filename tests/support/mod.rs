@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redefer::{Prefix, RedisStore};
+use redefer::RedisStore;
 use redis::aio::ConnectionManager;
 
 /// A `redis-server` child process on a free port of 127.0.0.1, killed on drop.
@@ -99,12 +99,7 @@ impl RedisServer {
 
     /// A store on this server with a prefix unique to the calling test.
     pub async fn store(&self) -> RedisStore<ConnectionManager> {
-        RedisStore::builder()
-            .prefix(unique_prefix())
-            .expect("valid prefix")
-            .connect(&self.url())
-            .await
-            .expect("connect to test redis")
+        store_at(&self.url()).await
     }
 }
 
@@ -137,21 +132,22 @@ impl TestRedis {
     }
 
     pub async fn store(&self) -> RedisStore<ConnectionManager> {
-        RedisStore::builder()
-            .prefix(unique_prefix())
-            .expect("valid prefix")
-            .connect(&self.url())
-            .await
-            .expect("connect to test redis")
+        store_at(&self.url()).await
     }
+}
+
+/// A store on the server at `url` with a prefix unique to the calling test.
+async fn store_at(url: &str) -> RedisStore<ConnectionManager> {
+    RedisStore::builder()
+        .prefix(unique_prefix())
+        .expect("valid prefix")
+        .connect(url)
+        .await
+        .expect("connect to test redis")
 }
 
 pub fn unique_prefix() -> String {
     format!("redefer-test-{:016x}", rand::random::<u64>())
-}
-
-pub fn prefix_of(store: &RedisStore<ConnectionManager>) -> Prefix {
-    store.prefix().clone()
 }
 
 fn free_port() -> u16 {

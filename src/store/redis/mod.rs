@@ -5,6 +5,7 @@ mod queue;
 mod scripts;
 mod wake;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -32,7 +33,7 @@ pub struct RedisStore<C = ConnectionManager> {
     prefix: Prefix,
     /// Opens the pub/sub connections that wake schedulers; without one, schedulers wake on
     /// their timers only.
-    pubsub: Option<redis::Client>,
+    pubsub: Option<Arc<redis::Client>>,
 }
 
 impl<C> std::fmt::Debug for RedisStore<C> {
@@ -81,7 +82,7 @@ where
     /// [`connect`](RedisStore::connect); without it, schedulers wake on their own timers only.
     pub fn with_pubsub(self, client: redis::Client) -> Self {
         RedisStore {
-            pubsub: Some(client),
+            pubsub: Some(Arc::new(client)),
             ..self
         }
     }

@@ -1,5 +1,6 @@
 //! The pub/sub subscription that wakes schedulers when a job becomes the first due.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -10,7 +11,7 @@ use crate::backoff::Backoff;
 /// Forwards every message on `channel` to `signal`, reconnecting with backoff whenever the
 /// subscription fails, until the receiving side is gone. A message missed while reconnecting
 /// costs only latency: schedulers also wake on their own timers.
-pub(super) async fn forward_wakeups(client: redis::Client, channel: String, signal: watch::Sender<u64>) {
+pub(super) async fn forward_wakeups(client: Arc<redis::Client>, channel: String, signal: watch::Sender<u64>) {
     let backoff = Backoff::exponential(Duration::from_millis(50), Duration::from_secs(5)).with_jitter(0.5);
     let mut failures = 0;
     while !signal.is_closed() {
