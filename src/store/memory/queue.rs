@@ -130,10 +130,12 @@ impl QueueStore for MemoryStore {
     ) -> Result<ClaimBatch, StoreError> {
         Ok(self.with_queue(queue, |q| {
             let now = now_ms();
+            // Strictly past the deadline, as in the claim script: `now` is rounded down to the
+            // ms, and a lease must never end early.
             let expired: Vec<(i64, JobId)> = q
                 .inflight
                 .iter()
-                .take_while(|(deadline, _)| *deadline <= now)
+                .take_while(|(deadline, _)| *deadline < now)
                 .take(max)
                 .cloned()
                 .collect();
@@ -174,11 +176,10 @@ impl QueueStore for MemoryStore {
                     }
                 }
             }
-            let next_at = [q.delayed.first(), q.inflight.first()]
-                .into_iter()
-                .flatten()
-                .map(|(at, _)| *at)
-                .min();
+            // A lease is recoverable 1 ms after its deadline (see above).
+            let next_due = q.delayed.first().map(|(due, _)| *due);
+            let next_recovery = q.inflight.first().map(|(deadline, _)| deadline.saturating_add(1));
+            let next_at = next_due.into_iter().chain(next_recovery).min();
             ClaimBatch {
                 jobs,
                 next_in: next_at.map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0))),

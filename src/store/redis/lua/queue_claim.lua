@@ -14,7 +14,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max = tonumber(ARGV[1])
 local max_bytes = tonumber(ARGV[4])
 
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
+-- Strictly past the deadline: `now` is rounded down to the ms, so a deadline equal to it may
+-- still be up to 1 ms ahead, and a lease must never end early.
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, max)
 for i = 1, #expired, 2 do
   redis.call('ZADD', KEYS[1], expired[i + 1], expired[i])
   redis.call('ZREM', KEYS[2], expired[i])
@@ -51,8 +53,8 @@ local next_at = nil
 local first_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first_due[2] then next_at = tonumber(first_due[2]) end
 local first_lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if first_lease[2] and (next_at == nil or tonumber(first_lease[2]) < next_at) then
-  next_at = tonumber(first_lease[2])
+if first_lease[2] and (next_at == nil or tonumber(first_lease[2]) + 1 < next_at) then
+  next_at = tonumber(first_lease[2]) + 1
 end
 if next_at ~= nil then
   wait = math.max(0, math.floor(next_at - now))

@@ -1,0 +1,394 @@
+//! Property tests of the guarantees, against MemoryStore and a real Redis:
+//! - lock operations by several holders, in generated interleavings with expiry, behave as
+//!   the reference model says: one holder at most, fencing tokens strictly increasing;
+//! - generated claim workloads (jobs, due offsets, claimers, batch sizes, ack / retry / crash)
+//!   never hand a job to two live claimers, lose nothing, leave nothing, count attempts exactly.
+//!
+//! `PROPTEST_CASES` raises the number of cases for long runs (the defaults fit CI).
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+use redefer::queue::{DelayQueue, JobId, RetryPolicy};
+use redefer::store::{Acquisition, LockStore, QueueStats, QueueStore};
+use redefer::{Backoff, FencingToken, LockKey, LockToken, MemoryStore};
+use tokio::time::Instant;
+
+use support::RedisServer;
+
+/// Cases per property: `PROPTEST_CASES` when set, otherwise `default`.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}
+
+// ---------------------------------------------------------------- lock model
+
+#[derive(Debug, Clone, Copy)]
+enum LockOp {
+    Acquire(usize),
+    Extend(usize),
+    Release(usize),
+    /// The lock's TTL runs out (whoever holds it).
+    Expire,
+}
+
+fn lock_ops() -> impl Strategy<Value = Vec<LockOp>> {
+    let holder = 0usize..4;
+    let op = prop_oneof![
+        4 => holder.clone().prop_map(LockOp::Acquire),
+        2 => holder.clone().prop_map(LockOp::Extend),
+        3 => holder.prop_map(LockOp::Release),
+        1 => Just(LockOp::Expire),
+    ];
+    proptest::collection::vec(op, 1..60)
+}
+
+/// What the store must answer, by the documented semantics.
+#[derive(Default)]
+struct LockModel {
+    holder: Option<(usize, FencingToken)>,
+    counter: u64,
+}
+
+impl LockModel {
+    fn acquire(&mut self, who: usize) -> Option<FencingToken> {
+        match self.holder {
+            Some((holder, fence)) if holder == who => Some(fence),
+            Some(_) => None,
+            None => {
+                self.counter += 1;
+                let fence = FencingToken(self.counter);
+                self.holder = Some((who, fence));
+                Some(fence)
+            }
+        }
+    }
+
+    fn holds(&self, who: usize) -> bool {
+        self.holder.is_some_and(|(holder, _)| holder == who)
+    }
+}
+
+/// Runs `ops` against `store` and the model; `expire` makes the lock's TTL run out.
+async fn check_lock_ops<S, E, F>(
+    store: &S,
+    key: &LockKey,
+    ops: &[LockOp],
+    mut expire: E,
+) -> Result<(), String>
+where
+    S: LockStore,
+    E: FnMut() -> F,
+    F: std::future::Future<Output = ()>,
+{
+    const TTL: Duration = Duration::from_secs(30);
+    let tokens: Vec<LockToken> = (0..4).map(|_| LockToken::random()).collect();
+    let mut model = LockModel::default();
+    let mut last_fence = FencingToken(0);
+    for (step, op) in ops.iter().enumerate() {
+        let context = || format!("step {step} {op:?} of {ops:?}");
+        match *op {
+            LockOp::Acquire(who) => {
+                let expected = model.acquire(who);
+                let got = match store
+                    .try_acquire(key, tokens[who], TTL)
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    Acquisition::Acquired(fence) => Some(fence),
+                    Acquisition::Held { .. } => None,
+                };
+                if got != expected {
+                    return Err(format!(
+                        "acquire answered {got:?}, the model {expected:?} at {}",
+                        context()
+                    ));
+                }
+                if let Some(fence) = got {
+                    if fence < last_fence {
+                        return Err(format!(
+                            "fence went back from {last_fence:?} to {fence:?} at {}",
+                            context()
+                        ));
+                    }
+                    last_fence = fence;
+                }
+            }
+            LockOp::Extend(who) => {
+                let got = store
+                    .extend(key, tokens[who], TTL)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if got != model.holds(who) {
+                    return Err(format!("extend answered {got} at {}", context()));
+                }
+            }
+            LockOp::Release(who) => {
+                let got = store.release(key, tokens[who]).await.map_err(|e| e.to_string())?;
+                if got != model.holds(who) {
+                    return Err(format!("release answered {got} at {}", context()));
+                }
+                if got {
+                    model.holder = None;
+                }
+            }
+            LockOp::Expire => {
+                expire().await;
+                model.holder = None;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn lock_operations_follow_the_model_in_memory() {
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(cases(256)));
+    runner
+        .run(&lock_ops(), |ops| {
+            // Paused tokio time: expiry is an advance of the clock past the TTL.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            let result = runtime.block_on(async {
+                let store = MemoryStore::new();
+                let key = LockKey::new("order:1").unwrap();
+                check_lock_ops(&store, &key, &ops, || {
+                    tokio::time::advance(Duration::from_secs(31))
+                })
+                .await
+            });
+            result.map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+#[test]
+fn lock_operations_follow_the_model_on_redis() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let store = runtime.block_on(server.store());
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(cases(64)));
+    runner
+        .run(&lock_ops(), |ops| {
+            let key = LockKey::new(format!("order:{}", rand::random::<u64>())).unwrap();
+            let redis_key = store.prefix().lock_key(&key);
+            let result = runtime.block_on(check_lock_ops(&store, &key, &ops, || {
+                // The TTL running out is the key disappearing; deleting it is the same, at once.
+                let server = &server;
+                let redis_key = redis_key.clone();
+                async move {
+                    let _: i64 = server.cmd(redis::cmd("DEL").arg(redis_key)).await;
+                }
+            }));
+            result.map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+// ---------------------------------------------------------------- claim workloads
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JobAction {
+    Ack,
+    Retry,
+    /// The claimer dies holding the job: no ack, the lease must run out.
+    Crash,
+}
+
+#[derive(Debug, Clone)]
+struct Workload {
+    due_offsets_ms: Vec<u64>,
+    claimers: usize,
+    batch: usize,
+    /// The action for the n-th delivery of a job is `actions[(job + n) % len]`; the last
+    /// delivery a job may get is always an ack, so every workload drains.
+    actions: Vec<JobAction>,
+}
+
+fn workload(max_jobs: usize) -> impl Strategy<Value = Workload> {
+    let action =
+        prop_oneof![6 => Just(JobAction::Ack), 3 => Just(JobAction::Retry), 1 => Just(JobAction::Crash)];
+    (
+        proptest::collection::vec(0u64..40, 1..=max_jobs),
+        1usize..=8,
+        1usize..=32,
+        proptest::collection::vec(action, 1..12),
+    )
+        .prop_map(|(due_offsets_ms, claimers, batch, actions)| Workload {
+            due_offsets_ms,
+            claimers,
+            batch,
+            actions,
+        })
+}
+
+/// Deliveries after which a job is always acked, so that crashes and retries end.
+const MAX_DELIVERIES: usize = 4;
+const LEASE: Duration = Duration::from_millis(400);
+
+#[derive(Default)]
+struct Ledger {
+    /// job -> when the live claimer holding it sent its claim.
+    held: HashMap<JobId, Instant>,
+    deliveries: HashMap<JobId, usize>,
+    retries: HashMap<JobId, u32>,
+    acked: HashSet<JobId>,
+    violations: Vec<String>,
+}
+
+async fn check_workload<St: QueueStore>(store: St, queue_name: String, load: Workload) -> Result<(), String> {
+    let queue = DelayQueue::<u64, _>::new(store, queue_name)
+        .unwrap()
+        .retry_policy(RetryPolicy {
+            backoff: Backoff::exponential(Duration::ZERO, Duration::ZERO),
+            max_attempts: u32::MAX,
+        });
+    let mut pushed = HashSet::new();
+    for (n, offset) in load.due_offsets_ms.iter().enumerate() {
+        let id = queue
+            .push(&(n as u64), Duration::from_millis(*offset))
+            .await
+            .map_err(|e| e.to_string())?
+            .id;
+        pushed.insert(id);
+    }
+    let total = pushed.len();
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let claimers: Vec<_> = (0..load.claimers)
+        .map(|_| {
+            let (queue, ledger, load) = (queue.clone(), ledger.clone(), load.clone());
+            tokio::spawn(async move {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while ledger.lock().unwrap().acked.len() < total {
+                    if Instant::now() > deadline {
+                        return Err("the workload did not drain within 60 s".to_string());
+                    }
+                    let sent = Instant::now();
+                    let claimed = queue.claim(load.batch, LEASE).await.map_err(|e| e.to_string())?;
+                    if claimed.jobs.is_empty() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    }
+                    let replied = Instant::now();
+                    for job in claimed.jobs {
+                        let id = job.envelope.id.clone();
+                        let action = {
+                            let mut ledger = ledger.lock().unwrap();
+                            if let Some(&previous) = ledger.held.get(&id)
+                                && replied < previous + LEASE
+                            {
+                                let gap = replied - previous;
+                                ledger
+                                    .violations
+                                    .push(format!("{id} handed out again {gap:?} after its claim"));
+                            }
+                            ledger.held.insert(id.clone(), sent);
+                            let delivery = ledger.deliveries.entry(id.clone()).or_default();
+                            *delivery += 1;
+                            let n = *delivery;
+                            let retries = ledger.retries.get(&id).copied().unwrap_or(0);
+                            if job.envelope.attempt != retries {
+                                ledger.violations.push(format!(
+                                    "{id} at attempt {} after {retries} retries",
+                                    job.envelope.attempt
+                                ));
+                            }
+                            if n >= MAX_DELIVERIES {
+                                JobAction::Ack
+                            } else {
+                                load.actions[(job.envelope.payload as usize + n) % load.actions.len()]
+                            }
+                        };
+                        match action {
+                            JobAction::Ack => {
+                                ledger.lock().unwrap().held.remove(&id);
+                                if queue.ack(&job.lease).await.map_err(|e| e.to_string())? {
+                                    ledger.lock().unwrap().acked.insert(id);
+                                }
+                            }
+                            JobAction::Retry => {
+                                // Counted before the store has it: the next claimer may receive
+                                // the job before `fail` returns here.
+                                {
+                                    let mut ledger = ledger.lock().unwrap();
+                                    ledger.held.remove(&id);
+                                    *ledger.retries.entry(id.clone()).or_default() += 1;
+                                }
+                                let after =
+                                    queue.fail(&job.lease, "retry").await.map_err(|e| e.to_string())?;
+                                if !matches!(after, redefer::queue::AfterFailure::Retrying { .. }) {
+                                    ledger
+                                        .lock()
+                                        .unwrap()
+                                        .violations
+                                        .push(format!("{id}: {after:?} under a live lease"));
+                                }
+                            }
+                            // The claimer forgets the job; `held` keeps its claim time, so an
+                            // early redelivery is still caught.
+                            JobAction::Crash => {}
+                        }
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for claimer in claimers {
+        claimer.await.map_err(|e| e.to_string())??;
+    }
+    let ledger = ledger.lock().unwrap();
+    if !ledger.violations.is_empty() {
+        return Err(ledger.violations.join("; "));
+    }
+    if ledger.acked != pushed {
+        return Err(format!("{} of {total} jobs acked", ledger.acked.len()));
+    }
+    let stats = queue.stats().await.map_err(|e| e.to_string())?;
+    if stats != QueueStats::default() {
+        return Err(format!("left behind after the drain: {stats:?}"));
+    }
+    Ok(())
+}
+
+fn run_workloads<St: QueueStore>(
+    store: St,
+    runtime: &tokio::runtime::Runtime,
+    default_cases: u32,
+    max_jobs: usize,
+) {
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(cases(default_cases)));
+    runner
+        .run(&workload(max_jobs), |load| {
+            let name = format!("workload-{}", rand::random::<u64>());
+            runtime
+                .block_on(check_workload(store.clone(), name, load))
+                .map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+#[test]
+fn claim_workloads_deliver_each_job_to_one_live_claimer_in_memory() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    run_workloads(MemoryStore::new(), &runtime, 24, 2000);
+}
+
+#[test]
+fn claim_workloads_deliver_each_job_to_one_live_claimer_on_redis() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let store = runtime.block_on(server.store());
+    run_workloads(store, &runtime, 8, 2000);
+}
