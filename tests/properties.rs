@@ -348,12 +348,14 @@ async fn check_workload<St: QueueStore>(store: St, queue_name: String, load: Wor
     for claimer in claimers {
         claimer.await.map_err(|e| e.to_string())??;
     }
-    let ledger = ledger.lock().unwrap();
-    if !ledger.violations.is_empty() {
-        return Err(ledger.violations.join("; "));
-    }
-    if ledger.acked != pushed {
-        return Err(format!("{} of {total} jobs acked", ledger.acked.len()));
+    {
+        let ledger = ledger.lock().unwrap();
+        if !ledger.violations.is_empty() {
+            return Err(ledger.violations.join("; "));
+        }
+        if ledger.acked != pushed {
+            return Err(format!("{} of {total} jobs acked", ledger.acked.len()));
+        }
     }
     let stats = queue.stats().await.map_err(|e| e.to_string())?;
     if stats != QueueStats::default() {
