@@ -72,6 +72,19 @@ impl Backoff {
         Backoff { jitter, ..self }
     }
 
+    /// Why this backoff cannot work as written, if it cannot: `factor` must be finite and at
+    /// least 1, `jitter` within `[0, 1]`. ([`delay`](Self::delay) clamps such values; a
+    /// configuration should say what it means.)
+    pub fn problem(&self) -> Option<&'static str> {
+        if !self.factor.is_finite() || self.factor < 1.0 {
+            return Some("factor must be a finite number of at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.jitter) {
+            return Some("jitter must be within 0 and 1");
+        }
+        None
+    }
+
     /// The longest delay attempt `attempt` can get: `min(cap, initial * factor^attempt)`.
     /// Never decreases as `attempt` grows.
     pub fn upper_bound(&self, attempt: u32) -> Duration {

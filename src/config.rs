@@ -145,6 +145,11 @@ impl Default for QueueConfig {
     }
 }
 
+/// The most jobs a configured scheduler runs at once.
+const MAX_CONCURRENCY: usize = 100_000;
+/// The most jobs a configured scheduler claims at once (one script's bounded work).
+const MAX_BATCH: usize = 10_000;
+
 /// A configuration that cannot work.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -174,8 +179,21 @@ impl Config {
         if self.queue.retry.max_attempts == 0 {
             return out_of_range("queue.retry.max_attempts", "must be at least 1");
         }
-        if self.scheduler.concurrency == 0 || self.scheduler.batch == 0 {
-            return out_of_range("scheduler", "concurrency and batch must be at least 1");
+        if !(1..=MAX_CONCURRENCY).contains(&self.scheduler.concurrency) {
+            return out_of_range("scheduler.concurrency", "must be within 1 and 100000");
+        }
+        if !(1..=MAX_BATCH).contains(&self.scheduler.batch) {
+            return out_of_range("scheduler.batch", "must be within 1 and 10000");
+        }
+        let backoffs = [
+            ("strategy.retry.backoff", self.strategy.retry.backoff),
+            ("queue.retry.backoff", self.queue.retry.backoff),
+            ("scheduler.error_backoff", self.scheduler.error_backoff),
+        ];
+        for (field, backoff) in backoffs {
+            if let Some(problem) = backoff.problem() {
+                return out_of_range(field, problem);
+            }
         }
         if self.scheduler.lease < Duration::from_millis(3) {
             return out_of_range("scheduler.lease", "must be at least 3 ms, to be renewed");
@@ -276,6 +294,17 @@ mod tests {
             ("[lock]\nttl = \"1ms\"", "lock.ttl"),
             ("[queue.retry]\nmax_attempts = 0", "max_attempts"),
             ("[scheduler]\nconcurrency = 0", "concurrency"),
+            ("[scheduler]\nconcurrency = 4931564660701547677", "concurrency"),
+            ("[scheduler]\nbatch = 1000000", "batch"),
+            (
+                "[strategy.retry.backoff]\njitter = -2.0",
+                "strategy.retry.backoff",
+            ),
+            ("[queue.retry.backoff]\nfactor = 0.5", "queue.retry.backoff"),
+            (
+                "[scheduler.error_backoff]\nfactor = nan",
+                "scheduler.error_backoff",
+            ),
             ("[scheduler]\nlease = \"0s\"", "scheduler.lease"),
         ];
         for (text, mentions) in invalid {

@@ -31,6 +31,8 @@
 pub mod backoff;
 pub mod config;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod key;
 pub mod lock;
 pub mod middleware;

@@ -261,7 +261,7 @@ where
         Ok(bytes)
     }
 
-    fn decode(&self, id: &JobId, bytes: &[u8]) -> Result<Envelope<T>, String> {
+    pub(crate) fn decode(&self, id: &JobId, bytes: &[u8]) -> Result<Envelope<T>, String> {
         let envelope: Envelope<T> = self
             .codec
             .decode(bytes)

@@ -37,7 +37,7 @@ where
             shutdown_grace,
             error_backoff,
         } = options;
-        let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+        let slots = Arc::new(Semaphore::new(concurrency.clamp(1, Semaphore::MAX_PERMITS)));
         let abandon = CancellationToken::new();
         let mut running = JoinSet::new();
         let mut report = SchedulerReport::default();
