@@ -295,6 +295,46 @@ async fn pushing_an_earlier_job_wakes_the_queue_s_watchers<St: QueueStore>(store
         .expect("an earlier job wakes the watchers");
 }
 
+async fn hostile_queue_names_are_independent_queues<St: QueueStore>(store: St) {
+    let long = "q".repeat(redefer::queue::MAX_QUEUE_NAME_LEN);
+    let names = [
+        "a",
+        "{a}",
+        "a}",
+        "}a",
+        "%7Ba%7D",
+        "a\0b",
+        "a\0c",
+        "очередь",
+        "🔒",
+        "a:delayed",
+        long.as_str(),
+    ];
+    for name in names {
+        let q = DelayQueue::<String, _>::new(store.clone(), name).unwrap();
+        q.push(&name.to_string(), Duration::ZERO).await.unwrap();
+    }
+    for name in names {
+        let q = DelayQueue::<String, _>::new(store.clone(), name).unwrap();
+        let claimed = q.claim(100, LEASE).await.unwrap();
+        let payloads: Vec<_> = claimed
+            .jobs
+            .iter()
+            .map(|job| job.envelope.payload.as_str())
+            .collect();
+        assert_eq!(payloads, [name], "queue {name:?} holds its own job only");
+    }
+    let too_long = "q".repeat(redefer::queue::MAX_QUEUE_NAME_LEN + 1);
+    assert!(matches!(
+        DelayQueue::<String, _>::new(store.clone(), too_long),
+        Err(redefer::KeyError::TooLong { .. })
+    ));
+    assert!(matches!(
+        DelayQueue::<String, _>::new(store, ""),
+        Err(redefer::KeyError::Empty { .. })
+    ));
+}
+
 for_each_store!(
     a_pushed_job_is_claimed_once_and_acked,
     only_due_jobs_are_claimed_in_due_order,
@@ -308,4 +348,5 @@ for_each_store!(
     cancel_deletes_waiting_and_dead_jobs_but_not_running_ones,
     a_released_job_is_due_at_once_with_its_attempt_unchanged,
     pushing_an_earlier_job_wakes_the_queue_s_watchers,
+    hostile_queue_names_are_independent_queues,
 );

@@ -168,3 +168,219 @@ async fn calls_fail_while_redis_is_down_and_succeed_once_it_is_back() {
     .await;
     assert_eq!(response, "handled");
 }
+
+// ------------------------------------------------- connection faults under a running stack
+
+mod stack {
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use redefer::queue::DelayQueue;
+    use redefer::{Error, LockLayer, Outcome, RedisStore, Scheduler, SchedulerHandle, SchedulerOptions};
+    use serde::{Deserialize, Serialize};
+    use tokio::sync::mpsc;
+    use tower::{Layer, ServiceExt};
+
+    use crate::support::{RedisServer, eventually, unique_prefix};
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    struct Charge {
+        order: u64,
+    }
+
+    fn by_order(charge: &Charge) -> Option<String> {
+        Some(format!("order:{}", charge.order))
+    }
+
+    /// The handler: reports each order it handles.
+    #[derive(Clone)]
+    pub(super) struct Recorder(mpsc::UnboundedSender<u64>);
+
+    impl tower::Service<Charge> for Recorder {
+        type Response = ();
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<(), Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, charge: Charge) -> Self::Future {
+            let _ = self.0.send(charge.order);
+            std::future::ready(Ok(()))
+        }
+    }
+
+    type Service = redefer::LockService<
+        Recorder,
+        RedisStore,
+        fn(&Charge) -> Option<String>,
+        redefer::strategy::FailFast,
+    >;
+
+    /// A lock layer and a scheduler on `server`, with short timeouts; handled orders arrive
+    /// on the receiver.
+    pub(super) struct Stack {
+        queue: DelayQueue<Charge, RedisStore>,
+        service: Service,
+        pub(super) scheduler: SchedulerHandle,
+        handled: mpsc::UnboundedReceiver<u64>,
+    }
+
+    /// The stack; the scheduler looks at an idle queue every `max_idle`.
+    pub(super) async fn stack(server: &RedisServer, max_idle: Duration) -> Stack {
+        let store = RedisStore::builder()
+            .prefix(unique_prefix())
+            .unwrap()
+            .response_timeout(Duration::from_millis(200))
+            .connection_timeout(Duration::from_millis(200))
+            .connect(&server.url())
+            .await
+            .unwrap();
+        let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+        let (tx, handled) = mpsc::unbounded_channel();
+        let service = LockLayer::new(store, by_order as fn(&Charge) -> Option<String>).layer(Recorder(tx));
+        let options = SchedulerOptions {
+            max_idle,
+            ..SchedulerOptions::default()
+        };
+        let scheduler = Scheduler::new(queue.clone(), service.clone())
+            .options(options)
+            .start();
+        Stack {
+            queue,
+            service,
+            scheduler,
+            handled,
+        }
+    }
+
+    impl Stack {
+        /// The layer answers again, and a job pushed now is handled: both loops recovered.
+        pub(super) async fn recovers(&mut self, order: u64) {
+            eventually(Duration::from_secs(10), "the lock layer answers again", || {
+                let service = self.service.clone();
+                async move {
+                    service
+                        .oneshot(Charge { order: 1_000 + order })
+                        .await
+                        .ok()
+                        .and_then(Outcome::done)
+                }
+            })
+            .await;
+            eventually(Duration::from_secs(10), "a push succeeds again", || {
+                let queue = self.queue.clone();
+                async move { queue.push(&Charge { order }, Duration::ZERO).await.ok() }
+            })
+            .await;
+            loop {
+                let handled = tokio::time::timeout(Duration::from_secs(10), self.handled.recv()).await;
+                match handled.expect("the scheduler handles a job pushed after the fault") {
+                    Some(handled) if handled == order => return,
+                    Some(_) => continue,
+                    None => panic!("handler gone"),
+                }
+            }
+        }
+    }
+
+    /// How many connections the server has accepted so far.
+    pub(super) async fn connections_received(server: &RedisServer) -> u64 {
+        let info: String = server.cmd(redis::cmd("INFO").arg("stats")).await;
+        info.lines()
+            .find_map(|line| line.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("INFO stats has total_connections_received")
+    }
+
+    impl Stack {
+        pub(super) async fn call(&self, order: u64) -> Result<Outcome<()>, Error<Infallible>> {
+            self.service.clone().oneshot(Charge { order }).await
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_client_connections_surface_as_errors_and_both_loops_recover() {
+    let server = RedisServer::start();
+    let mut stack = stack::stack(&server, Duration::from_millis(200)).await;
+    stack.recovers(1).await;
+    let before = stack::connections_received(&server).await;
+    let killed: i64 = server
+        .cmd(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"))
+        .await;
+    let _: i64 = server
+        .cmd(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"))
+        .await;
+    assert!(killed >= 1, "the crate's connections were killed ({killed})");
+    stack.recovers(2).await;
+    // Two of ours (the store's, the wake-up subscription) plus this check's own.
+    assert!(
+        stack::connections_received(&server).await >= before + 3,
+        "the crate reconnected"
+    );
+    stack.scheduler.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_timeout_that_drops_idle_connections_is_survived() {
+    let server = RedisServer::start_with(&["--save", "", "--appendonly", "no", "--timeout", "1"]);
+    // The scheduler looks at the idle queue every 3 s: longer than the server waits.
+    let mut stack = stack::stack(&server, Duration::from_secs(3)).await;
+    stack.recovers(1).await;
+    let before = stack::connections_received(&server).await;
+    // Idle past the server's timeout: the server closes the store's connection.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    stack.recovers(2).await;
+    assert!(
+        stack::connections_received(&server).await >= before + 2,
+        "the store reconnected"
+    );
+    stack.scheduler.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers() {
+    let server = RedisServer::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--enable-debug-command",
+        "yes",
+    ]);
+    let mut stack = stack::stack(&server, Duration::from_millis(200)).await;
+    stack.recovers(1).await;
+    let url = server.url();
+    let stall = tokio::spawn(async move {
+        let client = redis::Client::open(url).unwrap();
+        let no_timeout = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&no_timeout)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("1.5")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    });
+    // While the server sleeps, calls fail with a typed store error instead of hanging.
+    let during = eventually(
+        Duration::from_secs(2),
+        "a call meets the stalled server",
+        || async {
+            match stack.call(7).await {
+                Err(Error::Store(error)) => Some(error),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    assert!(during.is_transient(), "{during}");
+    stall.await.unwrap();
+    stack.recovers(2).await;
+    stack.scheduler.shutdown().await;
+}

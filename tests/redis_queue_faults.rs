@@ -126,6 +126,57 @@ async fn entries_written_by_other_clients_are_buried_with_a_reason_and_the_rest_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_the_wrong_type_are_store_errors_and_touch_nothing_else() {
+    use redefer::store::LockStore;
+    use redefer::{LockKey, LockToken, StoreError};
+
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    // Another tool wrote a list where a lock lives, and a string where a queue's set lives.
+    let _: i64 = server
+        .cmd(
+            redis::cmd("LPUSH")
+                .arg(format!("{prefix}:lock:{{order:1}}"))
+                .arg("x"),
+        )
+        .await;
+    let _: () = server
+        .cmd(
+            redis::cmd("SET")
+                .arg(format!("{prefix}:q:{{broken}}:delayed"))
+                .arg("x"),
+        )
+        .await;
+
+    let key = LockKey::new("order:1").unwrap();
+    match store
+        .try_acquire(&key, LockToken::random(), Duration::from_secs(5))
+        .await
+    {
+        Err(StoreError::Redis(error)) => assert!(error.to_string().contains("WRONGTYPE"), "{error}"),
+        other => panic!("expected a WRONGTYPE store error, got {other:?}"),
+    }
+    let broken = DelayQueue::<Charge, _>::new(store.clone(), "broken").unwrap();
+    assert!(matches!(
+        broken.claim(10, Duration::from_secs(5)).await,
+        Err(redefer::queue::QueueError::Store(_))
+    ));
+    assert!(broken.push(&Charge { order: 1 }, Duration::ZERO).await.is_err());
+    // A scheduler on the broken queue keeps running, and the healthy queue next to it works.
+    let (stuck, _) = recording_scheduler(store.clone(), &broken, quick());
+    let healthy = DelayQueue::<Charge, _>::new(store.clone(), "healthy").unwrap();
+    healthy.push(&Charge { order: 2 }, Duration::ZERO).await.unwrap();
+    let (scheduler, handled) = recording_scheduler(store, &healthy, quick());
+    eventually(Duration::from_secs(5), "the healthy queue is handled", || async {
+        (handled.lock().unwrap().as_slice() == [2]).then_some(())
+    })
+    .await;
+    assert_eq!(stuck.shutdown().await.acked, 0);
+    scheduler.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scheduler_carries_on_after_redis_is_killed_and_restarted_with_aof() {
     let mut server =
         RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--save", ""]);
@@ -231,4 +282,113 @@ async fn an_idle_scheduler_sends_only_a_few_commands_per_second() {
         per_second <= 1.5,
         "{round_trips} round trips in {window:?} while idle"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_deferral_reported_to_a_caller_is_lost_when_redis_is_killed_mid_run() {
+    use redefer::store::{Acquisition, LockStore};
+    use redefer::strategy::Defer;
+    use redefer::{LockKey, LockToken, Outcome};
+    use tower::ServiceExt;
+
+    let mut server =
+        RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--save", ""]);
+    let store = RedisStore::builder()
+        .prefix(support::unique_prefix())
+        .unwrap()
+        .response_timeout(Duration::from_millis(300))
+        .connection_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    // Another process holds order 1 for the whole run: every request for it is deferred.
+    let holder = LockToken::random();
+    let key = LockKey::new("order:1").unwrap();
+    assert!(matches!(
+        store
+            .try_acquire(&key, holder, Duration::from_secs(120))
+            .await
+            .unwrap(),
+        Acquisition::Acquired(_)
+    ));
+    let handled: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let record = handled.clone();
+    let handler = service_fn(move |charge: Charge| {
+        let record = record.clone();
+        async move {
+            record.lock().unwrap().push(charge.order);
+            Ok::<_, std::convert::Infallible>(())
+        }
+    });
+    // Requests are told apart by their order number; all lock the same key.
+    let service = LockLayer::new(store.clone(), |_: &Charge| Some("order:1".to_string()))
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(handler);
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(quick())
+        .start();
+
+    // Four callers keep deferring while Redis is killed under them.
+    let reported: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let callers: Vec<_> = (0..4u64)
+        .map(|caller| {
+            let (service, reported) = (service.clone(), reported.clone());
+            tokio::spawn(async move {
+                for n in 0..60u64 {
+                    let order = caller * 1000 + n;
+                    match service.clone().oneshot(Charge { order }).await {
+                        Ok(Outcome::Deferred(_)) => {
+                            reported.lock().unwrap().insert(order);
+                        }
+                        Ok(Outcome::Done(())) => panic!("order {order} ran while the lock was held"),
+                        // While Redis is down the caller is told so, and nothing was promised.
+                        Err(_) => {}
+                    }
+                }
+            })
+        })
+        .collect();
+    eventually(Duration::from_secs(10), "the callers are mid-run", || async {
+        (reported.lock().unwrap().len() >= 60).then_some(())
+    })
+    .await;
+    server.kill();
+    server.restart();
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let reported = reported.lock().unwrap().clone();
+    assert!(
+        reported.len() >= 120,
+        "most requests were deferred ({} of 240)",
+        reported.len()
+    );
+    // The holder lets go; every deferral reported must now be handled.
+    eventually(
+        Duration::from_secs(10),
+        "the holder's lock survives the restart and is released",
+        || {
+            let store = store.clone();
+            let key = key.clone();
+            async move {
+                store
+                    .release(&key, holder)
+                    .await
+                    .ok()
+                    .filter(|released| *released)
+            }
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(60),
+        "every reported deferral is handled",
+        || async {
+            let handled: HashSet<u64> = handled.lock().unwrap().iter().copied().collect();
+            reported.is_subset(&handled).then_some(())
+        },
+    )
+    .await;
+    scheduler.shutdown().await;
 }
