@@ -18,6 +18,9 @@ pub struct CurrentJob {
     pub id: JobId,
     /// How many attempts failed before this one.
     pub attempt: u32,
+    /// When this attempt was due, by the store's clock: the start of handling minus this is
+    /// the promotion lag.
+    pub due: std::time::SystemTime,
 }
 
 /// The job the current request runs for, when a [`Scheduler`](crate::Scheduler) re-injected it;

@@ -89,6 +89,7 @@ where
             queue: self.queue.name().clone(),
             id: lease.id().clone(),
             attempt: lease.attempt(),
+            due,
         };
         let JobRun {
             queue,

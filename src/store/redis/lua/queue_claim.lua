@@ -8,44 +8,77 @@
 -- receive it until the lease runs out. Every range has a LIMIT: work per call is bounded.
 -- A due entry that cannot be a job of ours (an id we never write, bytes missing or over the
 -- limit, written by another client) goes to the dead-letter set with the reason instead.
+-- Writes go out as one call per batch, not per job: each redis.call has a fixed cost.
 -- Returns {ms until the next job is due or lease runs out (-1: none), {{id, due ms, envelope}, ...}}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max = tonumber(ARGV[1])
 local max_bytes = tonumber(ARGV[4])
 
+-- Calls `command key ...` with `args` in chunks, within Lua's limit on unpacked values.
+local function batched(command, key, args)
+  for first = 1, #args, 1000 do
+    redis.call(command, key, unpack(args, first, math.min(first + 999, #args)))
+  end
+end
+
 -- Strictly past the deadline: `now` is rounded down to the ms, so a deadline equal to it may
 -- still be up to 1 ms ahead, and a lease must never end early.
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, max)
-for i = 1, #expired, 2 do
-  redis.call('ZADD', KEYS[1], expired[i + 1], expired[i])
-  redis.call('ZREM', KEYS[2], expired[i])
-  redis.call('HDEL', KEYS[4], expired[i])
-end
-
-local function bury(id, reason)
-  redis.call('ZADD', KEYS[5], now, id)
-  redis.call('HSET', KEYS[6], id, reason)
+if #expired > 0 then
+  local back, ids = {}, {}
+  for i = 1, #expired, 2 do
+    back[#back + 1] = expired[i + 1]
+    back[#back + 1] = expired[i]
+    ids[#ids + 1] = expired[i]
+  end
+  batched('ZADD', KEYS[1], back)
+  batched('ZREM', KEYS[2], ids)
+  batched('HDEL', KEYS[4], ids)
 end
 
 local claimed = {}
-local deadline = now + tonumber(ARGV[2])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
-for i = 1, #due, 2 do
-  local id = due[i]
-  redis.call('ZREM', KEYS[1], id)
-  local size = redis.call('HSTRLEN', KEYS[3], id)
-  if #id > 128 or string.find(id, '[^%w_%.%-]') then
-    bury(id, 'not a job id: up to 128 of A-Z a-z 0-9 _ . -')
-  elseif size == 0 then
-    bury(id, 'the job has no envelope (deleted or never written by redefer)')
-  elseif size > max_bytes then
-    bury(id, 'the envelope is ' .. size .. ' bytes, over the limit of ' .. max_bytes)
-  else
-    redis.call('ZADD', KEYS[2], deadline, id)
-    redis.call('HSET', KEYS[4], id, ARGV[3])
-    claimed[#claimed + 1] = {id, math.floor(tonumber(due[i + 1])), redis.call('HGET', KEYS[3], id)}
+if #due > 0 then
+  local ids = {}
+  for i = 1, #due, 2 do
+    ids[#ids + 1] = due[i]
   end
+  batched('ZREM', KEYS[1], ids)
+  local envelopes = {}
+  for first = 1, #ids, 1000 do
+    local part = redis.call('HMGET', KEYS[3], unpack(ids, first, math.min(first + 999, #ids)))
+    for _, envelope in ipairs(part) do envelopes[#envelopes + 1] = envelope end
+  end
+  local deadline = now + tonumber(ARGV[2])
+  local inflight, leases, dead, errors = {}, {}, {}, {}
+  for i, id in ipairs(ids) do
+    local envelope = envelopes[i]
+    local reason = nil
+    if #id > 128 or string.find(id, '[^%w_%.%-]') then
+      reason = 'not a job id: up to 128 of A-Z a-z 0-9 _ . -'
+    elseif not envelope or #envelope == 0 then
+      reason = 'the job has no envelope (deleted or never written by redefer)'
+    elseif #envelope > max_bytes then
+      reason = 'the envelope is ' .. #envelope .. ' bytes, over the limit of ' .. max_bytes
+    end
+    if reason then
+      dead[#dead + 1] = now
+      dead[#dead + 1] = id
+      errors[#errors + 1] = id
+      errors[#errors + 1] = reason
+    else
+      inflight[#inflight + 1] = deadline
+      inflight[#inflight + 1] = id
+      leases[#leases + 1] = id
+      leases[#leases + 1] = ARGV[3]
+      claimed[#claimed + 1] = {id, math.floor(tonumber(due[2 * i])), envelope}
+    end
+  end
+  batched('ZADD', KEYS[2], inflight)
+  batched('HSET', KEYS[4], leases)
+  batched('ZADD', KEYS[5], dead)
+  batched('HSET', KEYS[6], errors)
 end
 
 local wait = -1

@@ -1,0 +1,97 @@
+//! redefer's benchmarks: each scenario against its physical limit or its peers, in one run on
+//! one machine, printed as markdown tables (BENCHMARKS.md records them).
+//!
+//! ```text
+//! cargo bench --bench scenarios                    # every scenario, full size (minutes)
+//! cargo bench --bench scenarios -- lock queue      # some scenarios
+//! cargo bench --bench scenarios -- --smoke         # seconds: keeps the scenarios working
+//! ```
+//!
+//! Each run starts its own `redis-server` on a free port (persistence off).
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod contention;
+mod idle;
+mod lock;
+mod peer;
+mod promotion;
+mod queue;
+mod redis_info;
+mod report;
+mod scale;
+
+use std::time::Duration;
+
+use support::RedisServer;
+
+/// How big a run is: full, or a seconds-long smoke run.
+#[derive(Debug, Clone, Copy)]
+pub struct Size {
+    smoke: bool,
+}
+
+impl Size {
+    /// `full` normally, `smoke` in a smoke run.
+    pub fn pick<T>(self, full: T, smoke: T) -> T {
+        if self.smoke { smoke } else { full }
+    }
+
+    pub fn seconds(self, full: u64) -> Duration {
+        Duration::from_millis(self.pick(full * 1000, 300))
+    }
+}
+
+const SCENARIOS: [&str; 7] = [
+    "lock",
+    "queue",
+    "peer",
+    "promotion",
+    "scale",
+    "contention",
+    "idle",
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(promotion::PRODUCER_COMMAND) {
+        return promotion::run_producer(&args[1..]);
+    }
+    let size = Size {
+        smoke: args.iter().any(|arg| arg == "--smoke"),
+    };
+    // `cargo bench` passes `--bench`; names select scenarios.
+    let chosen: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|arg| SCENARIOS.contains(arg))
+        .collect();
+    let chosen = if chosen.is_empty() {
+        SCENARIOS.to_vec()
+    } else {
+        chosen
+    };
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async {
+        report::machine();
+        for scenario in chosen {
+            // A fresh server per scenario: one scenario's keys and memory do not weigh on the next.
+            let server = RedisServer::start();
+            match scenario {
+                "lock" => lock::run(&server, size).await,
+                "queue" => queue::run(&server, size).await,
+                "peer" => peer::run(&server, size).await,
+                "promotion" => promotion::run(&server, size).await,
+                "scale" => scale::run(&server, size).await,
+                "contention" => contention::run(&server, size).await,
+                "idle" => idle::run(&server, size).await,
+                _ => unreachable!("filtered against SCENARIOS"),
+            }
+        }
+    });
+}

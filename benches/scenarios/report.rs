@@ -1,0 +1,102 @@
+//! Tables, rates and percentiles.
+
+use std::process::Command;
+use std::time::Duration;
+
+/// A markdown table, printed when complete.
+pub struct Table {
+    title: String,
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(title: &str, header: &[&str]) -> Self {
+        Table {
+            title: title.to_string(),
+            header: header.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn print(&self) {
+        println!("\n### {}\n", self.title);
+        println!("| {} |", self.header.join(" | "));
+        println!(
+            "|{}|",
+            self.header.iter().map(|_| "---").collect::<Vec<_>>().join("|")
+        );
+        for row in &self.rows {
+            println!("| {} |", row.join(" | "));
+        }
+    }
+}
+
+/// Operations per second.
+pub fn rate(ops: usize, elapsed: Duration) -> f64 {
+    ops as f64 / elapsed.as_secs_f64()
+}
+
+pub fn per_s(rate: f64) -> String {
+    format!("{rate:.0}/s")
+}
+
+pub fn ratio(value: f64, baseline: f64) -> String {
+    format!("{:.2}x", value / baseline)
+}
+
+pub fn ms(duration: Duration) -> String {
+    format!("{:.2} ms", duration.as_secs_f64() * 1000.0)
+}
+
+pub fn us(duration: Duration) -> String {
+    format!("{:.0} µs", duration.as_secs_f64() * 1e6)
+}
+
+/// The `q` quantile (0 to 1) of unsorted samples.
+pub fn percentile(samples: &mut [Duration], q: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    samples.sort_unstable();
+    let at = ((samples.len() as f64 * q) as usize).min(samples.len() - 1);
+    samples[at]
+}
+
+/// The machine and versions, once per run.
+pub fn machine() {
+    let output = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .output()
+            .ok()
+            .map(|out| {
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .unwrap_or_else(|| "unknown".to_string())
+    };
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".to_string());
+    println!("## Machine\n");
+    println!(
+        "- CPU: {cpu}, {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!("- {}", output("redis-server", &["--version"]));
+    println!("- {}", output("rustc", &["--version"]));
+    println!("- node {}", output("node", &["--version"]));
+}
