@@ -129,6 +129,9 @@ pub enum FallThrough {
 pub struct QueueConfig {
     /// The queue's name (default `deferred`).
     pub name: String,
+    /// How many physical queues the queue spreads over (default 1; see
+    /// [`DelayQueue::shards`]). Every process of a queue must use the same count.
+    pub shards: usize,
     /// The largest encoded job in bytes (default 1 MiB).
     pub max_payload: usize,
     /// The backoff between a job's attempts and how many it gets.
@@ -139,6 +142,7 @@ impl Default for QueueConfig {
     fn default() -> Self {
         QueueConfig {
             name: "deferred".to_string(),
+            shards: 1,
             max_payload: DEFAULT_MAX_PAYLOAD,
             retry: RetryPolicy::default(),
         }
@@ -173,6 +177,9 @@ impl Config {
         let out_of_range = |field, problem| Err(ConfigError::OutOfRange { field, problem });
         Prefix::new(self.prefix.as_str())?;
         crate::queue::QueueName::new(self.queue.name.as_str())?;
+        if !(1..=crate::queue::MAX_SHARDS).contains(&self.queue.shards) {
+            return out_of_range("queue.shards", "must be within 1 and 1024");
+        }
         if self.lock.ttl < Duration::from_millis(3) {
             return out_of_range("lock.ttl", "must be at least 3 ms, to be renewed");
         }
@@ -209,6 +216,7 @@ impl Config {
     /// The configured queue of `T`s in `store`.
     pub fn queue<T, St>(&self, store: St) -> Result<DelayQueue<T, St>, ConfigError> {
         Ok(DelayQueue::new(store, self.queue.name.as_str())?
+            .shards(self.queue.shards)?
             .retry_policy(self.queue.retry)
             .max_payload(self.queue.max_payload))
     }
@@ -294,6 +302,7 @@ mod tests {
             ("[lock]\nttl = \"1ms\"", "lock.ttl"),
             ("[queue.retry]\nmax_attempts = 0", "max_attempts"),
             ("[scheduler]\nconcurrency = 0", "concurrency"),
+            ("[queue]\nshards = 0", "queue.shards"),
             ("[scheduler]\nconcurrency = 4931564660701547677", "concurrency"),
             ("[scheduler]\nbatch = 1000000", "batch"),
             (

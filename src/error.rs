@@ -18,6 +18,16 @@ pub enum StoreError {
     /// Redis returned an error or the connection failed (refused, dropped, timed out).
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// Fewer replicas than asked acknowledged a new lock in time (see
+    /// [`RedisStore::wait_for_replicas`](crate::RedisStore::wait_for_replicas)); the lock was
+    /// released.
+    #[error("{acked} of {wanted} replicas acknowledged the lock in time")]
+    NotReplicated {
+        /// How many did.
+        acked: u64,
+        /// How many were asked for.
+        wanted: u32,
+    },
     /// Redis answered with a reply of an unexpected shape (a script of another version, or a key
     /// of ours overwritten by another tool).
     #[error("unexpected reply from the store: {0}")]
@@ -38,6 +48,7 @@ impl StoreError {
                     || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
                     || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
             }
+            StoreError::NotReplicated { .. } => true,
             StoreError::Protocol(_) => false,
         }
     }
@@ -68,6 +79,14 @@ pub enum KeyError {
     InvalidJobId {
         /// The rejected id.
         id: String,
+    },
+    /// A sharded queue was asked for no shards, or too many.
+    #[error("a queue has 1 to {max} shards, not {count}")]
+    ShardCount {
+        /// The count asked for.
+        count: usize,
+        /// The most shards a queue may have.
+        max: usize,
     },
     /// A prefix contains `{` or `}`, which would move the Redis Cluster hash tag into the prefix
     /// and put every key of a deployment in one slot.

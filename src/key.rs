@@ -149,6 +149,17 @@ fn encode_tag_into(name: &str, out: &mut String) {
     }
 }
 
+/// The number of Redis Cluster hash slots.
+pub(crate) const HASH_SLOTS: u16 = 16384;
+
+/// The Redis Cluster hash slot of every key whose hash tag carries `name`.
+pub(crate) fn hash_slot(name: &str) -> u16 {
+    let mut tag = String::with_capacity(name.len());
+    encode_tag_into(name, &mut tag);
+    // An empty tag does not count as a tag in Redis; names are never empty.
+    crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % HASH_SLOTS
+}
+
 /// Inverse of the hash-tag encoding; `None` for text that no key encodes to.
 pub fn decode_tag(encoded: &str) -> Option<String> {
     let mut out = String::with_capacity(encoded.len());
@@ -178,6 +189,18 @@ mod tests {
         let key = LockKey::new("}{a}").unwrap();
         assert_eq!(prefix.lock_key(&key), "redefer:lock:{%7D%7Ba%7D}");
         assert_eq!(prefix.fence_key(&key), "redefer:fence:{%7D%7Ba%7D}");
+    }
+
+    #[test]
+    fn hash_slot_is_the_slot_redis_computes() {
+        // CLUSTER KEYSLOT "{user1000}" is 3443 (the example of Redis's cluster documentation).
+        assert_eq!(hash_slot("user1000"), 3443);
+        let prefix = Prefix::default();
+        for name in ["a", "{b}", "ключ"] {
+            let key = LockKey::new(name).unwrap();
+            let slot = redis::cluster_routing::Slot::for_key(prefix.lock_key(&key));
+            assert_eq!(redis::cluster_routing::Slot::new(hash_slot(name)), Some(slot));
+        }
     }
 
     #[test]

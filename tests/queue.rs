@@ -335,6 +335,55 @@ async fn hostile_queue_names_are_independent_queues<St: QueueStore>(store: St) {
     ));
 }
 
+async fn a_sharded_queue_serves_every_shard_and_behaves_as_one_queue<St: QueueStore>(store: St) {
+    let q = queue(store).shards(4).unwrap();
+    let mut pushed = HashSet::new();
+    for n in 0..200 {
+        pushed.insert(q.push(&n.to_string(), Duration::ZERO).await.unwrap().id);
+    }
+    assert_eq!(
+        q.stats().await.unwrap(),
+        stats(200, 200, 0, 0),
+        "stats add up the shards"
+    );
+    // With every shard holding due jobs, a claim of 4 takes one from each: none starves.
+    let first = q.claim(4, LEASE).await.unwrap();
+    assert_eq!(first.jobs.len(), 4);
+    let shards_served: HashSet<_> = first.jobs.iter().map(|job| job.lease.shard().clone()).collect();
+    assert_eq!(
+        shards_served.len(),
+        4,
+        "one job from each shard: {shards_served:?}"
+    );
+    // A failed job stays on its shard: it is found there, and claimed again from there.
+    let failed = &first.jobs[0];
+    assert!(matches!(
+        q.fail(&failed.lease, "again").await.unwrap(),
+        redefer::queue::AfterFailure::Retrying { .. }
+    ));
+    assert!(q.job(&failed.envelope.id).await.unwrap().is_some());
+    for job in &first.jobs[1..] {
+        q.ack(&job.lease).await.unwrap();
+    }
+    let mut seen = HashSet::new();
+    seen.extend(first.jobs[1..].iter().map(|job| job.envelope.id.clone()));
+    loop {
+        let claimed = q.claim(16, LEASE).await.unwrap();
+        if claimed.jobs.is_empty() && claimed.next_in.is_none() {
+            break;
+        }
+        for job in claimed.jobs {
+            assert!(q.ack(&job.lease).await.unwrap());
+            assert!(seen.insert(job.envelope.id.clone()), "delivered twice");
+        }
+        if seen.len() < 200 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert_eq!(seen, pushed);
+    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+}
+
 for_each_store!(
     a_pushed_job_is_claimed_once_and_acked,
     only_due_jobs_are_claimed_in_due_order,
@@ -349,4 +398,5 @@ for_each_store!(
     a_released_job_is_due_at_once_with_its_attempt_unchanged,
     pushing_an_earlier_job_wakes_the_queue_s_watchers,
     hostile_queue_names_are_independent_queues,
+    a_sharded_queue_serves_every_shard_and_behaves_as_one_queue,
 );

@@ -384,3 +384,37 @@ async fn a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers
     stack.recovers(2).await;
     stack.scheduler.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_required() {
+    use redefer::store::{Acquisition, LockStore};
+    use redefer::{LockKey, LockToken};
+
+    let server = RedisServer::start(); // no replicas at all
+    let store = server
+        .store()
+        .await
+        .wait_for_replicas(1, Duration::from_millis(50));
+    let key = LockKey::new("order:1").unwrap();
+    match store
+        .try_acquire(&key, LockToken::random(), Duration::from_secs(60))
+        .await
+    {
+        Err(StoreError::NotReplicated { acked: 0, wanted: 1 }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    // The lock was given back: a store that does not wait gets it at once.
+    let plain = RedisStore::builder()
+        .prefix(store.prefix().as_str())
+        .unwrap()
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert!(matches!(
+        plain
+            .try_acquire(&key, LockToken::random(), Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Acquisition::Acquired(_)
+    ));
+}

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Codec, Envelope, JobId, Json, QueueError, QueueName, RetryPolicy};
+use super::{Codec, Envelope, JobId, Json, QueueError, QueueName, RetryPolicy, Shards};
 use crate::error::KeyError;
 use crate::lock::LockToken;
 use crate::store::{Cancelled, Due, QueueStats, QueueStore, RawJobState, Wakeups};
@@ -39,6 +39,7 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 pub struct DelayQueue<T, St, C = Json> {
     store: St,
     name: QueueName,
+    shards: Shards,
     policy: RetryPolicy,
     max_payload: usize,
     codec: C,
@@ -50,6 +51,7 @@ impl<T, St: Clone, C: Clone> Clone for DelayQueue<T, St, C> {
         DelayQueue {
             store: self.store.clone(),
             name: self.name.clone(),
+            shards: self.shards.clone(),
             policy: self.policy,
             max_payload: self.max_payload,
             codec: self.codec.clone(),
@@ -92,6 +94,8 @@ pub struct ClaimedJob<T> {
 #[derive(Debug, Clone)]
 pub struct Lease {
     id: JobId,
+    /// The physical queue the job lives on; a retry keeps it there.
+    shard: QueueName,
     token: LockToken,
     attempt: u32,
     /// The envelope as stored, to write the next attempt's from without a `T: Clone`.
@@ -102,6 +106,12 @@ impl Lease {
     /// The job's id.
     pub fn id(&self) -> &JobId {
         &self.id
+    }
+
+    /// The physical queue the job lives on: the queue's own name unless it is
+    /// [sharded](DelayQueue::shards).
+    pub fn shard(&self) -> &QueueName {
+        &self.shard
     }
 
     /// How many attempts of the job failed before this one.
@@ -153,9 +163,11 @@ impl<T, St> DelayQueue<T, St, Json> {
     /// The queue `name` in `store`, with JSON encoding, the default retry policy and a 1 MiB
     /// payload limit.
     pub fn new(store: St, name: impl Into<String>) -> Result<Self, KeyError> {
+        let name = QueueName::new(name)?;
         Ok(DelayQueue {
             store,
-            name: QueueName::new(name)?,
+            shards: Shards::single(name.clone()),
+            name,
             policy: RetryPolicy::default(),
             max_payload: DEFAULT_MAX_PAYLOAD,
             codec: Json,
@@ -183,11 +195,38 @@ impl<T, St, C> DelayQueue<T, St, C> {
         DelayQueue {
             store: self.store,
             name: self.name,
+            shards: self.shards,
             policy: self.policy,
             max_payload: self.max_payload,
             codec,
             payload: PhantomData,
         }
+    }
+
+    /// Spreads the queue over `count` physical queues ("shards"), each under a hash tag of its
+    /// own, so that on Redis Cluster one logical queue uses several nodes. A job goes to the
+    /// shard its id hashes to, and stays there across retries; a claim takes from every shard in
+    /// turn, so none starves; stats add up the shards.
+    ///
+    /// Every process of a queue must use the same count: the shard names follow from the name
+    /// and the count. 1 (the default) is the queue under its own name.
+    ///
+    /// ```
+    /// use redefer::MemoryStore;
+    /// use redefer::queue::DelayQueue;
+    ///
+    /// let queue = DelayQueue::<String, _>::new(MemoryStore::new(), "orders")?.shards(3)?;
+    /// assert_eq!(queue.shard_names().len(), 3);
+    /// # Ok::<(), redefer::KeyError>(())
+    /// ```
+    pub fn shards(mut self, count: usize) -> Result<Self, KeyError> {
+        self.shards = Shards::split(&self.name, count)?;
+        Ok(self)
+    }
+
+    /// The names of the physical queues, one per shard.
+    pub fn shard_names(&self) -> &[QueueName] {
+        self.shards.names()
     }
 
     /// The queue's name.
@@ -244,7 +283,7 @@ where
         bytes: Vec<u8>,
         due: Due,
     ) -> Result<Scheduled, QueueError> {
-        match self.store.push(&self.name, &id, bytes, due).await? {
+        match self.store.push(self.shards.of(&id), &id, bytes, due).await? {
             Some(due) => Ok(Scheduled { id, due }),
             None => Err(QueueError::DuplicateId(id)),
         }
@@ -274,40 +313,57 @@ where
 
     /// Claims up to `max` due jobs for `lease`. Jobs whose bytes do not decode go to the
     /// dead-letter set with the decode error as reason; the others are returned.
+    ///
+    /// A sharded queue takes up to `max / shards` (rounded up) from each shard, visiting them
+    /// from a different one each time: one round trip per shard.
     pub async fn claim(&self, max: usize, lease: Duration) -> Result<Claimed<T>, QueueError> {
         let token = LockToken::random();
-        let batch = self
-            .store
-            .claim(&self.name, max, lease, token, self.max_payload)
-            .await?;
-        let mut jobs = Vec::with_capacity(batch.jobs.len());
-        for raw in batch.jobs {
-            match self.decode(&raw.id, &raw.envelope) {
-                Ok(envelope) => jobs.push(ClaimedJob {
-                    lease: Lease {
-                        id: raw.id,
-                        token,
-                        attempt: envelope.attempt,
-                        stored: raw.envelope,
-                    },
-                    envelope,
-                    due: raw.due,
-                }),
-                Err(reason) => {
-                    tracing::warn!(queue = %self.name, job_id = %raw.id, %reason, "burying an undecodable job");
-                    self.store.bury(&self.name, &raw.id, token, &reason, None).await?;
+        let per_shard = max.div_ceil(self.shards.names().len());
+        let mut claimed = Claimed {
+            jobs: Vec::new(),
+            next_in: None,
+        };
+        for shard in self.shards.claim_order() {
+            let room = per_shard.min(max - claimed.jobs.len());
+            if room == 0 {
+                // Shards left unvisited may have due jobs: claim again at once.
+                claimed.next_in = Some(Duration::ZERO);
+                break;
+            }
+            let batch = self
+                .store
+                .claim(shard, room, lease, token, self.max_payload)
+                .await?;
+            claimed.next_in = match (claimed.next_in, batch.next_in) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            for raw in batch.jobs {
+                match self.decode(&raw.id, &raw.envelope) {
+                    Ok(envelope) => claimed.jobs.push(ClaimedJob {
+                        lease: Lease {
+                            id: raw.id,
+                            shard: shard.clone(),
+                            token,
+                            attempt: envelope.attempt,
+                            stored: raw.envelope,
+                        },
+                        envelope,
+                        due: raw.due,
+                    }),
+                    Err(reason) => {
+                        tracing::warn!(queue = %shard, job_id = %raw.id, %reason, "burying an undecodable job");
+                        self.store.bury(shard, &raw.id, token, &reason, None).await?;
+                    }
                 }
             }
         }
-        Ok(Claimed {
-            jobs,
-            next_in: batch.next_in,
-        })
+        Ok(claimed)
     }
 
     /// Deletes a job its claimer finished; `false` when the lease ran out before.
     pub async fn ack(&self, lease: &Lease) -> Result<bool, QueueError> {
-        Ok(self.store.ack(&self.name, &lease.id, lease.token).await?)
+        Ok(self.store.ack(&lease.shard, &lease.id, lease.token).await?)
     }
 
     /// Records a failed attempt: the job waits for another attempt after the policy's backoff,
@@ -328,7 +384,7 @@ where
         let delay = self.policy.backoff.delay(attempt, &mut rand::rng());
         let due = self
             .store
-            .retry(&self.name, &lease.id, lease.token, Some(envelope), delay)
+            .retry(&lease.shard, &lease.id, lease.token, Some(envelope), delay)
             .await?;
         Ok(match due {
             Some(due) => AfterFailure::Retrying { due, attempt },
@@ -350,7 +406,7 @@ where
     pub async fn bury(&self, lease: &Lease, reason: &str) -> Result<bool, QueueError> {
         Ok(self
             .store
-            .bury(&self.name, &lease.id, lease.token, reason, None)
+            .bury(&lease.shard, &lease.id, lease.token, reason, None)
             .await?)
     }
 
@@ -359,7 +415,7 @@ where
     pub async fn release(&self, lease: &Lease) -> Result<bool, QueueError> {
         let due = self
             .store
-            .retry(&self.name, &lease.id, lease.token, None, Duration::ZERO)
+            .retry(&lease.shard, &lease.id, lease.token, None, Duration::ZERO)
             .await?;
         Ok(due.is_some())
     }
@@ -368,18 +424,18 @@ where
     pub async fn extend_lease(&self, lease: &Lease, duration: Duration) -> Result<bool, QueueError> {
         Ok(self
             .store
-            .extend_lease(&self.name, &lease.id, lease.token, duration)
+            .extend_lease(&lease.shard, &lease.id, lease.token, duration)
             .await?)
     }
 
     /// Deletes a waiting or dead job.
     pub async fn cancel(&self, id: &JobId) -> Result<Cancelled, QueueError> {
-        Ok(self.store.cancel(&self.name, id).await?)
+        Ok(self.store.cancel(self.shards.of(id), id).await?)
     }
 
     /// Reads one job, decoded when it decodes; `None` when there is no such job.
     pub async fn job(&self, id: &JobId) -> Result<Option<JobInfo<T>>, QueueError> {
-        let raw = self.store.inspect(&self.name, id).await?;
+        let raw = self.store.inspect(self.shards.of(id), id).await?;
         if raw.state == RawJobState::Missing && raw.envelope.is_none() {
             return Ok(None);
         }
@@ -389,13 +445,27 @@ where
         }))
     }
 
-    /// Counts the queue's jobs.
+    /// Counts the queue's jobs, over all its shards.
     pub async fn stats(&self) -> Result<QueueStats, QueueError> {
-        Ok(self.store.stats(&self.name).await?)
+        let mut total = QueueStats::default();
+        for shard in self.shards.names() {
+            let stats = self.store.stats(shard).await?;
+            total.waiting += stats.waiting;
+            total.due += stats.due;
+            total.in_flight += stats.in_flight;
+            total.dead += stats.dead;
+        }
+        Ok(total)
     }
 
-    /// Wake-ups for a scheduler of this queue.
+    /// Wake-ups for a scheduler of this queue: any shard's.
     pub fn wakeups(&self) -> Wakeups {
-        self.store.wakeups(&self.name)
+        Wakeups::merge(
+            self.shards
+                .names()
+                .iter()
+                .map(|shard| self.store.wakeups(shard))
+                .collect(),
+        )
     }
 }

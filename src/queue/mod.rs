@@ -8,6 +8,7 @@ mod error;
 mod job_id;
 mod name;
 mod policy;
+mod shards;
 
 pub use self::codec::{Codec, Json};
 pub use self::delay_queue::{
@@ -19,3 +20,5 @@ pub use self::job_id::{JobId, MAX_JOB_ID_LEN};
 pub(crate) use self::name::QueueKeys;
 pub use self::name::{MAX_QUEUE_NAME_LEN, QueueName};
 pub use self::policy::RetryPolicy;
+pub use self::shards::MAX_SHARDS;
+pub(crate) use self::shards::Shards;

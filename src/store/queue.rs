@@ -112,6 +112,23 @@ impl Wakeups {
         Wakeups { signal, subscription }
     }
 
+    /// Wakes when any of `parts` does.
+    pub(crate) fn merge(mut parts: Vec<Wakeups>) -> Wakeups {
+        if parts.len() == 1 {
+            return parts.remove(0);
+        }
+        let (signal, receiver) = watch::channel(0);
+        let forward = tokio::spawn(async move {
+            loop {
+                futures_util::future::select_all(parts.iter_mut().map(|part| Box::pin(part.next()))).await;
+                if signal.send(0).is_err() {
+                    return;
+                }
+            }
+        });
+        Wakeups::new(receiver, Some(forward))
+    }
+
     /// Resolves at the next wake-up since the last one seen; never, if the store cannot send any.
     pub async fn next(&mut self) {
         if self.signal.changed().await.is_err() {

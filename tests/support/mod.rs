@@ -28,7 +28,10 @@ impl RedisServer {
 
     /// Starts a server with extra configuration arguments (`--appendonly yes` ...).
     pub fn start_with(args: &[&str]) -> Self {
-        let port = free_port();
+        Self::start_on(free_port(), args)
+    }
+
+    fn start_on(port: u16, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory for redis-server");
         let mut server = RedisServer {
             child: None,
@@ -148,6 +151,133 @@ async fn store_at(url: &str) -> RedisStore<ConnectionManager> {
 
 pub fn unique_prefix() -> String {
     format!("redefer-test-{:016x}", rand::random::<u64>())
+}
+
+/// A Redis Cluster of real `redis-server` processes on loopback, made by
+/// `redis-cli --cluster create`; killed on drop.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// `masters` masters, each with `replicas` replicas; returns once every node says the
+    /// cluster is ok. A master that stops answering for 1 s is failed over.
+    pub fn start(masters: usize, replicas: usize) -> Self {
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "1000",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ];
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| RedisServer::start_on(free_cluster_port(), &args))
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port()))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli --cluster create");
+        assert!(created.success(), "redis-cli --cluster create failed");
+        let cluster = RedisCluster { nodes };
+        cluster.wait_until_ok(Duration::from_secs(30));
+        cluster
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|node| node.child.is_some())
+            .map(RedisServer::url)
+            .collect()
+    }
+
+    /// Waits until every live node reports `cluster_state:ok` with all slots served.
+    pub fn wait_until_ok(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        for node in self.nodes.iter().filter(|node| node.child.is_some()) {
+            loop {
+                let info = redis_cli(node.port(), &["CLUSTER", "INFO"]);
+                if info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "cluster not ok within {within:?}: {info}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// The port of the master that serves `key` now.
+    pub fn master_of(&self, key: &str) -> u16 {
+        let node = self
+            .nodes
+            .iter()
+            .find(|node| node.child.is_some())
+            .expect("a live node");
+        let slot: u16 = redis_cli(node.port(), &["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .parse()
+            .expect("a slot");
+        // CLUSTER SHARDS would be neater; CLUSTER SLOTS is in every Redis 7: "start end ip port ...".
+        let slots = redis_cli(node.port(), &["CLUSTER", "SLOTS"]);
+        let lines: Vec<&str> = slots.lines().map(str::trim).collect();
+        for window in lines.windows(4) {
+            if let (Ok(start), Ok(end), Ok(port)) = (
+                window[0].parse::<u16>(),
+                window[1].parse::<u16>(),
+                window[3].parse::<u16>(),
+            ) && (start..=end).contains(&slot)
+                && window[2].contains('.')
+            {
+                return port;
+            }
+        }
+        panic!("no master serves slot {slot}: {slots}")
+    }
+
+    /// SIGKILLs the node on `port`.
+    pub fn kill(&mut self, port: u16) {
+        self.nodes
+            .iter_mut()
+            .find(|node| node.port() == port)
+            .expect("a node on that port")
+            .kill();
+    }
+}
+
+/// One `redis-cli` command's output.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let output = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A free port whose cluster bus port (+10000) is free too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
 }
 
 fn free_port() -> u16 {

@@ -16,6 +16,29 @@ pub(super) fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
+impl<C> RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// With [`wait_for_replicas`](RedisStore::wait_for_replicas): waits for the replicas, and
+    /// gives the lock back when too few acknowledged it.
+    async fn await_replicas(&self, key: &LockKey, token: LockToken) -> Result<(), StoreError> {
+        let Some((wanted, timeout)) = self.replication else {
+            return Ok(());
+        };
+        let acked: u64 = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(millis(timeout))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if acked < u64::from(wanted) {
+            self.release(key, token).await?;
+            return Err(StoreError::NotReplicated { acked, wanted });
+        }
+        Ok(())
+    }
+}
+
 impl<C> LockStore for RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -34,9 +57,12 @@ where
             .invoke_async(&mut self.conn.clone())
             .await?;
         match (acquired, value) {
-            (1, fence) => u64::try_from(fence)
-                .map(|fence| Acquisition::Acquired(FencingToken(fence)))
-                .map_err(|_| StoreError::Protocol(format!("negative fencing token {fence}"))),
+            (1, fence) => {
+                let fence = u64::try_from(fence)
+                    .map_err(|_| StoreError::Protocol(format!("negative fencing token {fence}")))?;
+                self.await_replicas(key, token).await?;
+                Ok(Acquisition::Acquired(FencingToken(fence)))
+            }
             (0, remaining) => Ok(Acquisition::Held {
                 remaining: u64::try_from(remaining).ok().map(Duration::from_millis),
             }),

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 
 use crate::error::{KeyError, StoreError};
 use crate::key::Prefix;
@@ -31,9 +33,11 @@ use crate::key::Prefix;
 pub struct RedisStore<C = ConnectionManager> {
     conn: C,
     prefix: Prefix,
-    /// Opens the pub/sub connections that wake schedulers; without one, schedulers wake on
-    /// their timers only.
-    pubsub: Option<Arc<redis::Client>>,
+    /// Where to open the pub/sub connections that wake schedulers (any node of a cluster will
+    /// do, so several are tried in turn); without one, schedulers wake on their timers only.
+    pubsub: Option<Arc<[redis::Client]>>,
+    /// After an acquire, wait for this many replicas to acknowledge it, for at most this long.
+    replication: Option<(u32, Duration)>,
 }
 
 impl<C> std::fmt::Debug for RedisStore<C> {
@@ -69,6 +73,7 @@ where
             conn,
             prefix: Prefix::default(),
             pubsub: None,
+            replication: None,
         }
     }
 
@@ -81,8 +86,27 @@ where
     /// by any process, through a pub/sub connection opened with `client`. Set by
     /// [`connect`](RedisStore::connect); without it, schedulers wake on their own timers only.
     pub fn with_pubsub(self, client: redis::Client) -> Self {
+        self.with_pubsub_nodes(vec![client])
+    }
+
+    /// Like [`with_pubsub`](Self::with_pubsub) with several nodes, tried in turn when the one in
+    /// use fails: on Redis Cluster a message published on any node reaches every node.
+    pub fn with_pubsub_nodes(self, clients: Vec<redis::Client>) -> Self {
         RedisStore {
-            pubsub: Some(Arc::new(client)),
+            pubsub: (!clients.is_empty()).then(|| clients.into()),
+            ..self
+        }
+    }
+
+    /// After each acquire, waits (`WAIT`) until `replicas` replicas acknowledged it, for at
+    /// most `timeout`; when fewer did, releases the lock and fails with
+    /// [`StoreError::NotReplicated`]. Narrows the window in which a failover loses a lock that
+    /// was written to a primary but not yet copied (Redis replicates asynchronously); it does
+    /// not close it, and costs a round trip per acquire. Fencing tokens keep downstream
+    /// writes safe either way.
+    pub fn wait_for_replicas(self, replicas: u32, timeout: Duration) -> Self {
+        RedisStore {
+            replication: Some((replicas, timeout)),
             ..self
         }
     }
@@ -172,5 +196,29 @@ impl RedisStoreBuilder {
             .set_max_delay(Duration::from_millis(500));
         let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
         Ok(RedisStore::new(conn).with_prefix(self.prefix).with_pubsub(client))
+    }
+
+    /// Connects to a Redis Cluster through any of its `nodes` (`redis://host:port` each); the
+    /// client learns the rest of the cluster from them and follows it through failovers.
+    pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisStore<ClusterConnection>, StoreError> {
+        if nodes.is_empty() {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "no cluster nodes given",
+            ))
+            .into());
+        }
+        let client = ClusterClient::builder(nodes.iter().copied())
+            .connection_timeout(self.connection_timeout)
+            .response_timeout(self.response_timeout)
+            .build()?;
+        let conn = client.get_async_connection().await?;
+        let pubsub = nodes
+            .iter()
+            .map(|node| redis::Client::open(*node))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RedisStore::new(conn)
+            .with_prefix(self.prefix)
+            .with_pubsub_nodes(pubsub))
     }
 }

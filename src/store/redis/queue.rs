@@ -248,7 +248,7 @@ where
         let subscription = self
             .pubsub
             .clone()
-            .map(|client| tokio::spawn(forward_wakeups(client, self.keys(queue).wake, signal)));
+            .map(|clients| tokio::spawn(forward_wakeups(clients, self.keys(queue).wake, signal)));
         Wakeups::new(receiver, subscription)
     }
 }

@@ -8,13 +8,20 @@ use tokio::sync::watch;
 
 use crate::backoff::Backoff;
 
-/// Forwards every message on `channel` to `signal`, reconnecting with backoff whenever the
-/// subscription fails, until the receiving side is gone. A message missed while reconnecting
-/// costs only latency: schedulers also wake on their own timers.
-pub(super) async fn forward_wakeups(client: Arc<redis::Client>, channel: String, signal: watch::Sender<u64>) {
+/// Forwards every message on `channel` to `signal`, reconnecting with backoff (to the next of
+/// `clients` each time) whenever the subscription fails, until the receiving side is gone. A
+/// message missed while reconnecting costs only latency: schedulers also wake on their timers.
+pub(super) async fn forward_wakeups(
+    clients: Arc<[redis::Client]>,
+    channel: String,
+    signal: watch::Sender<u64>,
+) {
     let backoff = Backoff::exponential(Duration::from_millis(50), Duration::from_secs(5)).with_jitter(0.5);
     let mut failures = 0;
+    let mut attempt = 0usize;
     while !signal.is_closed() {
+        let client = &clients[attempt % clients.len()];
+        attempt = attempt.wrapping_add(1);
         match client.get_async_pubsub().await {
             Ok(mut pubsub) => match pubsub.subscribe(&channel).await {
                 Ok(()) => {

@@ -1,0 +1,269 @@
+//! redefer on a real Redis Cluster (3 masters; 3 more replicas for the failover test), started
+//! by the harness: no CROSSSLOT errors, sharded queues spread over the masters, exactly-once
+//! claiming, deferral end to end, and a scheduler that carries on through a failover.
+
+mod support;
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redefer::queue::DelayQueue;
+use redefer::store::{Acquisition, LockStore, QueueStats};
+use redefer::strategy::{Defer, Retry};
+use redefer::{
+    Backoff, LockKey, LockLayer, LockToken, Outcome, RedisStore, Scheduler, SchedulerOptions, current_lock,
+};
+use redis::cluster_async::ClusterConnection;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tower::{Layer, ServiceExt, service_fn};
+
+use support::{RedisCluster, eventually, unique_prefix};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Charge {
+    order: u64,
+    job: u64,
+}
+
+fn by_order(charge: &Charge) -> Option<String> {
+    Some(format!("order:{}", charge.order))
+}
+
+async fn cluster_store(cluster: &RedisCluster) -> RedisStore<ClusterConnection> {
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    RedisStore::builder()
+        .prefix(unique_prefix())
+        .unwrap()
+        .response_timeout(Duration::from_millis(500))
+        .connection_timeout(Duration::from_millis(500))
+        .connect_cluster(&nodes)
+        .await
+        .expect("connect to the cluster")
+}
+
+fn quick() -> SchedulerOptions {
+    SchedulerOptions {
+        max_idle: Duration::from_millis(200),
+        ..SchedulerOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_layer_and_a_deferral_work_on_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let store = cluster_store(&cluster).await;
+
+    // Mutual exclusion and fencing through the layer.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let (inside_, fences_) = (inside.clone(), fences.clone());
+    let exclusive = LockLayer::new(store.clone(), by_order)
+        .on_conflict(
+            Retry::new(Backoff::exponential(
+                Duration::from_millis(1),
+                Duration::from_millis(5),
+            ))
+            .max_attempts(u32::MAX)
+            .max_wait(Duration::from_secs(30)),
+        )
+        .layer(service_fn(move |_: Charge| {
+            let (inside, fences) = (inside_.clone(), fences_.clone());
+            async move {
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two handlers inside at once"
+                );
+                fences.lock().unwrap().push(current_lock().unwrap().fence);
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, Infallible>(())
+            }
+        }));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let service = exclusive.clone();
+            tokio::spawn(async move {
+                for job in 0..10 {
+                    let outcome = service.clone().oneshot(Charge { order: 1, job }).await.unwrap();
+                    assert!(outcome.done().is_some());
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let fences = fences.lock().unwrap().clone();
+    assert_eq!(fences.len(), 80);
+    assert!(fences.windows(2).all(|w| w[0] < w[1]));
+
+    // A deferral, re-injected by a scheduler, on a sharded queue.
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges")
+        .unwrap()
+        .shards(3)
+        .unwrap();
+    let (handled_tx, mut handled) = mpsc::unbounded_channel();
+    let service = LockLayer::new(store.clone(), by_order)
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(service_fn(move |charge: Charge| {
+            let handled_tx = handled_tx.clone();
+            async move {
+                handled_tx.send(charge.job).unwrap();
+                Ok::<_, Infallible>(())
+            }
+        }));
+    let holder = LockToken::random();
+    let key = LockKey::new("order:2").unwrap();
+    assert!(matches!(
+        store
+            .try_acquire(&key, holder, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Acquisition::Acquired(_)
+    ));
+    let Ok(Outcome::Deferred(deferred)) = service.clone().oneshot(Charge { order: 2, job: 7 }).await else {
+        panic!("expected a deferral");
+    };
+    assert!(queue.job(&deferred.job_id).await.unwrap().is_some());
+    let scheduler = Scheduler::new(queue.clone(), service).options(quick()).start();
+    assert!(store.release(&key, holder).await.unwrap());
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(10), handled.recv())
+            .await
+            .unwrap(),
+        Some(7)
+    );
+    eventually(Duration::from_secs(10), "acked", || async {
+        (queue.stats().await.unwrap() == QueueStats::default()).then_some(())
+    })
+    .await;
+    assert_eq!(scheduler.shutdown().await.acked, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shards_of_a_queue_land_on_different_masters() {
+    let cluster = RedisCluster::start(3, 0);
+    let store = cluster_store(&cluster).await;
+    let queue = DelayQueue::<u64, _>::new(store.clone(), "orders")
+        .unwrap()
+        .shards(3)
+        .unwrap();
+    let masters: HashSet<u16> = queue
+        .shard_names()
+        .iter()
+        .map(|shard| cluster.master_of(&format!("{}:q:{{{shard}}}:delayed", store.prefix().as_str())))
+        .collect();
+    assert_eq!(masters.len(), 3, "each shard on its own master");
+    for n in 0..300 {
+        queue.push(&n, Duration::from_secs(60)).await.unwrap();
+    }
+    assert_eq!(queue.stats().await.unwrap().waiting, 300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_claimers_on_a_sharded_cluster_queue_receive_each_job_once() {
+    const JOBS: usize = 3000;
+    let cluster = RedisCluster::start(3, 0);
+    let store = cluster_store(&cluster).await;
+    let queue = DelayQueue::<u64, _>::new(store, "claims")
+        .unwrap()
+        .shards(3)
+        .unwrap();
+    let mut pushed = HashSet::new();
+    for n in 0..JOBS {
+        pushed.insert(queue.push(&(n as u64), Duration::ZERO).await.unwrap().id);
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let claimers: Vec<_> = (0..8)
+        .map(|_| {
+            let (queue, seen) = (queue.clone(), seen.clone());
+            tokio::spawn(async move {
+                loop {
+                    let claimed = queue.claim(48, Duration::from_secs(30)).await.unwrap();
+                    if claimed.jobs.is_empty() && claimed.next_in.is_none_or(|next| next > Duration::ZERO) {
+                        return;
+                    }
+                    for job in claimed.jobs {
+                        seen.lock().unwrap().push(job.envelope.id.clone());
+                        assert!(queue.ack(&job.lease).await.unwrap());
+                    }
+                }
+            })
+        })
+        .collect();
+    for claimer in claimers {
+        claimer.await.unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), JOBS, "each job delivered once");
+    assert_eq!(seen.into_iter().collect::<HashSet<_>>(), pushed);
+    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_carries_on_through_a_master_failover() {
+    const JOBS: u64 = 300;
+    let mut cluster = RedisCluster::start(3, 1);
+    let store = cluster_store(&cluster).await;
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "failover")
+        .unwrap()
+        .shards(3)
+        .unwrap();
+    for job in 0..JOBS {
+        // Due over 3 s: some before the failover, some during it, some after.
+        let delay = Duration::from_millis(job * 10);
+        queue.push(&Charge { order: job, job }, delay).await.unwrap();
+    }
+    // Replication is asynchronous: make sure the replicas have every job before a master dies.
+    // (WAIT goes to every master; the smallest count comes back. Short waits, retried, stay
+    // under the connection's response timeout while fresh replicas finish their first sync.)
+    eventually(
+        Duration::from_secs(20),
+        "every master's replica has the jobs",
+        || async {
+            let mut conn = store.connection();
+            let acked: Result<i64, _> = redis::cmd("WAIT").arg(1).arg(200).query_async(&mut conn).await;
+            acked.ok().filter(|&acked| acked >= 1)
+        },
+    )
+    .await;
+
+    let handled: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let record = handled.clone();
+    let service = LockLayer::new(store.clone(), by_order).layer(service_fn(move |charge: Charge| {
+        let record = record.clone();
+        async move {
+            record.lock().unwrap().insert(charge.job);
+            Ok::<_, Infallible>(())
+        }
+    }));
+    let options = SchedulerOptions {
+        lease: Duration::from_secs(3),
+        ..quick()
+    };
+    let scheduler = Scheduler::new(queue.clone(), service).options(options).start();
+    eventually(Duration::from_secs(10), "the scheduler is under way", || async {
+        (handled.lock().unwrap().len() >= 50).then_some(())
+    })
+    .await;
+    let victim = cluster.master_of(&format!(
+        "{}:q:{{{}}}:delayed",
+        store.prefix().as_str(),
+        queue.shard_names()[0]
+    ));
+    cluster.kill(victim);
+    cluster.wait_until_ok(Duration::from_secs(30));
+    eventually(
+        Duration::from_secs(60),
+        "every job handled, at least once, after the failover",
+        || async { (handled.lock().unwrap().len() as u64 == JOBS).then_some(()) },
+    )
+    .await;
+    scheduler.shutdown().await;
+}
