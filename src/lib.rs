@@ -35,6 +35,7 @@ pub mod error;
 pub mod fuzz;
 pub mod key;
 pub mod lock;
+pub mod metrics;
 pub mod middleware;
 pub mod queue;
 mod renewal;

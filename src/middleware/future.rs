@@ -18,6 +18,7 @@ use super::service::Shared;
 use super::{Error, Outcome};
 use crate::key::LockKey;
 use crate::lock::{HeldLock, LockToken, ReleaseOnDrop, run_holding};
+use crate::metrics;
 use crate::renewal::renew_until_lost;
 use crate::store::{Acquisition, LockStore};
 use crate::strategy::{Conflict, ConflictStrategy, Decision};
@@ -94,22 +95,26 @@ where
             match decision.map_err(Error::Strategy)? {
                 Decision::RetryAfter(delay) => {
                     tracing::debug!(attempt, ?remaining, ?delay, "lock held: retrying");
+                    metrics::conflict("retry");
                     sleep(delay).await;
                     waited += delay;
                     attempt += 1;
                 }
                 Decision::Reject { retry_after } => {
                     tracing::debug!(attempt, ?retry_after, "lock held: rejected");
+                    metrics::conflict("reject");
                     return Err(Error::Locked { key, retry_after });
                 }
                 Decision::Deferred(deferred) => {
                     tracing::debug!(attempt, job_id = %deferred.job_id, "lock held: deferred");
+                    metrics::conflict("defer");
                     return Ok(Outcome::Deferred(deferred));
                 }
             }
         };
         tracing::Span::current().record("fence", fence.0);
         tracing::debug!(attempt, "lock acquired");
+        ::metrics::counter!(metrics::LOCK_ACQUIRED).increment(1);
 
         let held = HeldLock {
             key: key.clone(),
@@ -126,12 +131,14 @@ where
             biased;
             finished = handler => finished,
             lost = renewal => {
+                ::metrics::counter!(metrics::LOCK_LOST).increment(1);
                 // `select!` dropped the handler's future: it stops here. The guard, still armed,
                 // releases by token in the background, in case the store comes back while the
                 // lock still holds our token; the caller does not wait for that.
                 return Err(Error::LockLost { key, reason: lost });
             }
         };
+        ::metrics::histogram!(metrics::LOCK_HOLD).record(acquired_at.elapsed().as_secs_f64());
         match guard.release().await {
             Ok(true) => tracing::debug!("lock released"),
             Ok(false) => tracing::warn!("lock had expired before its release"),

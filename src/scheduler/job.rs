@@ -15,6 +15,7 @@ use tracing::Instrument;
 use super::current_job::{CurrentJob, run_for_job};
 use super::report::JobEnd;
 use crate::backoff::Backoff;
+use crate::metrics::QueueMetrics;
 use crate::middleware::{Error, Outcome};
 use crate::queue::{AfterFailure, ClaimedJob, Codec, DelayQueue, Lease, QueueError};
 use crate::renewal::renew_until_lost;
@@ -64,6 +65,7 @@ pub(super) struct JobRun<S, T, St, C> {
     pub(super) error_backoff: Backoff,
     /// Cancelled when the shutdown grace ran out: give the job back unfinished.
     pub(super) abandon: CancellationToken,
+    pub(super) metrics: QueueMetrics,
 }
 
 impl<S, T, St, C> JobRun<S, T, St, C>
@@ -97,9 +99,12 @@ where
             lease_ttl,
             error_backoff,
             abandon,
+            metrics,
         } = self;
         async move {
             tracing::debug!(lag_ms = lag.as_millis() as u64, "job started");
+            metrics.reinjected.increment(1);
+            metrics.lag.record(lag.as_secs_f64());
             let call = run_for_job(
                 context,
                 AssertUnwindSafe(async move {
@@ -139,7 +144,14 @@ where
                     };
                 }
             };
-            settle(&queue, &lease, ran, claimed_at + lease_ttl, &error_backoff).await
+            let end = settle(&queue, &lease, ran, claimed_at + lease_ttl, &error_backoff).await;
+            match end {
+                JobEnd::Acked => metrics.acked.increment(1),
+                JobEnd::Retrying => metrics.retried.increment(1),
+                JobEnd::Buried => metrics.buried.increment(1),
+                _ => {}
+            }
+            end
         }
         .instrument(span)
         .await

@@ -36,10 +36,15 @@ pub struct SchedulerOptions {
     pub shutdown_grace: Duration,
     /// The waits between attempts to reach a failing store.
     pub error_backoff: Backoff,
+    /// How often the scheduler counts its queue's jobs for the `redefer_queue_jobs` gauges
+    /// (one `stats` call per shard); zero never does.
+    #[serde(with = "humantime_serde")]
+    pub stats_every: Duration,
 }
 
 impl Default for SchedulerOptions {
-    /// 32 jobs at once, batches of 64, 30 s leases, at most 1 s idle, 10 s grace.
+    /// 32 jobs at once, batches of 64, 30 s leases, at most 1 s idle, 10 s grace, queue
+    /// gauges every 10 s.
     fn default() -> Self {
         SchedulerOptions {
             concurrency: 32,
@@ -53,6 +58,7 @@ impl Default for SchedulerOptions {
                 cap: Duration::from_secs(5),
                 jitter: 0.5,
             },
+            stats_every: Duration::from_secs(10),
         }
     }
 }

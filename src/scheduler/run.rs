@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::job::{JobRun, JobService};
 use super::report::{JobEnd, SchedulerReport};
 use super::{Scheduler, SchedulerOptions};
+use crate::metrics::QueueMetrics;
 use crate::queue::Codec;
 use crate::store::QueueStore;
 
@@ -36,7 +37,10 @@ where
             max_idle,
             shutdown_grace,
             error_backoff,
+            stats_every,
         } = options;
+        let metrics = QueueMetrics::new(queue.name());
+        let mut stats_due = Instant::now();
         let slots = Arc::new(Semaphore::new(concurrency.clamp(1, Semaphore::MAX_PERMITS)));
         let abandon = CancellationToken::new();
         let mut running = JoinSet::new();
@@ -48,6 +52,13 @@ where
         loop {
             while let Some(ended) = running.try_join_next() {
                 report.record(job_end(ended));
+            }
+            if !stats_every.is_zero() && Instant::now() >= stats_due {
+                stats_due = Instant::now() + stats_every;
+                match queue.stats().await {
+                    Ok(stats) => metrics.record_stats(stats),
+                    Err(error) => tracing::debug!(%error, "cannot count the queue's jobs"),
+                }
             }
             let free = slots.available_permits().min(batch.max(1));
             if free == 0 {
@@ -80,6 +91,7 @@ where
                             lease_ttl: lease,
                             error_backoff,
                             abandon: abandon.clone(),
+                            metrics: metrics.clone(),
                         };
                         running.spawn(async move {
                             let end = run.run(job, claimed_at).await;

@@ -1,0 +1,70 @@
+//! Metrics, through the [`metrics`] facade: install any recorder (Prometheus, StatsD, ...) and
+//! these appear; without one they cost next to nothing.
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `redefer_lock_acquired_total` | counter | | locks taken |
+//! | `redefer_lock_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer` | held locks met, by what the strategy decided |
+//! | `redefer_lock_lost_total` | counter | | handlers stopped because their lock was lost |
+//! | `redefer_lock_hold_seconds` | histogram | | from acquire to release |
+//! | `redefer_jobs_reinjected_total` | counter | `queue` | jobs a scheduler ran through the stack |
+//! | `redefer_jobs_acked_total` | counter | `queue` | jobs handled and acknowledged |
+//! | `redefer_jobs_retried_total` | counter | `queue` | failed attempts put back to wait (the lock still held included) |
+//! | `redefer_jobs_buried_total` | counter | `queue` | jobs moved to the dead-letter set |
+//! | `redefer_promotion_lag_seconds` | histogram | `queue` | start of handling minus due time |
+//! | `redefer_queue_jobs` | gauge | `queue`, `state`: `waiting`, `in_flight`, `dead` | a scheduler's last look at its queue |
+//!
+//! `examples/http.rs` serves them in Prometheus's text format.
+
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+
+use crate::queue::QueueName;
+use crate::store::QueueStats;
+
+pub(crate) const LOCK_ACQUIRED: &str = "redefer_lock_acquired_total";
+pub(crate) const LOCK_CONFLICTS: &str = "redefer_lock_conflicts_total";
+pub(crate) const LOCK_LOST: &str = "redefer_lock_lost_total";
+pub(crate) const LOCK_HOLD: &str = "redefer_lock_hold_seconds";
+
+/// A conflict, counted by what the strategy decided.
+pub(crate) fn conflict(decision: &'static str) {
+    counter!(LOCK_CONFLICTS, "decision" => decision).increment(1);
+}
+
+/// One queue's handles, registered once per scheduler so that the queue label is not built
+/// again for every job.
+#[derive(Clone)]
+pub(crate) struct QueueMetrics {
+    pub(crate) reinjected: Counter,
+    pub(crate) acked: Counter,
+    pub(crate) retried: Counter,
+    pub(crate) buried: Counter,
+    pub(crate) lag: Histogram,
+    waiting: Gauge,
+    in_flight: Gauge,
+    dead: Gauge,
+}
+
+impl QueueMetrics {
+    pub(crate) fn new(queue: &QueueName) -> Self {
+        let name = queue.as_str().to_string();
+        let state =
+            |state: &'static str| gauge!("redefer_queue_jobs", "queue" => name.clone(), "state" => state);
+        QueueMetrics {
+            reinjected: counter!("redefer_jobs_reinjected_total", "queue" => name.clone()),
+            acked: counter!("redefer_jobs_acked_total", "queue" => name.clone()),
+            retried: counter!("redefer_jobs_retried_total", "queue" => name.clone()),
+            buried: counter!("redefer_jobs_buried_total", "queue" => name.clone()),
+            lag: histogram!("redefer_promotion_lag_seconds", "queue" => name.clone()),
+            waiting: state("waiting"),
+            in_flight: state("in_flight"),
+            dead: state("dead"),
+        }
+    }
+
+    pub(crate) fn record_stats(&self, stats: QueueStats) {
+        self.waiting.set(stats.waiting as f64);
+        self.in_flight.set(stats.in_flight as f64);
+        self.dead.set(stats.dead as f64);
+    }
+}
