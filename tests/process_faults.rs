@@ -5,7 +5,6 @@ mod support;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -14,7 +13,7 @@ use redefer::store::{Acquisition, LockStore};
 use redefer::{LockKey, LockToken};
 use serde::{Deserialize, Serialize};
 
-use support::{RedisServer, eventually, unique_prefix};
+use support::{RedisServer, eventually, example_binary, unique_prefix};
 
 /// Sends a signal to a process by pid.
 fn signal(child: &Child, name: &str) {
@@ -61,27 +60,8 @@ struct Task {
     work_ms: u64,
 }
 
-/// `target/<profile>/examples/worker`, built by `cargo test` with the other examples.
-fn worker_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let worker = profile_dir.join("examples").join("worker");
-    if !worker.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", "worker"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo build --example worker");
-        assert!(status.success());
-    }
-    worker
-}
-
 fn start_worker(url: &str, config: &std::path::Path, name: &str) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(worker_binary())
+    let mut child = Command::new(example_binary("worker"))
         .env("REDIS_URL", url)
         .env("REDEFER_CONFIG", config)
         .env("WORKER_NAME", name)

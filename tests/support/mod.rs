@@ -270,6 +270,31 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// `target/<profile>/examples/<name>`, which `cargo test` builds with the other examples;
+/// built here when missing (a filtered test run).
+pub fn example_binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let binary = profile_dir.join("examples").join(name);
+    if !binary.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--example", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo build --example");
+        assert!(status.success(), "cargo build --example {name}");
+    }
+    binary
+}
+
+/// A free loopback port.
+pub fn free_loopback_port() -> u16 {
+    free_port()
+}
+
 /// A free port whose cluster bus port (+10000) is free too.
 fn free_cluster_port() -> u16 {
     loop {

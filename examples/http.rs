@@ -1,0 +1,212 @@
+//! An axum service whose order updates run under redefer's lock layer.
+//!
+//! ```text
+//! cargo run --example http          # PORT (default 3000); REDIS_URL to use Redis, else in memory
+//!
+//! curl -X PUT localhost:3000/orders/7 -H 'content-type: application/json' -d '{"note":"paid","work_ms":2000}'
+//! curl -X PUT localhost:3000/orders/7 -H 'content-type: application/json' -d '{"note":"shipped"}'
+//!     # while the first runs: 409 Conflict, Retry-After: 5
+//! curl -X PUT localhost:3000/orders/7 -H 'prefer: respond-async' -H 'content-type: application/json' -d '{"note":"shipped"}'
+//!     # while the first runs: 202 Accepted {"job_id": ...}; the scheduler applies it afterwards
+//! curl localhost:3000/orders/7      # the order's last note and the fencing token it was written under
+//! curl localhost:3000/metrics       # Prometheus text
+//! ```
+//!
+//! The HTTP handlers turn requests into `UpdateOrder` values, which the lock stack can defer
+//! (they serialize), and turn outcomes back into HTTP: `200` done, `409` with `Retry-After`
+//! (seconds, rounded up) when the order is locked, `202` with the job id when the client sent
+//! `Prefer: respond-async` (RFC 7240) and the request was deferred.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use redefer::queue::DelayQueue;
+use redefer::store::{LockStore, QueueStore};
+use redefer::strategy::Defer;
+use redefer::{
+    Error, LockLayer, MemoryStore, Outcome, RedisStore, Scheduler, SchedulerOptions, current_lock,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, ServiceExt, service_fn};
+
+/// What the lock stack handles: one change to one order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct UpdateOrder {
+    order: u64,
+    note: String,
+    work_ms: u64,
+}
+
+/// An order as last written, with the fencing token of the lock it was written under.
+#[derive(Debug, Clone, Serialize)]
+struct OrderState {
+    order: u64,
+    note: String,
+    fence: u64,
+}
+
+/// The body of `PUT /orders/{id}`.
+#[derive(Debug, Deserialize)]
+struct Change {
+    note: String,
+    /// How long the change takes, to make conflicts easy to see (at most 10 s).
+    #[serde(default)]
+    work_ms: u64,
+}
+
+type Stack = BoxCloneSyncService<UpdateOrder, Outcome<OrderState>, Error<Infallible>>;
+
+#[derive(Clone)]
+struct App {
+    fail_fast: Stack,
+    deferring: Stack,
+    orders: Arc<Mutex<HashMap<u64, OrderState>>>,
+    metrics: PrometheusHandle,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let metrics = PrometheusBuilder::new().install_recorder()?;
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
+    let router = match std::env::var("REDIS_URL") {
+        Ok(url) => app(
+            RedisStore::builder()
+                .prefix("redefer-http")?
+                .connect(&url)
+                .await?,
+            metrics,
+        )?,
+        Err(_) => app(MemoryStore::new(), metrics)?,
+    };
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, router).await?;
+    Ok(())
+}
+
+/// The routes, over `store`, with a scheduler re-injecting deferred changes.
+fn app<S: LockStore + QueueStore>(
+    store: S,
+    metrics: PrometheusHandle,
+) -> Result<Router, Box<dyn std::error::Error>> {
+    let orders: Arc<Mutex<HashMap<u64, OrderState>>> = Arc::default();
+    let written = orders.clone();
+    let handler = service_fn(move |change: UpdateOrder| {
+        let written = written.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(change.work_ms.min(10_000))).await;
+            let fence = current_lock().map_or(0, |lock| lock.fence.0);
+            let state = OrderState {
+                order: change.order,
+                note: change.note,
+                fence,
+            };
+            // A real handler would pass `fence` to its database with the write.
+            written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(state.order, state.clone());
+            Ok::<_, Infallible>(state)
+        }
+    });
+    let queue = DelayQueue::<UpdateOrder, _>::new(store.clone(), "order-updates")?;
+    let lock = LockLayer::new(store, |change: &UpdateOrder| {
+        Some(format!("order:{}", change.order))
+    })
+    .ttl(Duration::from_secs(5));
+    let fail_fast = lock.clone().layer(handler.clone());
+    let deferring = lock.on_conflict(Defer::new(queue.clone())).layer(handler);
+    let options = SchedulerOptions {
+        max_idle: Duration::from_millis(500),
+        ..SchedulerOptions::default()
+    };
+    // Runs until the process ends; a service with its own shutdown would keep the handle.
+    let _scheduler = Scheduler::new(queue, deferring.clone()).options(options).start();
+    let app = App {
+        fail_fast: BoxCloneSyncService::new(fail_fast),
+        deferring: BoxCloneSyncService::new(deferring),
+        orders,
+        metrics,
+    };
+    Ok(Router::new()
+        .route("/orders/{order}", get(show).put(update))
+        .route(
+            "/metrics",
+            get(|State(app): State<App>| async move { app.metrics.render() }),
+        )
+        .with_state(app))
+}
+
+async fn update(
+    State(app): State<App>,
+    Path(order): Path<u64>,
+    headers: HeaderMap,
+    Json(change): Json<Change>,
+) -> Response {
+    let change = UpdateOrder {
+        order,
+        note: change.note,
+        work_ms: change.work_ms,
+    };
+    let stack = if prefers_async(&headers) {
+        app.deferring
+    } else {
+        app.fail_fast
+    };
+    match stack.oneshot(change).await {
+        Ok(Outcome::Done(state)) => (StatusCode::OK, Json(state)).into_response(),
+        Ok(Outcome::Deferred(deferred)) => {
+            let due_in = deferred.due.duration_since(SystemTime::now()).unwrap_or_default();
+            let body = json!({ "job_id": deferred.job_id, "due_in_ms": due_in.as_millis() as u64 });
+            (StatusCode::ACCEPTED, Json(body)).into_response()
+        }
+        Err(Error::Locked { retry_after, .. }) => {
+            // Whole seconds, rounded up: a client retrying sooner would meet the lock again.
+            let seconds = retry_after
+                .map_or(1, |after| after.as_secs() + u64::from(after.subsec_nanos() > 0))
+                .max(1);
+            let body = json!({ "error": format!("order {order} is being changed by another request"), "retry_after_s": seconds });
+            (
+                StatusCode::CONFLICT,
+                [(header::RETRY_AFTER, seconds.to_string())],
+                Json(body),
+            )
+                .into_response()
+        }
+        Err(error) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "error": error.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
+async fn show(State(app): State<App>, Path(order): Path<u64>) -> Response {
+    match app.orders.lock().unwrap_or_else(|e| e.into_inner()).get(&order) {
+        Some(state) => Json(state.clone()).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// Whether the client asked to be answered at once and served later (`Prefer: respond-async`).
+fn prefers_async(headers: &HeaderMap) -> bool {
+    headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|preference| preference.trim().eq_ignore_ascii_case("respond-async"))
+}
