@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use redefer::Backoff;
 use redefer::queue::{AfterFailure, DelayQueue, JobId, QueueError, RetryPolicy};
-use redefer::store::{Cancelled, Due, QueueStats, QueueStore, RawJobState};
+use redefer::store::{Cancelled, Due, JobSet, QueueStats, QueueStore, RawJobState};
 use tokio::sync::Mutex;
 
 use support::{eventually, for_each_store};
@@ -384,6 +384,58 @@ async fn a_sharded_queue_serves_every_shard_and_behaves_as_one_queue<St: QueueSt
     assert_eq!(q.stats().await.unwrap(), QueueStats::default());
 }
 
+async fn operators_can_list_requeue_and_purge<St: QueueStore>(store: St) {
+    let q = queue(store).shards(2).unwrap();
+    let later = q.push(&"later".into(), Duration::from_secs(60)).await.unwrap().id;
+    for n in 0..3 {
+        q.push(&format!("doomed {n}"), Duration::ZERO).await.unwrap();
+    }
+    let claimed = q.claim(10, LEASE).await.unwrap();
+    assert_eq!(claimed.jobs.len(), 3);
+    for job in &claimed.jobs {
+        assert!(q.bury(&job.lease, "broken").await.unwrap());
+    }
+    let waiting = q.list(JobSet::Waiting, 10).await.unwrap();
+    assert_eq!(
+        waiting.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        [later.as_str()]
+    );
+    let dead = q.list(JobSet::Dead, 10).await.unwrap();
+    assert_eq!(dead.len(), 3);
+    assert!(dead.iter().all(|e| e.reason.as_deref() == Some("broken")));
+    assert!(dead.iter().all(|e| {
+        e.envelope
+            .as_ref()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .payload
+            .starts_with("doomed")
+    }));
+    assert_eq!(q.list(JobSet::Dead, 2).await.unwrap().len(), 2, "the limit holds");
+
+    let one = JobId::new(dead[0].id.as_str()).unwrap();
+    assert_eq!(q.requeue(std::slice::from_ref(&one)).await.unwrap(), 1);
+    assert_eq!(
+        q.requeue(std::slice::from_ref(&one)).await.unwrap(),
+        0,
+        "no longer dead"
+    );
+    assert_eq!(q.stats().await.unwrap(), stats(2, 1, 0, 2));
+    assert_eq!(
+        q.claim(10, LEASE).await.unwrap().jobs[0].envelope.id,
+        one,
+        "requeued jobs are due at once"
+    );
+    assert_eq!(q.requeue_dead().await.unwrap(), 2);
+    assert_eq!(q.stats().await.unwrap(), stats(3, 2, 1, 0));
+
+    assert_eq!(q.purge(JobSet::Waiting).await.unwrap(), 3);
+    assert_eq!(q.purge(JobSet::InFlight).await.unwrap(), 1);
+    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert!(q.job(&later).await.unwrap().is_none(), "purged with its bytes");
+}
+
 for_each_store!(
     a_pushed_job_is_claimed_once_and_acked,
     only_due_jobs_are_claimed_in_due_order,
@@ -399,4 +451,5 @@ for_each_store!(
     pushing_an_earlier_job_wakes_the_queue_s_watchers,
     hostile_queue_names_are_independent_queues,
     a_sharded_queue_serves_every_shard_and_behaves_as_one_queue,
+    operators_can_list_requeue_and_purge,
 );

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use super::{Codec, Envelope, JobId, Json, QueueError, QueueName, RetryPolicy, Shards};
 use crate::error::KeyError;
 use crate::lock::LockToken;
-use crate::store::{Cancelled, Due, QueueStats, QueueStore, RawJobState, Wakeups};
+use crate::store::{Cancelled, Due, JobSet, MAX_PAGE, QueueStats, QueueStore, RawJobState, Wakeups};
 
 /// The default largest encoded job: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
@@ -148,6 +148,19 @@ pub enum AfterFailure {
     },
     /// The lease ran out before: another claimer has the job now, or it was deleted.
     LeaseLost,
+}
+
+/// One entry of [`DelayQueue::list`].
+#[derive(Debug)]
+pub struct ListedEntry<T> {
+    /// The id as found (another client may have written one that is not a valid job id).
+    pub id: String,
+    /// When it is due, its lease runs out, or it was buried, by set.
+    pub at: SystemTime,
+    /// Its envelope, or why it does not decode (`None` when it has no bytes).
+    pub envelope: Option<Result<Envelope<T>, String>>,
+    /// Why it was buried (dead set only).
+    pub reason: Option<String>,
 }
 
 /// One job as read by [`DelayQueue::job`].
@@ -456,6 +469,84 @@ where
             total.dead += stats.dead;
         }
         Ok(total)
+    }
+
+    /// Up to `limit` entries of `set` (of every shard), oldest first. Bytes that do not decode
+    /// are reported as such, never as an error.
+    pub async fn list(&self, set: JobSet, limit: usize) -> Result<Vec<ListedEntry<T>>, QueueError> {
+        let mut entries = Vec::new();
+        for shard in self.shards.names() {
+            for listed in self.store.list(shard, set, 0, limit.min(MAX_PAGE)).await? {
+                let envelope = listed.envelope.map(|bytes| match JobId::new(listed.id.as_str()) {
+                    Ok(id) => self.decode(&id, &bytes),
+                    Err(error) => Err(error.to_string()),
+                });
+                entries.push(ListedEntry {
+                    id: listed.id,
+                    at: listed.at,
+                    envelope,
+                    reason: listed.reason,
+                });
+            }
+        }
+        entries.sort_by_key(|entry| entry.at);
+        entries.truncate(limit);
+        Ok(entries)
+    }
+
+    /// Moves dead jobs back to wait, due now, with their attempts as they were (so a job that
+    /// fails again is buried again); how many were dead and moved.
+    pub async fn requeue(&self, ids: &[JobId]) -> Result<usize, QueueError> {
+        let mut moved = 0;
+        for shard in self.shards.names() {
+            let here: Vec<JobId> = ids
+                .iter()
+                .filter(|id| self.shards.of(id) == shard)
+                .cloned()
+                .collect();
+            for page in here.chunks(MAX_PAGE) {
+                moved += self.store.requeue(shard, page).await?;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Moves every dead job with a valid id back to wait (see [`requeue`](Self::requeue)); how
+    /// many moved. Entries that are not jobs of ours stay in the dead-letter set.
+    pub async fn requeue_dead(&self) -> Result<usize, QueueError> {
+        let mut moved = 0;
+        for shard in self.shards.names() {
+            let mut skipped = 0;
+            loop {
+                let page = self.store.list(shard, JobSet::Dead, skipped, MAX_PAGE).await?;
+                if page.is_empty() {
+                    break;
+                }
+                let ids: Vec<JobId> = page
+                    .iter()
+                    .filter_map(|entry| JobId::new(entry.id.as_str()).ok())
+                    .collect();
+                let now_moved = self.store.requeue(shard, &ids).await?;
+                moved += now_moved;
+                skipped += page.len() - now_moved;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Deletes every job of `set`, bytes and all; how many.
+    pub async fn purge(&self, set: JobSet) -> Result<usize, QueueError> {
+        let mut purged = 0;
+        for shard in self.shards.names() {
+            loop {
+                let now_purged = self.store.purge(shard, set, MAX_PAGE).await?;
+                purged += now_purged;
+                if now_purged < MAX_PAGE {
+                    break;
+                }
+            }
+        }
+        Ok(purged)
     }
 
     /// Wake-ups for a scheduler of this queue: any shard's.

@@ -12,7 +12,8 @@ mod shards;
 
 pub use self::codec::{Codec, Json};
 pub use self::delay_queue::{
-    AfterFailure, Claimed, ClaimedJob, DEFAULT_MAX_PAYLOAD, DelayQueue, JobInfo, Lease, Scheduled,
+    AfterFailure, Claimed, ClaimedJob, DEFAULT_MAX_PAYLOAD, DelayQueue, JobInfo, Lease, ListedEntry,
+    Scheduled,
 };
 pub use self::envelope::Envelope;
 pub use self::error::QueueError;

@@ -68,6 +68,15 @@ pub(crate) struct QueueKeys {
 }
 
 impl QueueKeys {
+    /// The sorted set that holds `set`.
+    pub(crate) fn set(&self, set: crate::store::JobSet) -> &str {
+        match set {
+            crate::store::JobSet::Waiting => &self.delayed,
+            crate::store::JobSet::InFlight => &self.inflight,
+            crate::store::JobSet::Dead => &self.dead,
+        }
+    }
+
     pub(crate) fn new(prefix: &Prefix, name: &QueueName) -> Self {
         let key = |suffix| prefix.tagged("q", name.as_str(), suffix);
         QueueKeys {

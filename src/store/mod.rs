@@ -9,6 +9,7 @@ mod redis;
 pub use self::lock::{Acquisition, LockStore};
 pub use self::memory::MemoryStore;
 pub use self::queue::{
-    Cancelled, ClaimBatch, Due, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
+    Cancelled, ClaimBatch, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim, RawJob,
+    RawJobState, Wakeups,
 };
-pub use self::redis::{RedisStore, RedisStoreBuilder};
+pub use self::redis::{LockInfo, RedisStore, RedisStoreBuilder};

@@ -72,6 +72,34 @@ pub struct RawJob {
     pub envelope: Option<Vec<u8>>,
 }
 
+/// The most entries one listing, requeue or purge call handles: the bound on one script's work.
+pub const MAX_PAGE: usize = 1000;
+
+/// One of a queue's sets of jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobSet {
+    /// Waiting to become due (or due and not yet claimed).
+    Waiting,
+    /// Claimed by a scheduler.
+    InFlight,
+    /// In the dead-letter set.
+    Dead,
+}
+
+/// One entry of a listing, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedJob {
+    /// The id as found: another client may have written one that is not a valid job id.
+    pub id: String,
+    /// When it is due (waiting), its lease runs out (in flight) or it was buried (dead).
+    pub at: SystemTime,
+    /// Its envelope bytes, if any.
+    pub envelope: Option<Vec<u8>>,
+    /// Why it was buried (dead only).
+    pub reason: Option<String>,
+}
+
 /// What a cancellation found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cancelled {
@@ -231,6 +259,30 @@ pub trait QueueStore: Clone + Send + Sync + 'static {
 
     /// Counts the queue's jobs.
     fn stats(&self, queue: &QueueName) -> impl Future<Output = Result<QueueStats, StoreError>> + Send;
+
+    /// Up to `limit` (at most [`MAX_PAGE`]) entries of `set` from `offset`, in time order.
+    fn list(
+        &self,
+        queue: &QueueName,
+        set: JobSet,
+        offset: usize,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<ListedJob>, StoreError>> + Send;
+
+    /// Moves the dead jobs among `ids` (at most [`MAX_PAGE`]) back to wait, due now; how many moved.
+    fn requeue(
+        &self,
+        queue: &QueueName,
+        ids: &[JobId],
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
+    /// Deletes up to `limit` (at most [`MAX_PAGE`]) jobs of `set`; how many were deleted.
+    fn purge(
+        &self,
+        queue: &QueueName,
+        set: JobSet,
+        limit: usize,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
 
     /// Wake-ups for a scheduler of `queue`.
     fn wakeups(&self, queue: &QueueName) -> Wakeups;

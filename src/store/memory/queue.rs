@@ -12,7 +12,8 @@ use crate::lock::LockToken;
 use crate::queue::{JobId, QueueName};
 use crate::store::queue::{from_epoch_ms, to_epoch_ms};
 use crate::store::{
-    Cancelled, ClaimBatch, Due, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
+    Cancelled, ClaimBatch, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim, RawJob,
+    RawJobState, Wakeups,
 };
 
 /// One queue: the same sets as in Redis, scores in ms since the epoch.
@@ -306,6 +307,87 @@ impl QueueStore for MemoryStore {
                 in_flight: q.inflight.len() as u64,
                 dead: q.dead.len() as u64,
             }
+        }))
+    }
+
+    async fn list(
+        &self,
+        queue: &QueueName,
+        set: JobSet,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<ListedJob>, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            let entries: Vec<(i64, JobId)> = match set {
+                JobSet::Waiting => q.delayed.iter().cloned().collect(),
+                JobSet::InFlight => q.inflight.iter().cloned().collect(),
+                JobSet::Dead => {
+                    let mut dead: Vec<_> = q.dead.iter().map(|(id, (at, _))| (*at, id.clone())).collect();
+                    dead.sort();
+                    dead
+                }
+            };
+            entries
+                .into_iter()
+                .skip(offset)
+                .take(limit.min(MAX_PAGE))
+                .map(|(at, id)| ListedJob {
+                    envelope: q.jobs.get(&id).cloned(),
+                    reason: q.dead.get(&id).map(|(_, reason)| reason.clone()),
+                    id: id.to_string(),
+                    at: from_epoch_ms(at),
+                })
+                .collect()
+        }))
+    }
+
+    async fn requeue(&self, queue: &QueueName, ids: &[JobId]) -> Result<usize, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            let now = now_ms();
+            let mut moved = 0;
+            for id in ids.iter().take(MAX_PAGE) {
+                if q.dead.remove(id).is_some() {
+                    q.schedule(id.clone(), now);
+                    moved += 1;
+                }
+            }
+            moved
+        }))
+    }
+
+    async fn purge(&self, queue: &QueueName, set: JobSet, limit: usize) -> Result<usize, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            let ids: Vec<JobId> = match set {
+                JobSet::Waiting => q
+                    .delayed
+                    .iter()
+                    .map(|(_, id)| id.clone())
+                    .take(limit.clamp(1, MAX_PAGE))
+                    .collect(),
+                JobSet::InFlight => q
+                    .inflight
+                    .iter()
+                    .map(|(_, id)| id.clone())
+                    .take(limit.clamp(1, MAX_PAGE))
+                    .collect(),
+                JobSet::Dead => {
+                    let mut dead: Vec<_> = q.dead.iter().map(|(id, (at, _))| (*at, id.clone())).collect();
+                    dead.sort();
+                    dead.into_iter()
+                        .map(|(_, id)| id)
+                        .take(limit.clamp(1, MAX_PAGE))
+                        .collect()
+                }
+            };
+            for id in &ids {
+                q.unschedule(id);
+                if let Some((deadline, _)) = q.leases.remove(id) {
+                    q.inflight.remove(&(deadline, id.clone()));
+                }
+                q.dead.remove(id);
+                q.jobs.remove(id);
+            }
+            ids.len()
         }))
     }
 

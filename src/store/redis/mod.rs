@@ -1,9 +1,12 @@
 //! The Redis store: Lua scripts over any async redis-rs connection, single node or cluster.
 
 mod lock;
+mod locks;
 mod queue;
 mod scripts;
 mod wake;
+
+pub use self::locks::LockInfo;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,8 +8,8 @@ use tokio::sync::watch;
 use super::RedisStore;
 use super::lock::millis;
 use super::scripts::{
-    QUEUE_ACK, QUEUE_BURY, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_INSPECT, QUEUE_PUSH, QUEUE_RETRY,
-    QUEUE_STATS,
+    QUEUE_ACK, QUEUE_BURY, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PURGE,
+    QUEUE_PUSH, QUEUE_REQUEUE, QUEUE_RETRY, QUEUE_STATS,
 };
 use super::wake::forward_wakeups;
 use crate::error::StoreError;
@@ -17,7 +17,8 @@ use crate::lock::LockToken;
 use crate::queue::{JobId, QueueKeys, QueueName};
 use crate::store::queue::{from_epoch_ms, to_epoch_ms};
 use crate::store::{
-    Cancelled, ClaimBatch, Due, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
+    Cancelled, ClaimBatch, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim, RawJob,
+    RawJobState, Wakeups,
 };
 
 impl<C> RedisStore<C> {
@@ -25,6 +26,9 @@ impl<C> RedisStore<C> {
         QueueKeys::new(&self.prefix, queue)
     }
 }
+
+/// One entry of the list script's reply: id bytes, time ms, envelope, bury reason.
+type ListReply = (Vec<u8>, i64, Option<Vec<u8>>, Option<String>);
 
 /// A delay in milliseconds for a script: zero stays zero (due now), unlike a TTL.
 fn delay_millis(delay: Duration) -> u64 {
@@ -241,6 +245,60 @@ where
             in_flight,
             dead,
         })
+    }
+
+    async fn list(
+        &self,
+        queue: &QueueName,
+        set: JobSet,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<ListedJob>, StoreError> {
+        let keys = self.keys(queue);
+        let page: Vec<ListReply> = QUEUE_LIST
+            .key(keys.set(set))
+            .key(&keys.jobs)
+            .key(&keys.errors)
+            .arg(offset)
+            .arg(limit.min(MAX_PAGE))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(page
+            .into_iter()
+            .map(|(id, at, envelope, reason)| ListedJob {
+                id: String::from_utf8_lossy(&id).into_owned(),
+                at: from_epoch_ms(at),
+                envelope,
+                reason,
+            })
+            .collect())
+    }
+
+    async fn requeue(&self, queue: &QueueName, ids: &[JobId]) -> Result<usize, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let keys = self.keys(queue);
+        let mut invocation = QUEUE_REQUEUE.key(&keys.dead);
+        invocation.key(&keys.errors).key(&keys.delayed).arg(&keys.wake);
+        for id in ids.iter().take(MAX_PAGE) {
+            invocation.arg(id.as_str());
+        }
+        let moved: usize = invocation.invoke_async(&mut self.conn.clone()).await?;
+        Ok(moved)
+    }
+
+    async fn purge(&self, queue: &QueueName, set: JobSet, limit: usize) -> Result<usize, StoreError> {
+        let keys = self.keys(queue);
+        let purged: usize = QUEUE_PURGE
+            .key(keys.set(set))
+            .key(&keys.jobs)
+            .key(&keys.errors)
+            .key(&keys.leases)
+            .arg(limit.clamp(1, MAX_PAGE))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(purged)
     }
 
     fn wakeups(&self, queue: &QueueName) -> Wakeups {

@@ -26,3 +26,6 @@ script!(QUEUE_EXTEND, "queue_extend.lua");
 script!(QUEUE_CANCEL, "queue_cancel.lua");
 script!(QUEUE_INSPECT, "queue_inspect.lua");
 script!(QUEUE_STATS, "queue_stats.lua");
+script!(QUEUE_LIST, "queue_list.lua");
+script!(QUEUE_REQUEUE, "queue_requeue.lua");
+script!(QUEUE_PURGE, "queue_purge.lua");

@@ -1,0 +1,146 @@
+//! The `redefer` command against a real Redis: stats, list (undecodable bytes shown as such),
+//! show, requeue, purge, locks; JSON and tables.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use redefer::queue::DelayQueue;
+use redefer::store::LockStore;
+use redefer::{LockKey, LockToken};
+use serde_json::Value;
+
+use support::RedisServer;
+
+/// Runs `redefer <args>` against `server` under `prefix`; its stdout, or its stderr on failure.
+fn redefer(server: &RedisServer, prefix: &str, args: &[&str]) -> Result<String, String> {
+    let output = Command::new(env!("CARGO_BIN_EXE_redefer"))
+        .args(["--url", &server.url(), "--prefix", prefix, "--queue", "orders"])
+        .args(args)
+        .output()
+        .expect("run redefer");
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+fn json(server: &RedisServer, prefix: &str, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    serde_json::from_str(&redefer(server, prefix, &all).expect("redefer succeeds")).expect("JSON output")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_inspects_and_operates_a_queue_and_its_locks() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    queue
+        .push(&serde_json::json!({ "order": 1 }), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let doomed = queue
+        .push(&serde_json::json!({ "order": 2 }), Duration::ZERO)
+        .await
+        .unwrap()
+        .id;
+    let job = queue
+        .claim(10, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .jobs
+        .remove(0);
+    assert!(queue.bury(&job.lease, "boom").await.unwrap());
+    // Bytes another tool wrote, in the dead-letter set.
+    let key = |suffix: &str| format!("{prefix}:q:{{orders}}:{suffix}");
+    let _: i64 = server
+        .cmd(
+            redis::cmd("HSET")
+                .arg(key("jobs"))
+                .arg("garbage")
+                .arg("\u{1}not json"),
+        )
+        .await;
+    let _: i64 = server
+        .cmd(redis::cmd("ZADD").arg(key("dead")).arg(1).arg("garbage"))
+        .await;
+    let _: i64 = server
+        .cmd(
+            redis::cmd("HSET")
+                .arg(key("errors"))
+                .arg("garbage")
+                .arg("cannot decode"),
+        )
+        .await;
+    store
+        .try_acquire(
+            &LockKey::new("order:{7}").unwrap(),
+            LockToken::random(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+
+    let stats = json(&server, &prefix, &["stats"]);
+    assert_eq!(
+        (stats["waiting"].as_u64(), stats["dead"].as_u64()),
+        (Some(1), Some(2))
+    );
+
+    let dead = json(&server, &prefix, &["list", "dead"]);
+    let dead = dead.as_array().unwrap();
+    assert_eq!(dead.len(), 2);
+    let garbage = dead.iter().find(|row| row["id"] == "garbage").unwrap();
+    assert!(
+        garbage["undecodable"].as_str().unwrap().contains("cannot decode"),
+        "{garbage}"
+    );
+    let buried = dead.iter().find(|row| row["id"] == doomed.as_str()).unwrap();
+    assert_eq!(buried["reason"], "boom");
+    assert_eq!(buried["payload"], r#"{"order":2}"#);
+    // The same as a table, for people.
+    let table = redefer(&server, &prefix, &["list", "dead"]).unwrap();
+    assert!(
+        table.contains("garbage") && table.contains("boom") && table.contains("undecodable"),
+        "{table}"
+    );
+
+    let shown = json(&server, &prefix, &["show", doomed.as_str()]);
+    assert_eq!(shown["state"], "dead");
+    assert_eq!(shown["envelope"]["payload"]["order"], 2);
+    assert!(redefer(&server, &prefix, &["show", "no-such-job"]).is_err());
+
+    assert_eq!(
+        json(&server, &prefix, &["requeue", doomed.as_str()])["requeued"],
+        1
+    );
+    assert_eq!(
+        json(&server, &prefix, &["requeue", "--all"])["requeued"],
+        1,
+        "the garbage entry has a valid id"
+    );
+    let stats = json(&server, &prefix, &["stats"]);
+    assert_eq!(
+        (stats["waiting"].as_u64(), stats["dead"].as_u64()),
+        (Some(3), Some(0))
+    );
+
+    let refused = redefer(&server, &prefix, &["purge", "waiting"]).unwrap_err();
+    assert!(refused.contains("--yes"), "{refused}");
+    assert_eq!(
+        json(&server, &prefix, &["purge", "waiting", "--yes"])["purged"],
+        3
+    );
+    assert_eq!(json(&server, &prefix, &["stats"])["waiting"], 0);
+
+    let locks = json(&server, &prefix, &["locks"]);
+    let locks = locks.as_array().unwrap();
+    assert_eq!(locks.len(), 1);
+    assert_eq!(locks[0]["key"], "order:{7}", "the key as the application gave it");
+    assert_eq!(locks[0]["fence"], 1);
+    assert!(locks[0]["remaining_ms"].as_u64().unwrap() > 50_000);
+}
