@@ -10,6 +10,24 @@ use crate::renewal::LockLost;
 
 /// Why a call through [`LockService`](crate::LockService) failed. `E` is the inner service's
 /// error.
+///
+/// An HTTP service answers a refused request with `409 Conflict` and `Retry-After`:
+///
+/// ```
+/// use std::time::Duration;
+/// use redefer::{Error, LockKey};
+///
+/// fn respond(error: &Error<std::io::Error>) -> (u16, Option<u64>) {
+///     match error {
+///         Error::Locked { retry_after, .. } => (409, retry_after.map(|after| after.as_secs_f64().ceil() as u64)),
+///         Error::Store(_) => (503, None),
+///         _ => (500, None),
+///     }
+/// }
+/// let locked = Error::Locked { key: LockKey::new("order:7")?, retry_after: Some(Duration::from_millis(1500)) };
+/// assert_eq!(respond(&locked), (409, Some(2)));
+/// # Ok::<(), redefer::KeyError>(())
+/// ```
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum Error<E> {

@@ -6,6 +6,18 @@ use crate::queue::JobId;
 
 /// The result of a call through [`LockService`](crate::LockService) that did not fail: either
 /// the inner service's response, or a deferral of the request to run later.
+///
+/// ```
+/// use redefer::Outcome;
+///
+/// fn status(outcome: &Outcome<String>) -> u16 {
+///     match outcome {
+///         Outcome::Done(_) => 200,
+///         Outcome::Deferred(_) => 202, // stored: it will run later
+///     }
+/// }
+/// assert_eq!(status(&Outcome::Done("ok".to_string())), 200);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[must_use = "a deferred request has not run yet"]
 pub enum Outcome<R> {

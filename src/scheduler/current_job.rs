@@ -25,6 +25,24 @@ pub struct CurrentJob {
 
 /// The job the current request runs for, when a [`Scheduler`](crate::Scheduler) re-injected it;
 /// `None` for requests that came from elsewhere.
+///
+/// Delivery is at-least-once: a handler with side effects can use the job id, the same across
+/// attempts, to do them once.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use redefer::current_job;
+/// use tower::service_fn;
+///
+/// let handler = service_fn(|charge: u64| async move {
+///     let idempotency_key = match current_job() {
+///         Some(job) => format!("job-{}", job.id),     // re-injected: stable across attempts
+///         None => format!("direct-{charge}"),         // a live request
+///     };
+///     Ok::<_, Infallible>(idempotency_key)
+/// });
+/// # let _ = handler;
+/// ```
 pub fn current_job() -> Option<CurrentJob> {
     CURRENT.try_with(CurrentJob::clone).ok()
 }

@@ -10,6 +10,27 @@ use crate::error::BoxError;
 /// turns it into `409 Conflict` or `429 Too Many Requests` with `Retry-After`.
 ///
 /// The default strategy of [`LockLayer`](crate::LockLayer).
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use redefer::{Error, LockKey, LockLayer, LockToken, MemoryStore};
+/// use redefer::store::LockStore;
+/// use tower::{service_fn, Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryStore::new();
+/// // Another request holds order 7 for 30 s.
+/// store.try_acquire(&LockKey::new("order:7")?, LockToken::random(), Duration::from_secs(30)).await?;
+///
+/// let service = LockLayer::new(store, |order: &u64| Some(format!("order:{order}")))
+///     .layer(service_fn(|_: u64| async { Ok::<_, Infallible>(()) }));
+/// match service.oneshot(7).await {
+///     Err(Error::Locked { retry_after: Some(after), .. }) => assert!(after <= Duration::from_secs(30)),
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FailFast;
 

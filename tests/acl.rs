@@ -1,0 +1,88 @@
+//! The least-privilege ACL user the README documents is enough for the lock layer, the queue,
+//! the scheduler (wake-ups included) and the command's `locks`.
+
+mod support;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use redefer::queue::DelayQueue;
+use redefer::store::QueueStats;
+use redefer::{LockLayer, RedisStore, Scheduler, SchedulerOptions};
+use tokio::sync::mpsc;
+use tower::{Layer, ServiceExt, service_fn};
+
+use support::{RedisServer, eventually};
+
+/// The rules of the README's `ACL SETUSER billing >secret ...` line, read from the README so
+/// that the documentation and this test cannot drift apart.
+fn readme_rules() -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+    readme
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("ACL SETUSER billing >secret "))
+        .expect("the README documents the ACL user")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_least_privilege_user_runs_everything() {
+    let server = RedisServer::start();
+    let readme = readme_rules();
+    let mut rules = vec!["SETUSER", "billing", ">secret"];
+    rules.extend(readme.split_whitespace());
+    let () = server.cmd(redis::cmd("ACL").arg(&rules)).await;
+    let url = format!("redis://billing:secret@127.0.0.1:{}", server.port());
+    let store = RedisStore::connect(&url).await.expect("the user can connect");
+
+    let queue = DelayQueue::<u64, _>::new(store.clone(), "charges").unwrap();
+    let (handled_tx, mut handled) = mpsc::unbounded_channel();
+    let service = LockLayer::new(store.clone(), |n: &u64| Some(format!("order:{n}"))).layer(service_fn(
+        move |n: u64| {
+            let handled_tx = handled_tx.clone();
+            async move {
+                handled_tx.send(n).unwrap();
+                Ok::<_, Infallible>(())
+            }
+        },
+    ));
+    assert!(
+        service.clone().oneshot(1).await.unwrap().done().is_some(),
+        "lock, handle, release"
+    );
+
+    // A long idle sleep: the job is picked up through the pub/sub wake-up only.
+    let options = SchedulerOptions {
+        max_idle: Duration::from_secs(30),
+        ..SchedulerOptions::default()
+    };
+    let scheduler = Scheduler::new(queue.clone(), service).options(options).start();
+    queue.push(&2, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), handled.recv())
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), handled.recv())
+            .await
+            .unwrap(),
+        Some(2)
+    );
+    eventually(Duration::from_secs(5), "acked", || async {
+        (queue.stats().await.unwrap() == QueueStats::default()).then_some(())
+    })
+    .await;
+    scheduler.shutdown().await;
+    assert!(store.locks(10).await.unwrap().is_empty());
+    let waiting = store.clone().wait_for_replicas(0, Duration::from_millis(10));
+    assert!(
+        LockLayer::new(waiting, |n: &u64| Some(format!("order:{n}")))
+            .layer(service_fn(|_: u64| async { Ok::<_, Infallible>(()) }))
+            .oneshot(3)
+            .await
+            .is_ok()
+    );
+}
