@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use support::{RedisServer, eventually, example_binary, free_loopback_port};
+use support::{RedisServer, eventually, example_binary, free_port};
 
 /// The example, listening on a free port; killed on drop.
 struct Service {
@@ -27,7 +27,7 @@ impl Drop for Service {
 }
 
 fn start(server: &RedisServer) -> Service {
-    let port = free_loopback_port();
+    let port = free_port();
     let mut child = Command::new(example_binary("http"))
         .env("PORT", port.to_string())
         .env("REDIS_URL", server.url())

@@ -181,7 +181,7 @@ mod stack {
     use tokio::sync::mpsc;
     use tower::{Layer, ServiceExt};
 
-    use crate::support::{RedisServer, eventually, unique_prefix};
+    use crate::support::{RedisServer, eventually};
 
     #[derive(Debug, Clone, Serialize, Deserialize)]
     struct Charge {
@@ -229,14 +229,7 @@ mod stack {
 
     /// The stack; the scheduler looks at an idle queue every `max_idle`.
     pub(super) async fn stack(server: &RedisServer, max_idle: Duration) -> Stack {
-        let store = RedisStore::builder()
-            .prefix(unique_prefix())
-            .unwrap()
-            .response_timeout(Duration::from_millis(200))
-            .connection_timeout(Duration::from_millis(200))
-            .connect(&server.url())
-            .await
-            .unwrap();
+        let store = server.fast_failing_store().await;
         let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
         let (tx, handled) = mpsc::unbounded_channel();
         let service = LockLayer::new(store, by_order as fn(&Charge) -> Option<String>).layer(Recorder(tx));

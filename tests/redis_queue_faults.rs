@@ -178,16 +178,8 @@ async fn keys_of_the_wrong_type_are_store_errors_and_touch_nothing_else() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scheduler_carries_on_after_redis_is_killed_and_restarted_with_aof() {
-    let mut server =
-        RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--save", ""]);
-    let store = RedisStore::builder()
-        .prefix(support::unique_prefix())
-        .unwrap()
-        .response_timeout(Duration::from_millis(300))
-        .connection_timeout(Duration::from_millis(300))
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let mut server = RedisServer::start_with(&RedisServer::AOF_ALWAYS);
+    let store = server.fast_failing_store().await;
     let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
     // Due later, so that they are still waiting when the server dies.
     for order in 0..50 {
@@ -293,16 +285,8 @@ async fn no_deferral_reported_to_a_caller_is_lost_when_redis_is_killed_mid_run()
     use redefer::{LockKey, LockToken, Outcome};
     use tower::ServiceExt;
 
-    let mut server =
-        RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--save", ""]);
-    let store = RedisStore::builder()
-        .prefix(support::unique_prefix())
-        .unwrap()
-        .response_timeout(Duration::from_millis(300))
-        .connection_timeout(Duration::from_millis(300))
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let mut server = RedisServer::start_with(&RedisServer::AOF_ALWAYS);
+    let store = server.fast_failing_store().await;
     let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
     // Another process holds order 1 for the whole run: every request for it is deferred.
     let holder = LockToken::random();

@@ -26,6 +26,9 @@ impl RedisServer {
         Self::start_with(&["--save", "", "--appendonly", "no"])
     }
 
+    /// Configuration for a server that loses no acknowledged write when killed.
+    pub const AOF_ALWAYS: [&str; 6] = ["--appendonly", "yes", "--appendfsync", "always", "--save", ""];
+
     /// Starts a server with extra configuration arguments (`--appendonly yes` ...).
     pub fn start_with(args: &[&str]) -> Self {
         Self::start_on(free_port(), args)
@@ -103,6 +106,19 @@ impl RedisServer {
     /// A store on this server with a prefix unique to the calling test.
     pub async fn store(&self) -> RedisStore<ConnectionManager> {
         store_at(&self.url()).await
+    }
+
+    /// Like [`store`](Self::store), with 300 ms timeouts: calls fail quickly while the server
+    /// is down or stalled, which fault tests wait through.
+    pub async fn fast_failing_store(&self) -> RedisStore<ConnectionManager> {
+        RedisStore::builder()
+            .prefix(unique_prefix())
+            .expect("valid prefix")
+            .response_timeout(Duration::from_millis(300))
+            .connection_timeout(Duration::from_millis(300))
+            .connect(&self.url())
+            .await
+            .expect("connect to test redis")
     }
 }
 
@@ -290,11 +306,6 @@ pub fn example_binary(name: &str) -> std::path::PathBuf {
     binary
 }
 
-/// A free loopback port.
-pub fn free_loopback_port() -> u16 {
-    free_port()
-}
-
 /// A free port whose cluster bus port (+10000) is free too.
 fn free_cluster_port() -> u16 {
     loop {
@@ -305,7 +316,8 @@ fn free_cluster_port() -> u16 {
     }
 }
 
-fn free_port() -> u16 {
+/// A free loopback port.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())

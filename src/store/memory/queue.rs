@@ -78,6 +78,19 @@ impl QueueState {
         }
     }
 
+    /// The entries of `set` in time order (ties by id), as the sorted sets hold them in Redis.
+    fn entries(&self, set: JobSet) -> Vec<(i64, JobId)> {
+        match set {
+            JobSet::Waiting => self.delayed.iter().cloned().collect(),
+            JobSet::InFlight => self.inflight.iter().cloned().collect(),
+            JobSet::Dead => {
+                let mut dead: Vec<_> = self.dead.iter().map(|(id, (at, _))| (*at, id.clone())).collect();
+                dead.sort();
+                dead
+            }
+        }
+    }
+
     /// Ends `token`'s lease on `id`; `false` when the lease is not `token`'s.
     fn end_lease(&mut self, id: &JobId, token: LockToken) -> bool {
         match self.leases.get(id) {
@@ -318,16 +331,7 @@ impl QueueStore for MemoryStore {
         limit: usize,
     ) -> Result<Vec<ListedJob>, StoreError> {
         Ok(self.with_queue(queue, |q| {
-            let entries: Vec<(i64, JobId)> = match set {
-                JobSet::Waiting => q.delayed.iter().cloned().collect(),
-                JobSet::InFlight => q.inflight.iter().cloned().collect(),
-                JobSet::Dead => {
-                    let mut dead: Vec<_> = q.dead.iter().map(|(id, (at, _))| (*at, id.clone())).collect();
-                    dead.sort();
-                    dead
-                }
-            };
-            entries
+            q.entries(set)
                 .into_iter()
                 .skip(offset)
                 .take(limit.min(MAX_PAGE))
@@ -357,28 +361,12 @@ impl QueueStore for MemoryStore {
 
     async fn purge(&self, queue: &QueueName, set: JobSet, limit: usize) -> Result<usize, StoreError> {
         Ok(self.with_queue(queue, |q| {
-            let ids: Vec<JobId> = match set {
-                JobSet::Waiting => q
-                    .delayed
-                    .iter()
-                    .map(|(_, id)| id.clone())
-                    .take(limit.clamp(1, MAX_PAGE))
-                    .collect(),
-                JobSet::InFlight => q
-                    .inflight
-                    .iter()
-                    .map(|(_, id)| id.clone())
-                    .take(limit.clamp(1, MAX_PAGE))
-                    .collect(),
-                JobSet::Dead => {
-                    let mut dead: Vec<_> = q.dead.iter().map(|(id, (at, _))| (*at, id.clone())).collect();
-                    dead.sort();
-                    dead.into_iter()
-                        .map(|(_, id)| id)
-                        .take(limit.clamp(1, MAX_PAGE))
-                        .collect()
-                }
-            };
+            let ids: Vec<JobId> = q
+                .entries(set)
+                .into_iter()
+                .map(|(_, id)| id)
+                .take(limit.clamp(1, MAX_PAGE))
+                .collect();
             for id in &ids {
                 q.unschedule(id);
                 if let Some((deadline, _)) = q.leases.remove(id) {
