@@ -436,6 +436,42 @@ async fn operators_can_list_requeue_and_purge<St: QueueStore>(store: St) {
     assert!(q.job(&later).await.unwrap().is_none(), "purged with its bytes");
 }
 
+async fn a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours<St: QueueStore>(store: St) {
+    let q = queue(store).shards(2).unwrap();
+    for n in 0..6 {
+        q.push(&n.to_string(), Duration::ZERO).await.unwrap();
+    }
+    let stale = q
+        .claim(1, Duration::from_millis(50))
+        .await
+        .unwrap()
+        .jobs
+        .remove(0);
+    let live = q.claim(10, LEASE).await.unwrap().jobs;
+    assert_eq!(live.len(), 5);
+    // The short lease runs out and another claimer takes that job.
+    let taken = eventually(Duration::from_secs(5), "the short lease runs out", || {
+        let q = q.clone();
+        async move { q.claim(10, LEASE).await.unwrap().jobs.pop() }
+    })
+    .await;
+    let mut leases: Vec<&redefer::queue::Lease> = live.iter().map(|job| &job.lease).collect();
+    leases.insert(2, &stale.lease);
+    let acked = q.ack_many(&leases).await.unwrap();
+    assert_eq!(
+        acked,
+        [true, true, false, true, true, true],
+        "each answer in its lease's place"
+    );
+    assert_eq!(
+        q.stats().await.unwrap(),
+        stats(0, 0, 1, 0),
+        "the re-claimed job is untouched"
+    );
+    assert_eq!(q.ack_many(&[&taken.lease]).await.unwrap(), [true]);
+    assert!(q.ack_many(&[]).await.unwrap().is_empty());
+}
+
 for_each_store!(
     a_pushed_job_is_claimed_once_and_acked,
     only_due_jobs_are_claimed_in_due_order,
@@ -452,4 +488,5 @@ for_each_store!(
     hostile_queue_names_are_independent_queues,
     a_sharded_queue_serves_every_shard_and_behaves_as_one_queue,
     operators_can_list_requeue_and_purge,
+    a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours,
 );

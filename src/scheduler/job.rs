@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tower::Service;
 use tracing::Instrument;
 
+use super::acker::Acker;
 use super::current_job::{CurrentJob, run_for_job};
 use super::report::JobEnd;
 use crate::backoff::Backoff;
@@ -66,6 +67,7 @@ pub(super) struct JobRun<S, T, St, C> {
     /// Cancelled when the shutdown grace ran out: give the job back unfinished.
     pub(super) abandon: CancellationToken,
     pub(super) metrics: QueueMetrics,
+    pub(super) acker: Acker,
 }
 
 impl<S, T, St, C> JobRun<S, T, St, C>
@@ -100,6 +102,7 @@ where
             error_backoff,
             abandon,
             metrics,
+            acker,
         } = self;
         async move {
             tracing::debug!(lag_ms = lag.as_millis() as u64, "job started");
@@ -144,18 +147,36 @@ where
                     };
                 }
             };
+            // A handled job is acknowledged in a batch with others; should the batch fail, and
+            // for failed jobs, the job is settled on its own, retried until its lease runs out.
+            let lease = match ran {
+                Ran::Done => match acker.ack(lease).await {
+                    Ok(true) => return finish(&metrics, JobEnd::Acked),
+                    Ok(false) => {
+                        tracing::warn!("job lease ran out before it was settled; another claimer has it");
+                        return finish(&metrics, JobEnd::LeaseLost);
+                    }
+                    Err(lease) => lease,
+                },
+                Ran::Failed(_) => lease,
+            };
             let end = settle(&queue, &lease, ran, claimed_at + lease_ttl, &error_backoff).await;
-            match end {
-                JobEnd::Acked => metrics.acked.increment(1),
-                JobEnd::Retrying => metrics.retried.increment(1),
-                JobEnd::Buried => metrics.buried.increment(1),
-                _ => {}
-            }
-            end
+            finish(&metrics, end)
         }
         .instrument(span)
         .await
     }
+}
+
+/// Counts how a job ended.
+fn finish(metrics: &QueueMetrics, end: JobEnd) -> JobEnd {
+    match end {
+        JobEnd::Acked => metrics.acked.increment(1),
+        JobEnd::Retrying => metrics.retried.increment(1),
+        JobEnd::Buried => metrics.buried.increment(1),
+        _ => {}
+    }
+    end
 }
 
 /// Acks or fails the job, retrying a failing store until the lease would run out: after that,

@@ -9,6 +9,7 @@
 //!   after its last attempt. Store errors are retried with backoff; the loop never exits by
 //!   itself.
 
+mod acker;
 mod current_job;
 mod handle;
 mod job;

@@ -9,6 +9,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
+use super::acker::Acker;
 use super::job::{JobRun, JobService};
 use super::report::{JobEnd, SchedulerReport};
 use super::{Scheduler, SchedulerOptions};
@@ -40,6 +41,7 @@ where
             stats_every,
         } = options;
         let metrics = QueueMetrics::new(queue.name());
+        let (acker, acker_task) = Acker::start(queue.clone());
         let mut stats_due = Instant::now();
         let slots = Arc::new(Semaphore::new(concurrency.clamp(1, Semaphore::MAX_PERMITS)));
         let abandon = CancellationToken::new();
@@ -92,6 +94,7 @@ where
                             error_backoff,
                             abandon: abandon.clone(),
                             metrics: metrics.clone(),
+                            acker: acker.clone(),
                         };
                         running.spawn(async move {
                             let end = run.run(job, claimed_at).await;
@@ -131,6 +134,9 @@ where
                 report.record(job_end(ended));
             }
         }
+        // Every job task is done, so this is the last sender: the acker finishes its batch and stops.
+        drop(acker);
+        let _ = acker_task.await;
         tracing::info!(queue = %queue.name(), ?report, "scheduler stopped");
         report
     }

@@ -204,13 +204,14 @@ pub trait QueueStore: Clone + Send + Sync + 'static {
         max_envelope: usize,
     ) -> impl Future<Output = Result<ClaimBatch, StoreError>> + Send;
 
-    /// Deletes a claimed job; `false` when the lease is no longer `token`'s.
+    /// Deletes claimed jobs (at most [`MAX_PAGE`]), each only while its lease is the given
+    /// token's; for each, whether it was deleted. One round trip for all: a scheduler acks the
+    /// jobs that finished together.
     fn ack(
         &self,
         queue: &QueueName,
-        id: &JobId,
-        token: LockToken,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+        jobs: &[(&JobId, LockToken)],
+    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
 
     /// Puts a claimed job back to wait `delay`, replacing its envelope when one is given; the
     /// new due time, or `None` when the lease is no longer `token`'s.

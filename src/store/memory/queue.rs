@@ -201,13 +201,18 @@ impl QueueStore for MemoryStore {
         }))
     }
 
-    async fn ack(&self, queue: &QueueName, id: &JobId, token: LockToken) -> Result<bool, StoreError> {
+    async fn ack(&self, queue: &QueueName, jobs: &[(&JobId, LockToken)]) -> Result<Vec<bool>, StoreError> {
         Ok(self.with_queue(queue, |q| {
-            let ended = q.end_lease(id, token);
-            if ended {
-                q.jobs.remove(id);
-            }
-            ended
+            jobs.iter()
+                .take(MAX_PAGE)
+                .map(|(id, token)| {
+                    let ended = q.end_lease(id, *token);
+                    if ended {
+                        q.jobs.remove(*id);
+                    }
+                    ended
+                })
+                .collect()
         }))
     }
 

@@ -107,16 +107,17 @@ where
         })
     }
 
-    async fn ack(&self, queue: &QueueName, id: &JobId, token: LockToken) -> Result<bool, StoreError> {
+    async fn ack(&self, queue: &QueueName, jobs: &[(&JobId, LockToken)]) -> Result<Vec<bool>, StoreError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
         let keys = self.keys(queue);
-        let acked: bool = QUEUE_ACK
-            .key(&keys.inflight)
-            .key(&keys.jobs)
-            .key(&keys.leases)
-            .arg(id.as_str())
-            .arg(token)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let mut invocation = QUEUE_ACK.key(&keys.inflight);
+        invocation.key(&keys.jobs).key(&keys.leases);
+        for (id, token) in jobs.iter().take(MAX_PAGE) {
+            invocation.arg(id.as_str()).arg(*token);
+        }
+        let acked: Vec<bool> = invocation.invoke_async(&mut self.conn.clone()).await?;
         Ok(acked)
     }
 
