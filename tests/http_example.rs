@@ -9,6 +9,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use redefer::store::{Acquisition, LockStore};
+use redefer::{LockKey, LockToken, RedisStore};
 use serde_json::{Value, json};
 
 use support::{RedisServer, eventually, example_binary, free_port};
@@ -104,24 +106,33 @@ async fn the_http_example_maps_lock_outcomes_to_http() {
     statuses.sort();
     assert_eq!(statuses, [200, 409, 409, 409, 409]);
 
-    // While a change runs, `Prefer: respond-async` gets 202 and a job id; the change lands later.
-    let first = {
-        let (client, url) = (client.clone(), order(3));
-        tokio::spawn(
-            async move { put(&client, &url, json!({ "note": "first", "work_ms": 1000 }), false).await },
-        )
+    // While another process holds order 3, `Prefer: respond-async` gets 202 and a job id, and a
+    // plain change gets 409; once the holder lets go, the deferred change lands under a later lock.
+    let holder = RedisStore::builder()
+        .prefix("redefer-http")
+        .unwrap()
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let (key, token) = (LockKey::new("order:3").unwrap(), LockToken::random());
+    let Acquisition::Acquired(held_fence) = holder
+        .try_acquire(&key, token, Duration::from_secs(60))
+        .await
+        .unwrap()
+    else {
+        panic!("order 3 is free");
     };
-    let accepted = eventually(Duration::from_secs(5), "a conflicting change is deferred", || {
-        let (client, url) = (client.clone(), order(3));
-        async move {
-            let response = put(&client, &url, json!({ "note": "deferred" }), true).await;
-            (response.status() == 202).then_some(response)
-        }
-    })
-    .await;
+    let accepted = put(&client, &order(3), json!({ "note": "deferred" }), true).await;
+    assert_eq!(accepted.status(), 202);
     let body: Value = accepted.json().await.unwrap();
     assert_eq!(body["job_id"].as_str().unwrap().len(), 32);
-    let first: Value = first.await.unwrap().json().await.unwrap();
+    assert_eq!(
+        put(&client, &order(3), json!({ "note": "refused" }), false)
+            .await
+            .status(),
+        409
+    );
+    assert!(holder.release(&key, token).await.unwrap());
     let applied = eventually(Duration::from_secs(10), "the deferred change is applied", || {
         let (client, url) = (client.clone(), order(3));
         async move {
@@ -131,7 +142,7 @@ async fn the_http_example_maps_lock_outcomes_to_http() {
     })
     .await;
     assert!(
-        applied["fence"].as_u64() > first["fence"].as_u64(),
+        applied["fence"].as_u64().unwrap() > held_fence.0,
         "written under a later lock"
     );
 
