@@ -228,8 +228,19 @@ async fn an_idle_scheduler_sends_only_a_few_commands_per_second() {
     let store = server.store().await;
     let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
     let (scheduler, _) = recording_scheduler(store, &queue, SchedulerOptions::default());
-    // Let it start and subscribe, then count what it sends over a quiet window.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Wait until it has started (its first claim and its first gauge refresh are two scripts),
+    // then count what it sends over a quiet window.
+    eventually(Duration::from_secs(10), "the scheduler has started", || async {
+        let info: String = server.cmd(redis::cmd("INFO").arg("commandstats")).await;
+        let scripts: u64 = info
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        (scripts >= 2).then_some(())
+    })
+    .await;
     let _: () = server
         .cmd(&redis::cmd("CONFIG").arg("RESETSTAT").to_owned())
         .await;
