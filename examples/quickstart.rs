@@ -83,6 +83,7 @@ async fn run<S: LockStore + QueueStore>(store: S) -> Result<(), Box<dyn std::err
     let queue = DelayQueue::<UpdateOrder, _>::new(store.clone(), "quickstart")?.retry_policy(RetryPolicy {
         backoff: Backoff::exponential(Duration::from_millis(150), Duration::from_secs(2)),
         max_attempts: 8,
+        ..RetryPolicy::default()
     });
 
     // One stack per strategy, over the same store.

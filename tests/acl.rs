@@ -26,6 +26,45 @@ fn readme_rules() -> String {
         .to_string()
 }
 
+/// The commands the Lua scripts call, read from the scripts themselves.
+fn commands_in_scripts() -> std::collections::BTreeSet<String> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/redis/lua");
+    let mut commands = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(dir).expect("the scripts") {
+        let text = std::fs::read_to_string(entry.expect("a script").path()).expect("script text");
+        // `redis.call('ZADD', ...)` and the claim script's `batched('ZADD', ...)`.
+        for call in text.split("redis.call('").chain(text.split("batched('")).skip(1) {
+            if let Some(name) = call
+                .split('\'')
+                .next()
+                .filter(|name| name.chars().all(|c| c.is_ascii_uppercase()))
+            {
+                commands.insert(name.to_lowercase());
+            }
+        }
+    }
+    commands
+}
+
+#[test]
+fn the_documented_user_may_run_every_command_the_scripts_call() {
+    let rules = readme_rules();
+    let granted: Vec<&str> = rules
+        .split_whitespace()
+        .filter_map(|rule| rule.strip_prefix('+'))
+        .collect();
+    let scripts = commands_in_scripts();
+    assert!(scripts.len() > 10, "found the scripts' commands: {scripts:?}");
+    let missing: Vec<_> = scripts
+        .iter()
+        .filter(|command| !granted.contains(&command.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the README's ACL line lacks {missing:?} (Redis checks commands run by scripts)"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_least_privilege_user_runs_everything() {
     let server = RedisServer::start();

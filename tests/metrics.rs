@@ -61,6 +61,7 @@ fn the_layer_and_the_scheduler_report_what_they_do() {
                 .retry_policy(RetryPolicy {
                     backoff: Backoff::exponential(Duration::from_millis(5), Duration::from_millis(5)),
                     max_attempts: 2,
+                    ..RetryPolicy::default()
                 });
             queue.push(&3, Duration::ZERO).await.unwrap();
             queue.push(&2, Duration::ZERO).await.unwrap();

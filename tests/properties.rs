@@ -253,6 +253,7 @@ async fn check_workload<St: QueueStore>(store: St, queue_name: String, load: Wor
         .retry_policy(RetryPolicy {
             backoff: Backoff::exponential(Duration::ZERO, Duration::ZERO),
             max_attempts: u32::MAX,
+            ..RetryPolicy::default()
         });
     let mut pushed = HashSet::new();
     for (n, offset) in load.due_offsets_ms.iter().enumerate() {

@@ -209,6 +209,7 @@ async fn failed_attempts_back_off_then_go_to_the_dead_letter_set<St: QueueStore>
     let policy = RetryPolicy {
         backoff: Backoff::exponential(Duration::from_millis(20), Duration::from_secs(1)),
         max_attempts: 3,
+        ..RetryPolicy::default()
     };
     let q = queue(store).retry_policy(policy);
     let id = q.push(&"flaky".into(), Duration::ZERO).await.unwrap().id;
@@ -472,6 +473,53 @@ async fn a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours<St: Queue
     assert!(q.ack_many(&[]).await.unwrap().is_empty());
 }
 
+async fn a_job_whose_lease_keeps_running_out_is_buried<St: QueueStore>(store: St) {
+    let q = queue(store).retry_policy(RetryPolicy {
+        max_lease_expiries: 3,
+        ..RetryPolicy::default()
+    });
+    let id = q.push(&"poison".into(), Duration::ZERO).await.unwrap().id;
+    // Three claimers in turn take it and die with it (no ack): each lease runs out.
+    for delivery in 0..3 {
+        let job = eventually(Duration::from_secs(5), "the job is claimable again", || {
+            let q = q.clone();
+            async move { q.claim(10, Duration::from_millis(30)).await.unwrap().jobs.pop() }
+        })
+        .await;
+        assert_eq!(job.envelope.id, id, "delivery {delivery}");
+        assert_eq!(
+            job.envelope.attempt, 0,
+            "a lease running out is not a failed attempt"
+        );
+    }
+    // The third expiry buries it instead of handing it out a fourth time.
+    eventually(Duration::from_secs(5), "the job is buried", || async {
+        assert!(
+            q.claim(10, Duration::from_millis(30))
+                .await
+                .unwrap()
+                .jobs
+                .is_empty(),
+            "not delivered again"
+        );
+        (q.stats().await.unwrap() == stats(0, 0, 0, 1)).then_some(())
+    })
+    .await;
+    match q.job(&id).await.unwrap().unwrap().state {
+        RawJobState::Dead { reason, .. } => {
+            assert_eq!(
+                reason.as_deref(),
+                Some("its lease ran out 3 times: the handler crashed or hung")
+            )
+        }
+        other => panic!("expected dead, got {other:?}"),
+    }
+    // Requeued, it gets a fresh count.
+    assert_eq!(q.requeue(std::slice::from_ref(&id)).await.unwrap(), 1);
+    let again = q.claim(10, LEASE).await.unwrap().jobs.remove(0);
+    assert!(q.ack(&again.lease).await.unwrap());
+}
+
 for_each_store!(
     a_pushed_job_is_claimed_once_and_acked,
     only_due_jobs_are_claimed_in_due_order,
@@ -489,4 +537,5 @@ for_each_store!(
     a_sharded_queue_serves_every_shard_and_behaves_as_one_queue,
     operators_can_list_requeue_and_purge,
     a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours,
+    a_job_whose_lease_keeps_running_out_is_buried,
 );

@@ -43,6 +43,7 @@ fn fast_policy(max_attempts: u32) -> RetryPolicy {
     RetryPolicy {
         backoff: Backoff::exponential(Duration::from_millis(10), Duration::from_millis(40)),
         max_attempts,
+        ..RetryPolicy::default()
     }
 }
 
@@ -149,6 +150,7 @@ async fn failing_and_panicking_handlers_back_off_and_are_buried<St: LockStore + 
     let policy = RetryPolicy {
         backoff: Backoff::exponential(Duration::from_millis(20), Duration::from_secs(1)),
         max_attempts: 4,
+        ..RetryPolicy::default()
     };
     let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges")
         .unwrap()

@@ -70,6 +70,7 @@ pub async fn run(server: &RedisServer, size: Size) {
         .retry_policy(RetryPolicy {
             backoff: Backoff::exponential(Duration::from_millis(50), Duration::from_secs(1)),
             max_attempts: 100,
+            ..RetryPolicy::default()
         });
     let handler = service_fn(|_: Change| async {
         tokio::time::sleep(WORK).await;

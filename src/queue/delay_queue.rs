@@ -10,7 +10,9 @@ use serde::de::DeserializeOwned;
 use super::{Codec, Envelope, JobId, Json, QueueError, QueueName, RetryPolicy, Shards};
 use crate::error::KeyError;
 use crate::lock::LockToken;
-use crate::store::{Cancelled, Due, JobSet, MAX_PAGE, QueueStats, QueueStore, RawJobState, Wakeups};
+use crate::store::{
+    Cancelled, ClaimLimits, Due, JobSet, MAX_PAGE, QueueStats, QueueStore, RawJobState, Wakeups,
+};
 
 /// The default largest encoded job: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
@@ -332,6 +334,10 @@ where
     pub async fn claim(&self, max: usize, lease: Duration) -> Result<Claimed<T>, QueueError> {
         let token = LockToken::random();
         let per_shard = max.div_ceil(self.shards.names().len());
+        let limits = ClaimLimits {
+            max_envelope: self.max_payload,
+            max_expiries: self.policy.max_lease_expiries,
+        };
         let mut claimed = Claimed {
             jobs: Vec::new(),
             next_in: None,
@@ -343,10 +349,7 @@ where
                 claimed.next_in = Some(Duration::ZERO);
                 break;
             }
-            let batch = self
-                .store
-                .claim(shard, room, lease, token, self.max_payload)
-                .await?;
+            let batch = self.store.claim(shard, room, lease, token, limits).await?;
             claimed.next_in = match (claimed.next_in, batch.next_in) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),

@@ -63,6 +63,8 @@ pub(crate) struct QueueKeys {
     pub(crate) dead: String,
     /// hash: job id -> why it was buried.
     pub(crate) errors: String,
+    /// hash: job id -> how many of its leases ran out.
+    pub(crate) expiries: String,
     /// pub/sub channel: a job became the first due.
     pub(crate) wake: String,
 }
@@ -86,6 +88,7 @@ impl QueueKeys {
             leases: key(":leases"),
             dead: key(":dead"),
             errors: key(":errors"),
+            expiries: key(":expiries"),
             wake: key(":wake"),
         }
     }
@@ -99,7 +102,14 @@ mod tests {
     fn every_key_of_a_queue_shares_one_hash_tag() {
         let keys = QueueKeys::new(&Prefix::default(), &QueueName::new("or{d}ers").unwrap());
         assert_eq!(keys.delayed, "redefer:q:{or%7Bd%7Ders}:delayed");
-        for key in [&keys.inflight, &keys.jobs, &keys.leases, &keys.dead, &keys.errors] {
+        for key in [
+            &keys.inflight,
+            &keys.jobs,
+            &keys.leases,
+            &keys.dead,
+            &keys.errors,
+            &keys.expiries,
+        ] {
             assert!(key.starts_with("redefer:q:{or%7Bd%7Ders}:"), "{key}");
         }
     }

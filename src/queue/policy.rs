@@ -27,10 +27,15 @@ pub struct RetryPolicy {
     pub backoff: Backoff,
     /// Attempts in all, the first included; a job whose last attempt fails is buried.
     pub max_attempts: u32,
+    /// Lease expiries after which a job is buried (0: never). A lease runs out when the
+    /// handler's process dies or hangs; a job that does that every time would otherwise come
+    /// back forever without ever failing an attempt.
+    pub max_lease_expiries: u32,
 }
 
 impl Default for RetryPolicy {
-    /// 250 ms doubling up to 1 min with a quarter jitter; 10 attempts (about 3 minutes in all).
+    /// 250 ms doubling up to 1 min with a quarter jitter; 10 attempts (about 3 minutes in all);
+    /// buried after 5 lease expiries.
     fn default() -> Self {
         RetryPolicy {
             backoff: Backoff {
@@ -40,6 +45,7 @@ impl Default for RetryPolicy {
                 jitter: 0.25,
             },
             max_attempts: 10,
+            max_lease_expiries: 5,
         }
     }
 }

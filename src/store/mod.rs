@@ -9,7 +9,7 @@ mod redis;
 pub use self::lock::{Acquisition, LockStore};
 pub use self::memory::MemoryStore;
 pub use self::queue::{
-    Cancelled, ClaimBatch, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim, RawJob,
-    RawJobState, Wakeups,
+    Cancelled, ClaimBatch, ClaimLimits, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim,
+    RawJob, RawJobState, Wakeups,
 };
 pub use self::redis::{LockInfo, RedisStore, RedisStoreBuilder};

@@ -29,6 +29,15 @@ pub struct RawClaim {
     pub envelope: Vec<u8>,
 }
 
+/// What a claim buries instead of handing out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimLimits {
+    /// The largest envelope, in bytes.
+    pub max_envelope: usize,
+    /// After this many lease expiries a job is buried (0: never).
+    pub max_expiries: u32,
+}
+
 /// The result of one claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimBatch {
@@ -193,15 +202,16 @@ pub trait QueueStore: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<SystemTime>, StoreError>> + Send;
 
     /// Claims up to `max` due jobs for `lease`, first making due again the jobs whose lease ran
-    /// out. A due entry that cannot be a job (an invalid id, no envelope, an envelope over
-    /// `max_envelope` bytes) is buried with the reason instead of claimed.
+    /// out, or burying those whose lease ran out `max_expiries` times (0: never). A due entry
+    /// that cannot be a job (an invalid id, no envelope, an envelope over `max_envelope` bytes)
+    /// is buried with the reason instead of claimed.
     fn claim(
         &self,
         queue: &QueueName,
         max: usize,
         lease: Duration,
         token: LockToken,
-        max_envelope: usize,
+        limits: ClaimLimits,
     ) -> impl Future<Output = Result<ClaimBatch, StoreError>> + Send;
 
     /// Deletes claimed jobs (at most [`MAX_PAGE`]), each only while its lease is the given

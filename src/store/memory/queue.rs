@@ -12,8 +12,8 @@ use crate::lock::LockToken;
 use crate::queue::{JobId, QueueName};
 use crate::store::queue::{from_epoch_ms, to_epoch_ms};
 use crate::store::{
-    Cancelled, ClaimBatch, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim, RawJob,
-    RawJobState, Wakeups,
+    Cancelled, ClaimBatch, ClaimLimits, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim,
+    RawJob, RawJobState, Wakeups,
 };
 
 /// One queue: the same sets as in Redis, scores in ms since the epoch.
@@ -24,6 +24,8 @@ pub(super) struct QueueState {
     leases: HashMap<JobId, (i64, LockToken)>,
     jobs: HashMap<JobId, Vec<u8>>,
     dead: HashMap<JobId, (i64, String)>,
+    /// How many of a job's leases ran out.
+    expiries: HashMap<JobId, u32>,
     wake: watch::Sender<u64>,
 }
 
@@ -36,6 +38,7 @@ impl Default for QueueState {
             leases: HashMap::new(),
             jobs: HashMap::new(),
             dead: HashMap::new(),
+            expiries: HashMap::new(),
             wake: watch::Sender::new(0),
         }
     }
@@ -140,8 +143,12 @@ impl QueueStore for MemoryStore {
         max: usize,
         lease: Duration,
         token: LockToken,
-        max_envelope: usize,
+        limits: ClaimLimits,
     ) -> Result<ClaimBatch, StoreError> {
+        let ClaimLimits {
+            max_envelope,
+            max_expiries,
+        } = limits;
         Ok(self.with_queue(queue, |q| {
             let now = now_ms();
             // Strictly past the deadline, as in the claim script: `now` is rounded down to the
@@ -156,7 +163,15 @@ impl QueueStore for MemoryStore {
             for (deadline, id) in expired {
                 q.inflight.remove(&(deadline, id.clone()));
                 q.leases.remove(&id);
-                q.schedule(id, deadline);
+                let expiries = q.expiries.entry(id.clone()).or_insert(0);
+                *expiries += 1;
+                if max_expiries > 0 && *expiries >= max_expiries {
+                    let reason = format!("its lease ran out {expiries} times: the handler crashed or hung");
+                    q.expiries.remove(&id);
+                    q.dead.insert(id, (now, reason));
+                } else {
+                    q.schedule(id, deadline);
+                }
             }
             let deadline = now.saturating_add(millis(lease));
             let due: Vec<(i64, JobId)> = q
@@ -209,6 +224,7 @@ impl QueueStore for MemoryStore {
                     let ended = q.end_lease(id, *token);
                     if ended {
                         q.jobs.remove(*id);
+                        q.expiries.remove(*id);
                     }
                     ended
                 })
@@ -253,6 +269,7 @@ impl QueueStore for MemoryStore {
                 q.jobs.insert(id.clone(), envelope);
             }
             q.dead.insert(id.clone(), (now_ms(), reason.to_string()));
+            q.expiries.remove(id);
             true
         }))
     }
@@ -283,6 +300,7 @@ impl QueueStore for MemoryStore {
             let waiting = q.unschedule(id);
             let dead = q.dead.remove(id).is_some();
             let bytes = q.jobs.remove(id).is_some();
+            q.expiries.remove(id);
             if waiting || dead || bytes {
                 Cancelled::Deleted
             } else {
@@ -356,6 +374,7 @@ impl QueueStore for MemoryStore {
             let mut moved = 0;
             for id in ids.iter().take(MAX_PAGE) {
                 if q.dead.remove(id).is_some() {
+                    q.expiries.remove(id);
                     q.schedule(id.clone(), now);
                     moved += 1;
                 }
@@ -379,6 +398,7 @@ impl QueueStore for MemoryStore {
                 }
                 q.dead.remove(id);
                 q.jobs.remove(id);
+                q.expiries.remove(id);
             }
             ids.len()
         }))

@@ -17,8 +17,8 @@ use crate::lock::LockToken;
 use crate::queue::{JobId, QueueKeys, QueueName};
 use crate::store::queue::{from_epoch_ms, to_epoch_ms};
 use crate::store::{
-    Cancelled, ClaimBatch, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim, RawJob,
-    RawJobState, Wakeups,
+    Cancelled, ClaimBatch, ClaimLimits, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim,
+    RawJob, RawJobState, Wakeups,
 };
 
 impl<C> RedisStore<C> {
@@ -75,8 +75,12 @@ where
         max: usize,
         lease: Duration,
         token: LockToken,
-        max_envelope: usize,
+        limits: ClaimLimits,
     ) -> Result<ClaimBatch, StoreError> {
+        let ClaimLimits {
+            max_envelope,
+            max_expiries,
+        } = limits;
         let keys = self.keys(queue);
         let (wait_ms, claimed): (i64, Vec<(String, i64, Vec<u8>)>) = QUEUE_CLAIM
             .key(&keys.delayed)
@@ -85,10 +89,12 @@ where
             .key(&keys.leases)
             .key(&keys.dead)
             .key(&keys.errors)
+            .key(&keys.expiries)
             .arg(max)
             .arg(millis(lease))
             .arg(token)
             .arg(max_envelope)
+            .arg(max_expiries)
             .invoke_async(&mut self.conn.clone())
             .await?;
         let jobs = claimed
@@ -113,7 +119,7 @@ where
         }
         let keys = self.keys(queue);
         let mut invocation = QUEUE_ACK.key(&keys.inflight);
-        invocation.key(&keys.jobs).key(&keys.leases);
+        invocation.key(&keys.jobs).key(&keys.leases).key(&keys.expiries);
         for (id, token) in jobs.iter().take(MAX_PAGE) {
             invocation.arg(id.as_str()).arg(*token);
         }
@@ -160,6 +166,7 @@ where
             .key(&keys.leases)
             .key(&keys.dead)
             .key(&keys.errors)
+            .key(&keys.expiries)
             .arg(id.as_str())
             .arg(token)
             .arg(reason)
@@ -196,6 +203,7 @@ where
             .key(&keys.jobs)
             .key(&keys.dead)
             .key(&keys.errors)
+            .key(&keys.expiries)
             .arg(id.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -281,7 +289,11 @@ where
         }
         let keys = self.keys(queue);
         let mut invocation = QUEUE_REQUEUE.key(&keys.dead);
-        invocation.key(&keys.errors).key(&keys.delayed).arg(&keys.wake);
+        invocation
+            .key(&keys.errors)
+            .key(&keys.delayed)
+            .key(&keys.expiries)
+            .arg(&keys.wake);
         for id in ids.iter().take(MAX_PAGE) {
             invocation.arg(id.as_str());
         }
@@ -296,6 +308,7 @@ where
             .key(&keys.jobs)
             .key(&keys.errors)
             .key(&keys.leases)
+            .key(&keys.expiries)
             .arg(limit.clamp(1, MAX_PAGE))
             .invoke_async(&mut self.conn.clone())
             .await?;

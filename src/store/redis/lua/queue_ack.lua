@@ -1,5 +1,5 @@
 -- Deletes jobs their claimers finished, each only if that claimer's lease is still the job's.
--- KEYS[1] inflight, KEYS[2] jobs, KEYS[3] leases.
+-- KEYS[1] inflight, KEYS[2] jobs, KEYS[3] leases, KEYS[4] expiries.
 -- ARGV: job id 1, lease token 1, job id 2, lease token 2, ... (bounded by the caller).
 -- Returns one 1 or 0 per job: deleted, or the lease is not ours (it ran out and the job moved on).
 local ids = {}
@@ -20,5 +20,6 @@ if #done > 0 then
   redis.call('ZREM', KEYS[1], unpack(done))
   redis.call('HDEL', KEYS[2], unpack(done))
   redis.call('HDEL', KEYS[3], unpack(done))
+  redis.call('HDEL', KEYS[4], unpack(done))
 end
 return acked

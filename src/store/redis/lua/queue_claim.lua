@@ -1,8 +1,9 @@
 -- Claims up to ARGV[1] due jobs for one claimer, atomically, by the server's clock.
 -- KEYS[1] delayed, KEYS[2] inflight (zset id -> lease deadline ms), KEYS[3] jobs,
--- KEYS[4] leases (hash id -> lease token), KEYS[5] dead, KEYS[6] errors.
+-- KEYS[4] leases (hash id -> lease token), KEYS[5] dead, KEYS[6] errors,
+-- KEYS[7] expiries (hash id -> how many of its leases ran out).
 -- ARGV[1] most jobs to claim, ARGV[2] lease ms, ARGV[3] the claimer's lease token,
--- ARGV[4] largest envelope in bytes.
+-- ARGV[4] largest envelope in bytes, ARGV[5] lease expiries after which a job is buried (0: never).
 -- First makes jobs whose lease ran out (their claimer died) due again, then claims due jobs
 -- in due order: each moves to inflight with this claimer's token, so no other claimer can
 -- receive it until the lease runs out. Every range has a LIMIT: work per call is bounded.
@@ -25,16 +26,30 @@ end
 -- Strictly past the deadline: `now` is rounded down to the ms, so a deadline equal to it may
 -- still be up to 1 ms ahead, and a lease must never end early.
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, max)
+local max_expiries = tonumber(ARGV[5])
 if #expired > 0 then
-  local back, ids = {}, {}
+  local back, ids, dead, errors = {}, {}, {}, {}
   for i = 1, #expired, 2 do
-    back[#back + 1] = expired[i + 1]
-    back[#back + 1] = expired[i]
-    ids[#ids + 1] = expired[i]
+    local id = expired[i]
+    ids[#ids + 1] = id
+    -- A job whose lease keeps running out crashes or hangs its handler each time: without a
+    -- count it would come back forever and never reach the dead-letter set.
+    local expiries = redis.call('HINCRBY', KEYS[7], id, 1)
+    if max_expiries > 0 and expiries >= max_expiries then
+      dead[#dead + 1] = now
+      dead[#dead + 1] = id
+      errors[#errors + 1] = id
+      errors[#errors + 1] = 'its lease ran out ' .. expiries .. ' times: the handler crashed or hung'
+    else
+      back[#back + 1] = expired[i + 1]
+      back[#back + 1] = id
+    end
   end
   batched('ZADD', KEYS[1], back)
   batched('ZREM', KEYS[2], ids)
   batched('HDEL', KEYS[4], ids)
+  batched('ZADD', KEYS[5], dead)
+  batched('HSET', KEYS[6], errors)
 end
 
 local claimed = {}
