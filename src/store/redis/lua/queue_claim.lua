@@ -23,12 +23,21 @@ local function batched(command, key, args)
   end
 end
 
+-- Jobs to bury, written in one go at the end: {now, id, ...} for dead, {id, reason, ...} for errors.
+local dead, errors = {}, {}
+local function bury(id, reason)
+  dead[#dead + 1] = now
+  dead[#dead + 1] = id
+  errors[#errors + 1] = id
+  errors[#errors + 1] = reason
+end
+
 -- Strictly past the deadline: `now` is rounded down to the ms, so a deadline equal to it may
 -- still be up to 1 ms ahead, and a lease must never end early.
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, max)
 local max_expiries = tonumber(ARGV[5])
 if #expired > 0 then
-  local back, ids, dead, errors = {}, {}, {}, {}
+  local back, ids = {}, {}
   for i = 1, #expired, 2 do
     local id = expired[i]
     ids[#ids + 1] = id
@@ -36,10 +45,7 @@ if #expired > 0 then
     -- count it would come back forever and never reach the dead-letter set.
     local expiries = redis.call('HINCRBY', KEYS[7], id, 1)
     if max_expiries > 0 and expiries >= max_expiries then
-      dead[#dead + 1] = now
-      dead[#dead + 1] = id
-      errors[#errors + 1] = id
-      errors[#errors + 1] = 'its lease ran out ' .. expiries .. ' times: the handler crashed or hung'
+      bury(id, 'its lease ran out ' .. expiries .. ' times: the handler crashed or hung')
     else
       back[#back + 1] = expired[i + 1]
       back[#back + 1] = id
@@ -48,8 +54,6 @@ if #expired > 0 then
   batched('ZADD', KEYS[1], back)
   batched('ZREM', KEYS[2], ids)
   batched('HDEL', KEYS[4], ids)
-  batched('ZADD', KEYS[5], dead)
-  batched('HSET', KEYS[6], errors)
 end
 
 local claimed = {}
@@ -66,7 +70,7 @@ if #due > 0 then
     for _, envelope in ipairs(part) do envelopes[#envelopes + 1] = envelope end
   end
   local deadline = now + tonumber(ARGV[2])
-  local inflight, leases, dead, errors = {}, {}, {}, {}
+  local inflight, leases = {}, {}
   for i, id in ipairs(ids) do
     local envelope = envelopes[i]
     local reason = nil
@@ -78,10 +82,7 @@ if #due > 0 then
       reason = 'the envelope is ' .. #envelope .. ' bytes, over the limit of ' .. max_bytes
     end
     if reason then
-      dead[#dead + 1] = now
-      dead[#dead + 1] = id
-      errors[#errors + 1] = id
-      errors[#errors + 1] = reason
+      bury(id, reason)
     else
       inflight[#inflight + 1] = deadline
       inflight[#inflight + 1] = id
@@ -92,9 +93,9 @@ if #due > 0 then
   end
   batched('ZADD', KEYS[2], inflight)
   batched('HSET', KEYS[4], leases)
-  batched('ZADD', KEYS[5], dead)
-  batched('HSET', KEYS[6], errors)
 end
+batched('ZADD', KEYS[5], dead)
+batched('HSET', KEYS[6], errors)
 
 local wait = -1
 local next_at = nil
