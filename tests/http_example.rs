@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use redefer::store::{Acquisition, LockStore};
-use redefer::{LockKey, LockToken, RedisStore};
+use redefer::{LockKey, LockToken};
 use serde_json::{Value, json};
 
 use support::{RedisServer, eventually, example_binary, free_port};
@@ -108,12 +108,7 @@ async fn the_http_example_maps_lock_outcomes_to_http() {
 
     // While another process holds order 3, `Prefer: respond-async` gets 202 and a job id, and a
     // plain change gets 409; once the holder lets go, the deferred change lands under a later lock.
-    let holder = RedisStore::builder()
-        .prefix("redefer-http")
-        .unwrap()
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let holder = server.store_with_prefix("redefer-http").await;
     let (key, token) = (LockKey::new("order:3").unwrap(), LockToken::random());
     let Acquisition::Acquired(held_fence) = holder
         .try_acquire(&key, token, Duration::from_secs(60))

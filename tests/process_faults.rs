@@ -89,12 +89,7 @@ async fn jobs_of_a_sigkilled_worker_are_redelivered_to_another_after_their_lease
     .unwrap();
 
     let (mut doomed, doomed_lines) = start_worker(&server.url(), &config_path, "doomed");
-    let store = redefer::RedisStore::builder()
-        .prefix(prefix)
-        .unwrap()
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let store = server.store_with_prefix(&prefix).await;
     let queue = redefer::queue::DelayQueue::<Task, _>::new(store, "tasks").unwrap();
     let mut pushed = HashSet::new();
     for n in 0..4 {
@@ -155,12 +150,7 @@ async fn holder_process() {
         return; // not the child
     };
     use tower::{Layer, ServiceExt, service_fn};
-    let store = redefer::RedisStore::builder()
-        .prefix(prefix)
-        .unwrap()
-        .connect(&url)
-        .await
-        .unwrap();
+    let store = support::store_at(&url, &prefix).await;
     let service = redefer::LockLayer::new(store, |_: &()| Some("order:1".to_string()))
         .ttl(Duration::from_millis(500))
         .layer(service_fn(|()| async {
@@ -198,12 +188,7 @@ async fn a_holder_paused_past_its_ttl_cannot_touch_the_next_holders_lock() {
         .unwrap();
 
     signal(&holder, "STOP");
-    let store = redefer::RedisStore::builder()
-        .prefix(prefix)
-        .unwrap()
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let store = server.store_with_prefix(&prefix).await;
     let key = LockKey::new("order:1").unwrap();
     let ours = LockToken::random();
     let fence = eventually(

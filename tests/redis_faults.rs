@@ -137,12 +137,7 @@ async fn a_prefix_with_braces_is_rejected() {
 #[tokio::test]
 async fn calls_fail_while_redis_is_down_and_succeed_once_it_is_back() {
     let mut server = RedisServer::start();
-    let store = RedisStore::builder()
-        .response_timeout(Duration::from_millis(200))
-        .connection_timeout(Duration::from_millis(200))
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let store = server.fast_failing_store().await;
     let service =
         LockLayer::new(store, by_order).layer(service_fn(|_: u32| async { Ok::<_, Infallible>("handled") }));
 
@@ -397,12 +392,7 @@ async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_requir
         other => panic!("expected NotReplicated, got {other:?}"),
     }
     // The lock was given back: a store that does not wait gets it at once.
-    let plain = RedisStore::builder()
-        .prefix(store.prefix().as_str())
-        .unwrap()
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let plain = server.store_with_prefix(store.prefix().as_str()).await;
     assert!(matches!(
         plain
             .try_acquire(&key, LockToken::random(), Duration::from_secs(60))

@@ -24,12 +24,14 @@ fn by_order(charge: &Charge) -> Option<String> {
     Some(format!("order:{}", charge.order))
 }
 
-/// A scheduler whose handler records the orders it handled.
-fn recording_scheduler(
-    store: RedisStore,
-    queue: &DelayQueue<Charge, RedisStore>,
-    options: SchedulerOptions,
-) -> (redefer::SchedulerHandle, Arc<Mutex<Vec<u64>>>) {
+/// A handler that records the orders it handled.
+fn recorder() -> (
+    impl tower::Service<Charge, Response = (), Error = std::convert::Infallible, Future = impl Send>
+    + Clone
+    + Send
+    + 'static,
+    Arc<Mutex<Vec<u64>>>,
+) {
     let handled: Arc<Mutex<Vec<u64>>> = Arc::default();
     let record = handled.clone();
     let handler = service_fn(move |charge: Charge| {
@@ -39,6 +41,16 @@ fn recording_scheduler(
             Ok::<_, std::convert::Infallible>(())
         }
     });
+    (handler, handled)
+}
+
+/// A scheduler whose handler records the orders it handled.
+fn recording_scheduler(
+    store: RedisStore,
+    queue: &DelayQueue<Charge, RedisStore>,
+    options: SchedulerOptions,
+) -> (redefer::SchedulerHandle, Arc<Mutex<Vec<u64>>>) {
+    let (handler, handled) = recorder();
     let service = LockLayer::new(store, by_order).layer(handler);
     (
         Scheduler::new(queue.clone(), service).options(options).start(),
@@ -309,15 +321,7 @@ async fn no_deferral_reported_to_a_caller_is_lost_when_redis_is_killed_mid_run()
             .unwrap(),
         Acquisition::Acquired(_)
     ));
-    let handled: Arc<Mutex<Vec<u64>>> = Arc::default();
-    let record = handled.clone();
-    let handler = service_fn(move |charge: Charge| {
-        let record = record.clone();
-        async move {
-            record.lock().unwrap().push(charge.order);
-            Ok::<_, std::convert::Infallible>(())
-        }
-    });
+    let (handler, handled) = recorder();
     // Requests are told apart by their order number; all lock the same key.
     let service = LockLayer::new(store.clone(), |_: &Charge| Some("order:1".to_string()))
         .on_conflict(Defer::new(queue.clone()))

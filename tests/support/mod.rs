@@ -105,7 +105,12 @@ impl RedisServer {
 
     /// A store on this server with a prefix unique to the calling test.
     pub async fn store(&self) -> RedisStore<ConnectionManager> {
-        store_at(&self.url()).await
+        store_at(&self.url(), &unique_prefix()).await
+    }
+
+    /// A store on this server under `prefix`: another process's view of the same keys.
+    pub async fn store_with_prefix(&self, prefix: &str) -> RedisStore<ConnectionManager> {
+        store_at(&self.url(), prefix).await
     }
 
     /// Like [`store`](Self::store), with 300 ms timeouts: calls fail quickly while the server
@@ -151,14 +156,14 @@ impl TestRedis {
     }
 
     pub async fn store(&self) -> RedisStore<ConnectionManager> {
-        store_at(&self.url()).await
+        store_at(&self.url(), &unique_prefix()).await
     }
 }
 
-/// A store on the server at `url` with a prefix unique to the calling test.
-async fn store_at(url: &str) -> RedisStore<ConnectionManager> {
+/// A store on the server at `url` under `prefix`.
+pub async fn store_at(url: &str, prefix: &str) -> RedisStore<ConnectionManager> {
     RedisStore::builder()
-        .prefix(unique_prefix())
+        .prefix(prefix)
         .expect("valid prefix")
         .connect(url)
         .await
