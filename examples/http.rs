@@ -28,8 +28,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use redefer::lock::LockStore;
 use redefer::queue::DelayQueue;
-use redefer::store::{LockStore, QueueStore};
+use redefer::queue::QueueStore;
 use redefer::strategy::Defer;
 use redefer::{
     Error, LockLayer, MemoryStore, Outcome, RedisStore, Scheduler, SchedulerOptions, current_lock,

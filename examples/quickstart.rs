@@ -12,8 +12,9 @@
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
+use redefer::lock::LockStore;
+use redefer::queue::QueueStore;
 use redefer::queue::{DelayQueue, RetryPolicy};
-use redefer::store::{LockStore, QueueStore};
 use redefer::strategy::{Defer, Retry};
 use redefer::{
     Backoff, Error, LockLayer, MemoryStore, Outcome, RedisStore, Scheduler, SchedulerOptions, current_job,

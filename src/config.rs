@@ -11,9 +11,9 @@ use thiserror::Error;
 use crate::error::{BoxError, KeyError};
 use crate::key::{DEFAULT_PREFIX, Prefix};
 use crate::middleware::LockLayer;
+use crate::queue::QueueStore;
 use crate::queue::{DEFAULT_MAX_PAYLOAD, DelayQueue, Json, RetryPolicy};
 use crate::scheduler::SchedulerOptions;
-use crate::store::QueueStore;
 use crate::strategy::{Conflict, ConflictStrategy, Decision, Defer, FailFast, Retry, RetryLimits};
 
 /// The configuration of a redefer stack, TOML- and JSON-friendly, durations in human form
@@ -244,14 +244,14 @@ pub type ConfiguredStrategy<Req, St> = Retry<Fallback<Req, St>>;
 
 /// What a configured strategy falls through to.
 #[derive(Debug)]
-pub enum Fallback<Req, St, C = Json> {
+pub enum Fallback<Req, St, Enc = Json> {
     /// Refuse.
     FailFast,
     /// Store in the queue.
-    Defer(Defer<Req, St, C>),
+    Defer(Defer<Req, St, Enc>),
 }
 
-impl<Req, St: Clone, C: Clone> Clone for Fallback<Req, St, C> {
+impl<Req, St: Clone, Enc: Clone> Clone for Fallback<Req, St, Enc> {
     fn clone(&self) -> Self {
         match self {
             Fallback::FailFast => Fallback::FailFast,

@@ -8,8 +8,9 @@ use redis::cluster_routing::Slot;
 
 use crate::config::Config;
 use crate::key::{LockKey, Prefix, decode_tag};
-use crate::queue::{DelayQueue, Envelope, JobId, Json, QueueKeys, QueueName};
+use crate::queue::{DelayQueue, Envelope, JobId, Json, QueueName};
 use crate::store::MemoryStore;
+use crate::store::redis_keys::{self, QueueKeys};
 
 /// Envelope bytes as a claim reads them: decoding never panics; what decodes re-encodes to
 /// bytes that decode to the same envelope.
@@ -47,7 +48,7 @@ pub fn key_encoding(data: &[u8]) {
     let prefix = Prefix::default();
     let lock_keys = |name: &str| {
         LockKey::new(name).ok().map(|key| {
-            let keys = [prefix.lock_key(&key), prefix.fence_key(&key)];
+            let keys = [redis_keys::lock(&prefix, &key), redis_keys::fence(&prefix, &key)];
             assert_eq!(
                 Slot::for_key(&keys[0]),
                 Slot::for_key(&keys[1]),
@@ -68,14 +69,12 @@ pub fn key_encoding(data: &[u8]) {
     let queue_keys = |name: &str| {
         QueueName::new(name).ok().map(|queue| {
             let keys = QueueKeys::new(&prefix, &queue);
-            let all = [
-                keys.delayed,
-                keys.inflight,
-                keys.jobs,
-                keys.leases,
-                keys.dead,
-                keys.errors,
-            ];
+            let all: Vec<String> = keys
+                .in_script_order()
+                .into_iter()
+                .chain([keys.wake.as_str()])
+                .map(str::to_string)
+                .collect();
             let slot = Slot::for_key(&all[0]);
             assert!(
                 all.iter().all(|key| Slot::for_key(key) == slot),

@@ -1,4 +1,4 @@
-//! Validated lock keys and key prefixes, and their encoding into Redis key names.
+//! Validated lock keys and key prefixes, and the hash tag a name is encoded into.
 //!
 //! Every Redis key of one lock (the lock itself and its fencing counter) carries the same
 //! Redis Cluster hash tag, `{<encoded key>}`, so the scripts that touch both run on one node.
@@ -85,29 +85,6 @@ impl Prefix {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-
-    /// The Redis key of a lock: `<prefix>:lock:{<encoded key>}`.
-    pub fn lock_key(&self, key: &LockKey) -> String {
-        self.tagged("lock", key.as_str(), "")
-    }
-
-    /// The Redis key of a lock's fencing counter: `<prefix>:fence:{<encoded key>}`.
-    pub fn fence_key(&self, key: &LockKey) -> String {
-        self.tagged("fence", key.as_str(), "")
-    }
-
-    /// `<prefix>:<kind>:{<encoded name>}<suffix>`: one hash tag per name.
-    pub(crate) fn tagged(&self, kind: &str, name: &str, suffix: &str) -> String {
-        let mut out = String::with_capacity(self.0.len() + kind.len() + name.len() + suffix.len() + 4);
-        out.push_str(&self.0);
-        out.push(':');
-        out.push_str(kind);
-        out.push_str(":{");
-        encode_tag_into(name, &mut out);
-        out.push('}');
-        out.push_str(suffix);
-        out
-    }
 }
 
 impl Default for Prefix {
@@ -136,9 +113,11 @@ pub(crate) fn validate_name(what: &'static str, name: &str, max: usize) -> Resul
     Ok(())
 }
 
-/// Percent-encodes `%`, `{` and `}`: the result contains no brace (so it cannot end or open a
-/// hash tag) and decodes back to exactly one input (so two keys never share a Redis key).
-fn encode_tag_into(name: &str, out: &mut String) {
+/// The text of `name`'s Redis Cluster hash tag, the part between the braces: `%`, `{` and `}`
+/// percent-encoded, so it contains no brace (it cannot end or open a hash tag) and decodes back
+/// to exactly one name (two names never share a Redis key).
+pub(crate) fn hash_tag(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
     for c in name.chars() {
         match c {
             '%' => out.push_str("%25"),
@@ -147,6 +126,7 @@ fn encode_tag_into(name: &str, out: &mut String) {
             c => out.push(c),
         }
     }
+    out
 }
 
 /// The number of Redis Cluster hash slots.
@@ -154,8 +134,7 @@ pub(crate) const HASH_SLOTS: u16 = 16384;
 
 /// The Redis Cluster hash slot of every key whose hash tag carries `name`.
 pub(crate) fn hash_slot(name: &str) -> u16 {
-    let mut tag = String::with_capacity(name.len());
-    encode_tag_into(name, &mut tag);
+    let tag = hash_tag(name);
     // An empty tag does not count as a tag in Redis; names are never empty.
     crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % HASH_SLOTS
 }
@@ -184,21 +163,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn braces_stay_inside_one_hash_tag() {
-        let prefix = Prefix::default();
-        let key = LockKey::new("}{a}").unwrap();
-        assert_eq!(prefix.lock_key(&key), "redefer:lock:{%7D%7Ba%7D}");
-        assert_eq!(prefix.fence_key(&key), "redefer:fence:{%7D%7Ba%7D}");
+    fn the_hash_tag_holds_no_brace() {
+        assert_eq!(hash_tag("}{a}%"), "%7D%7Ba%7D%25");
+        assert_eq!(decode_tag(&hash_tag("}{a}%")).as_deref(), Some("}{a}%"));
     }
 
     #[test]
     fn hash_slot_is_the_slot_redis_computes() {
         // CLUSTER KEYSLOT "{user1000}" is 3443 (the example of Redis's cluster documentation).
         assert_eq!(hash_slot("user1000"), 3443);
-        let prefix = Prefix::default();
         for name in ["a", "{b}", "ключ"] {
-            let key = LockKey::new(name).unwrap();
-            let slot = redis::cluster_routing::Slot::for_key(prefix.lock_key(&key));
+            let slot = redis::cluster_routing::Slot::for_key(format!("redefer:lock:{{{}}}", hash_tag(name)));
             assert_eq!(redis::cluster_routing::Slot::new(hash_slot(name)), Some(slot));
         }
     }

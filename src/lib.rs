@@ -35,7 +35,7 @@ pub mod error;
 pub mod fuzz;
 pub mod key;
 pub mod lock;
-pub mod metrics;
+pub mod metric_names;
 pub mod middleware;
 pub mod queue;
 mod renewal;
@@ -49,6 +49,10 @@ pub use crate::error::{BoxError, KeyError, StoreError};
 pub use crate::key::{LockKey, Prefix};
 pub use crate::lock::{FencingToken, HeldLock, LockToken, current_lock};
 pub use crate::middleware::{Deferred, Error, KeyExtractor, LockLayer, LockService, Outcome};
-pub use crate::renewal::LockLost;
+pub use crate::renewal::LossReason;
 pub use crate::scheduler::{Scheduler, SchedulerHandle, SchedulerOptions, SchedulerReport, current_job};
 pub use crate::store::{MemoryStore, RedisStore};
+
+/// The redis crate this one is built on, for commands of your own on
+/// [`RedisStore::connection`] without a version-matched dependency.
+pub use redis;

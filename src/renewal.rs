@@ -8,7 +8,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 
 /// Why a lease stopped being ours while its holder worked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockLost {
+pub enum LossReason {
     /// The store says another holder has it, or nobody does (expired, deleted).
     Gone,
     /// The store could not confirm an extension before the TTL ran out.
@@ -26,7 +26,7 @@ pub(crate) async fn renew_until_lost<F, Fut, E>(
     ttl: Duration,
     granted_at: Instant,
     mut extend: F,
-) -> LockLost
+) -> LossReason
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<bool, E>>,
@@ -47,7 +47,7 @@ where
             }
             Ok(Ok(false)) => {
                 tracing::warn!(what, "lost: another holder has it or it was deleted");
-                return LockLost::Gone;
+                return LossReason::Gone;
             }
             Ok(Err(error)) => {
                 tracing::warn!(what, %error, "renewal failed; retrying until the TTL runs out");
@@ -55,7 +55,7 @@ where
             }
             Err(_deadline) => {
                 tracing::warn!(what, "lost: no renewal confirmed before the TTL ran out");
-                return LockLost::Unconfirmed;
+                return LossReason::Unconfirmed;
             }
         }
     }

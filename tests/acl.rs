@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use redefer::queue::DelayQueue;
-use redefer::store::QueueStats;
+use redefer::queue::QueueStats;
 use redefer::{LockLayer, RedisStore, Scheduler, SchedulerOptions};
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt, service_fn};

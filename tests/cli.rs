@@ -6,8 +6,8 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
+use redefer::lock::LockStore;
 use redefer::queue::DelayQueue;
-use redefer::store::LockStore;
 use redefer::{LockKey, LockToken};
 use serde_json::Value;
 

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use redefer::lock::{Acquisition, LockStore};
 use redefer::queue::DelayQueue;
-use redefer::store::{Acquisition, LockStore, QueueStats};
+use redefer::queue::QueueStats;
 use redefer::strategy::{Defer, Retry};
 use redefer::{
     Backoff, LockKey, LockLayer, LockToken, Outcome, RedisStore, Scheduler, SchedulerOptions, current_lock,

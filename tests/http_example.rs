@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use redefer::store::{Acquisition, LockStore};
+use redefer::lock::{Acquisition, LockStore};
 use redefer::{LockKey, LockToken};
 use serde_json::{Value, json};
 

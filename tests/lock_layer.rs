@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redefer::store::{Acquisition, LockStore};
+use redefer::lock::{Acquisition, LockStore};
 use redefer::strategy::{Conflict, ConflictStrategy, Decision, FailFast, Retry};
 use redefer::{Backoff, BoxError, Error, FencingToken, LockKey, LockLayer, LockToken, Outcome, current_lock};
 use tokio::sync::{Mutex, oneshot};

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use redefer::store::{Acquisition, LockStore};
+use redefer::lock::{Acquisition, LockStore};
 use redefer::{FencingToken, LockKey, LockToken};
 
 use support::{eventually, for_each_store};

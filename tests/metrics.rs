@@ -4,8 +4,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use redefer::lock::LockStore;
+use redefer::queue::QueueStats;
 use redefer::queue::{DelayQueue, RetryPolicy};
-use redefer::store::{LockStore, QueueStats};
 use redefer::{Backoff, LockKey, LockLayer, LockToken, MemoryStore, Scheduler, SchedulerOptions};
 use tower::{Layer, ServiceExt, service_fn};
 

@@ -9,7 +9,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use redefer::store::{Acquisition, LockStore};
+use redefer::lock::{Acquisition, LockStore};
 use redefer::{LockKey, LockToken};
 use serde::{Deserialize, Serialize};
 
@@ -127,7 +127,7 @@ async fn jobs_of_a_sigkilled_worker_are_redelivered_to_another_after_their_lease
         "every job the dead worker held was handled by the survivor"
     );
     eventually(Duration::from_secs(5), "all acked", || async {
-        (queue.stats().await.unwrap() == redefer::store::QueueStats::default()).then_some(())
+        (queue.stats().await.unwrap() == redefer::queue::QueueStats::default()).then_some(())
     })
     .await;
     signal(&survivor, "TERM");

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+use redefer::lock::{Acquisition, LockStore};
 use redefer::queue::{DelayQueue, JobId, RetryPolicy};
-use redefer::store::{Acquisition, LockStore, QueueStats, QueueStore};
+use redefer::queue::{QueueStats, QueueStore};
 use redefer::{Backoff, FencingToken, LockKey, LockToken, MemoryStore};
 use tokio::time::Instant;
 
@@ -182,7 +183,7 @@ fn lock_operations_follow_the_model_on_redis() {
     runner
         .run(&lock_ops(), |ops| {
             let key = LockKey::new(format!("order:{}", rand::random::<u64>())).unwrap();
-            let redis_key = store.prefix().lock_key(&key);
+            let redis_key = store.lock_redis_key(&key);
             let result = runtime.block_on(check_lock_ops(&store, &key, &ops, || {
                 // The TTL running out is the key disappearing; deleting it is the same, at once.
                 let server = &server;

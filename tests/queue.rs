@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use redefer::Backoff;
 use redefer::queue::{AfterFailure, DelayQueue, JobId, QueueError, RetryPolicy};
-use redefer::store::{Cancelled, Due, JobSet, QueueStats, QueueStore, RawJobState};
+use redefer::queue::{Cancelled, Due, JobSet, QueueStats, QueueStore, RawJobState};
 use tokio::sync::Mutex;
 
 use support::{eventually, for_each_store};
@@ -520,7 +520,63 @@ async fn a_job_whose_lease_keeps_running_out_is_buried<St: QueueStore>(store: St
     assert!(q.ack(&again.lease).await.unwrap());
 }
 
+/// Every way a claim finds an entry that cannot be handed out, on every store: each is buried
+/// alone with the same reason, word for word, and the good job beside them is claimed.
+async fn entries_that_cannot_be_jobs_are_buried_with_their_reasons<St: QueueStore>(store: St) {
+    let name = redefer::queue::QueueName::new("jobs").unwrap();
+    let q = queue(store.clone()).max_payload(200);
+    let roomy = queue(store.clone()).max_payload(1024);
+    let good = q.push(&"good".into(), Duration::ZERO).await.unwrap().id;
+    let big = roomy.push(&"x".repeat(400), Duration::ZERO).await.unwrap().id;
+    let empty = JobId::new("empty").unwrap();
+    store
+        .push(&name, &empty, Vec::new(), Due::In(Duration::ZERO))
+        .await
+        .unwrap();
+    let garbage = JobId::new("garbage").unwrap();
+    store
+        .push(
+            &name,
+            &garbage,
+            b"\xff not json".to_vec(),
+            Due::In(Duration::ZERO),
+        )
+        .await
+        .unwrap();
+
+    let claimed = q.claim(10, LEASE).await.unwrap();
+    assert_eq!(
+        claimed
+            .jobs
+            .iter()
+            .map(|job| &job.envelope.id)
+            .collect::<Vec<_>>(),
+        [&good]
+    );
+    assert_eq!(q.stats().await.unwrap(), stats(0, 0, 1, 3));
+    let reason = |id: JobId| {
+        let q = q.clone();
+        async move {
+            match q.job(&id).await.unwrap().unwrap().state {
+                RawJobState::Dead { reason, .. } => reason.unwrap_or_default(),
+                other => panic!("{id} should be dead, is {other:?}"),
+            }
+        }
+    };
+    let big_bytes = store.inspect(&name, &big).await.unwrap().envelope.unwrap().len();
+    assert_eq!(
+        reason(big).await,
+        format!("the envelope is {big_bytes} bytes, over the limit of 200")
+    );
+    assert_eq!(
+        reason(empty).await,
+        "the job has no envelope (deleted or never written by redefer)"
+    );
+    assert!(reason(garbage).await.starts_with("cannot decode the envelope"));
+}
+
 for_each_store!(
+    entries_that_cannot_be_jobs_are_buried_with_their_reasons,
     a_pushed_job_is_claimed_once_and_acked,
     only_due_jobs_are_claimed_in_due_order,
     a_claim_takes_at_most_its_batch,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redefer::{Error, KeyError, LockLayer, LockLost, RedisStore, StoreError};
+use redefer::{Error, KeyError, LockLayer, LossReason, RedisStore, StoreError};
 use tokio::sync::oneshot;
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -55,9 +55,7 @@ fn endless_handler() -> (
 async fn a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost() {
     let server = RedisServer::start();
     let store = server.store().await;
-    let lock_key = store
-        .prefix()
-        .lock_key(&redefer::LockKey::new("order:1").unwrap());
+    let lock_key = store.lock_redis_key(&redefer::LockKey::new("order:1").unwrap());
     let (handler, entered, dropped) = endless_handler();
     let service = LockLayer::new(store, by_order)
         .ttl(Duration::from_millis(300))
@@ -70,7 +68,7 @@ async fn a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost() {
 
     match call.await.unwrap() {
         Err(Error::LockLost {
-            reason: LockLost::Gone,
+            reason: LossReason::Gone,
             ..
         }) => {}
         other => panic!("expected LockLost, got {other:?}"),
@@ -95,7 +93,7 @@ async fn a_server_killed_under_a_running_handler_ends_the_call_before_the_ttl_ru
     server.kill();
     match call.await.unwrap() {
         Err(Error::LockLost {
-            reason: LockLost::Unconfirmed,
+            reason: LossReason::Unconfirmed,
             ..
         }) => {}
         other => panic!("expected LockLost (unconfirmed), got {other:?}"),
@@ -375,7 +373,7 @@ async fn a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers
 
 #[tokio::test]
 async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_required() {
-    use redefer::store::{Acquisition, LockStore};
+    use redefer::lock::{Acquisition, LockStore};
     use redefer::{LockKey, LockToken};
 
     let server = RedisServer::start(); // no replicas at all

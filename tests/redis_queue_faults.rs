@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redefer::queue::DelayQueue;
-use redefer::store::{QueueStats, RawJobState};
+use redefer::queue::{QueueStats, RawJobState};
 use redefer::{LockLayer, RedisStore, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 use tower::{Layer, service_fn};
@@ -139,7 +139,7 @@ async fn entries_written_by_other_clients_are_buried_with_a_reason_and_the_rest_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_of_the_wrong_type_are_store_errors_and_touch_nothing_else() {
-    use redefer::store::LockStore;
+    use redefer::lock::LockStore;
     use redefer::{LockKey, LockToken, StoreError};
 
     let server = RedisServer::start();
@@ -303,7 +303,7 @@ async fn an_idle_scheduler_sends_only_a_few_commands_per_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_deferral_reported_to_a_caller_is_lost_when_redis_is_killed_mid_run() {
-    use redefer::store::{Acquisition, LockStore};
+    use redefer::lock::{Acquisition, LockStore};
     use redefer::strategy::Defer;
     use redefer::{LockKey, LockToken, Outcome};
     use tower::ServiceExt;

@@ -7,8 +7,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use redefer::lock::{Acquisition, LockStore};
 use redefer::queue::{DelayQueue, RetryPolicy};
-use redefer::store::{Acquisition, LockStore, QueueStats, QueueStore, RawJobState};
+use redefer::queue::{QueueStats, QueueStore, RawJobState};
 use redefer::strategy::Defer;
 use redefer::{
     Backoff, LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions, current_job, current_lock,

@@ -6,8 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use redefer::queue::QueueStats;
 use redefer::queue::{DelayQueue, RetryPolicy};
-use redefer::store::QueueStats;
 use redefer::strategy::{ConflictStrategy, Defer, Retry};
 use redefer::{Backoff, Error, LockLayer, Outcome, RedisStore, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};

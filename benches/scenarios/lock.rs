@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use redefer::store::{Acquisition, LockStore};
+use redefer::lock::{Acquisition, LockStore};
 use redefer::{LockKey, LockLayer, LockToken, RedisStore};
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -121,9 +121,7 @@ async fn bare_rate(store: &RedisStore, concurrency: usize, requests: usize) -> f
     let tasks: Vec<_> = (0..concurrency)
         .map(|task| {
             let mut conn = store.connection();
-            let key = store
-                .prefix()
-                .lock_key(&LockKey::new(format!("bare:{task}")).expect("valid key"));
+            let key = store.lock_redis_key(&LockKey::new(format!("bare:{task}")).expect("valid key"));
             let release = release.clone();
             tokio::spawn(async move {
                 for _ in 0..per_task {

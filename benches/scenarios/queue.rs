@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redefer::queue::DelayQueue;
-use redefer::store::QueueStats;
+use redefer::queue::QueueStats;
 use redefer::{LockLayer, RedisStore, Scheduler, SchedulerOptions};
 use tower::{Layer, service_fn};
 

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 use clap::{Parser, Subcommand, ValueEnum};
 use redefer::RedisStore;
 use redefer::queue::{DelayQueue, JobId, ListedEntry};
-use redefer::store::{JobSet, RawJobState};
+use redefer::queue::{JobSet, RawJobState};
 use serde_json::{Value, json};
 
 #[derive(Parser)]

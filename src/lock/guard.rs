@@ -4,8 +4,8 @@ use tokio::runtime::Handle;
 
 use crate::error::StoreError;
 use crate::key::LockKey;
+use crate::lock::LockStore;
 use crate::lock::LockToken;
-use crate::store::LockStore;
 
 /// Releases a lock that may be held when dropped while armed.
 ///

@@ -6,7 +6,7 @@ use thiserror::Error;
 
 use crate::error::{BoxError, KeyError, StoreError};
 use crate::key::LockKey;
-use crate::renewal::LockLost;
+use crate::renewal::LossReason;
 
 /// Why a call through [`LockService`](crate::LockService) failed. `E` is the inner service's
 /// error.
@@ -49,7 +49,7 @@ pub enum Error<E> {
         /// The key whose lock was lost.
         key: LockKey,
         /// What the renewal found.
-        reason: LockLost,
+        reason: LossReason,
     },
     /// The key extractor produced a key that is rejected (empty, too long). No Redis call was made.
     #[error("invalid lock key: {0}")]

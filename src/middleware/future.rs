@@ -1,27 +1,12 @@
-//! The response future: acquire (asking the strategy on conflict), run the handler with the
-//! lock renewed, release.
+//! The response future of [`LockService`](super::LockService): a boxed locked call
+//! (see `call.rs`).
 
 use std::fmt;
 use std::future::Future;
-use std::panic::{AssertUnwindSafe, resume_unwind};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
-use futures_util::FutureExt;
-use tokio::time::{Instant, sleep};
-use tower::Service;
-use tracing::Instrument;
-
-use super::service::Shared;
 use super::{Error, Outcome};
-use crate::key::LockKey;
-use crate::lock::{HeldLock, LockToken, ReleaseOnDrop, run_holding};
-use crate::metrics;
-use crate::renewal::renew_until_lost;
-use crate::store::{Acquisition, LockStore};
-use crate::strategy::{Conflict, ConflictStrategy, Decision};
 
 type BoxedCall<R, E> = Pin<Box<dyn Future<Output = Result<Outcome<R>, Error<E>>> + Send>>;
 
@@ -50,106 +35,4 @@ impl<R, E> fmt::Debug for ResponseFuture<R, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
-}
-
-/// The whole locked call. The lock is released on success, inner error and panic before the
-/// caller sees the result; on cancellation by [`ReleaseOnDrop`].
-pub(super) async fn call_locked<S, St, X, C, Req>(
-    shared: Arc<Shared<St, X, C>>,
-    key: LockKey,
-    mut inner: S,
-    request: Req,
-) -> Result<Outcome<S::Response>, Error<S::Error>>
-where
-    S: Service<Req>,
-    St: LockStore,
-    C: ConflictStrategy<Req>,
-{
-    let span = tracing::debug_span!("redefer.lock", %key, fence = tracing::field::Empty);
-    async move {
-        let token = LockToken::random();
-        let mut guard = ReleaseOnDrop::new(shared.store.clone(), key.clone(), token);
-        let mut attempt = 0;
-        let mut waited = Duration::ZERO;
-        let (fence, acquired_at) = loop {
-            let sent = Instant::now();
-            guard.arm();
-            let acquisition = shared.store.try_acquire(&key, token, shared.ttl).await;
-            let remaining = match acquisition {
-                Ok(Acquisition::Acquired(fence)) => break (fence, sent),
-                Ok(Acquisition::Held { remaining }) => remaining,
-                Err(error) => {
-                    // Not knowing whether the acquire took effect, the guard stays armed and
-                    // releases by token on its way out.
-                    return Err(Error::Store(error));
-                }
-            };
-            guard.disarm();
-            let conflict = Conflict {
-                key: key.clone(),
-                attempt,
-                waited,
-                remaining,
-            };
-            let decision = shared.strategy.on_conflict(conflict, &request).await;
-            match decision.map_err(Error::Strategy)? {
-                Decision::RetryAfter(delay) => {
-                    tracing::debug!(attempt, ?remaining, ?delay, "lock held: retrying");
-                    metrics::conflict("retry");
-                    sleep(delay).await;
-                    waited += delay;
-                    attempt += 1;
-                }
-                Decision::Reject { retry_after } => {
-                    tracing::debug!(attempt, ?retry_after, "lock held: rejected");
-                    metrics::conflict("reject");
-                    return Err(Error::Locked { key, retry_after });
-                }
-                Decision::Deferred(deferred) => {
-                    tracing::debug!(attempt, job_id = %deferred.job_id, "lock held: deferred");
-                    metrics::conflict("defer");
-                    return Ok(Outcome::Deferred(deferred));
-                }
-            }
-        };
-        tracing::Span::current().record("fence", fence.0);
-        tracing::debug!(attempt, "lock acquired");
-        ::metrics::counter!(metrics::LOCK_ACQUIRED).increment(1);
-
-        let held = HeldLock {
-            key: key.clone(),
-            fence,
-        };
-        let handler = run_holding(
-            held,
-            AssertUnwindSafe(async move { inner.call(request).await }).catch_unwind(),
-        );
-        let renewal = renew_until_lost("lock", shared.ttl, acquired_at, || {
-            shared.store.extend(&key, token, shared.ttl)
-        });
-        let finished = tokio::select! {
-            biased;
-            finished = handler => finished,
-            lost = renewal => {
-                ::metrics::counter!(metrics::LOCK_LOST).increment(1);
-                // `select!` dropped the handler's future: it stops here. The guard, still armed,
-                // releases by token in the background, in case the store comes back while the
-                // lock still holds our token; the caller does not wait for that.
-                return Err(Error::LockLost { key, reason: lost });
-            }
-        };
-        ::metrics::histogram!(metrics::LOCK_HOLD).record(acquired_at.elapsed().as_secs_f64());
-        match guard.release().await {
-            Ok(true) => tracing::debug!("lock released"),
-            Ok(false) => tracing::warn!("lock had expired before its release"),
-            Err(error) => tracing::warn!(%error, "lock release failed; it expires with its TTL"),
-        }
-        match finished {
-            Ok(Ok(response)) => Ok(Outcome::Done(response)),
-            Ok(Err(error)) => Err(Error::Inner(error)),
-            Err(panic) => resume_unwind(panic),
-        }
-    }
-    .instrument(span)
-    .await
 }

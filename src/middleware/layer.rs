@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use tower::Layer;
 
-use super::service::{LockService, Shared};
+use super::LockService;
+use super::call::Shared;
 use crate::strategy::FailFast;
 
 /// The default lock TTL: long enough for most handlers without renewal, short enough that a
@@ -37,10 +38,10 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// # }
 /// ```
 #[derive(Debug, Clone)]
-pub struct LockLayer<St, X, C = FailFast> {
+pub struct LockLayer<St, X, Strat = FailFast> {
     store: St,
     extractor: X,
-    strategy: C,
+    strategy: Strat,
     ttl: Duration,
 }
 
@@ -57,7 +58,7 @@ impl<St, X> LockLayer<St, X, FailFast> {
     }
 }
 
-impl<St, X, C> LockLayer<St, X, C> {
+impl<St, X, Strat> LockLayer<St, X, Strat> {
     /// How long a lock lives unless renewed. A handler that runs longer keeps its lock: it is
     /// extended every third of the TTL. The TTL is the safety net for a holder that crashed.
     ///
@@ -74,7 +75,7 @@ impl<St, X, C> LockLayer<St, X, C> {
     }
 
     /// What a request does when its lock is held.
-    pub fn on_conflict<C2>(self, strategy: C2) -> LockLayer<St, X, C2> {
+    pub fn on_conflict<Strat2>(self, strategy: Strat2) -> LockLayer<St, X, Strat2> {
         LockLayer {
             store: self.store,
             extractor: self.extractor,
@@ -84,13 +85,13 @@ impl<St, X, C> LockLayer<St, X, C> {
     }
 }
 
-impl<S, St, X, C> Layer<S> for LockLayer<St, X, C>
+impl<S, St, X, Strat> Layer<S> for LockLayer<St, X, Strat>
 where
     St: Clone,
     X: Clone,
-    C: Clone,
+    Strat: Clone,
 {
-    type Service = LockService<S, St, X, C>;
+    type Service = LockService<S, St, X, Strat>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LockService::new(

@@ -4,6 +4,7 @@
 //!
 //! Laid out as tower lays out its own middleware: the layer, the service, its future, its error.
 
+mod call;
 mod error;
 mod extract;
 mod future;

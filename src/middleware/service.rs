@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tower::Service;
 
-use super::future::{ResponseFuture, call_locked};
+use super::call::{Shared, call_locked};
+use super::future::ResponseFuture;
 use super::{Error, KeyExtractor, Outcome};
 use crate::key::LockKey;
-use crate::store::LockStore;
+use crate::lock::LockStore;
 use crate::strategy::ConflictStrategy;
 
 /// Runs each request under the lock of its key; built by [`LockLayer`](super::LockLayer).
@@ -21,22 +21,13 @@ use crate::strategy::ConflictStrategy;
 /// takes its place), as tower requires of services that move their inner service into the
 /// response future.
 #[derive(Debug)]
-pub struct LockService<S, St, X, C> {
+pub struct LockService<S, St, X, Strat> {
     inner: S,
-    shared: Arc<Shared<St, X, C>>,
+    shared: Arc<Shared<St, X, Strat>>,
 }
 
-/// What every clone of one service shares.
-#[derive(Debug)]
-pub(super) struct Shared<St, X, C> {
-    pub(super) store: St,
-    pub(super) extractor: X,
-    pub(super) strategy: C,
-    pub(super) ttl: Duration,
-}
-
-impl<S, St, X, C> LockService<S, St, X, C> {
-    pub(super) fn new(inner: S, shared: Arc<Shared<St, X, C>>) -> Self {
+impl<S, St, X, Strat> LockService<S, St, X, Strat> {
+    pub(super) fn new(inner: S, shared: Arc<Shared<St, X, Strat>>) -> Self {
         LockService { inner, shared }
     }
 
@@ -46,7 +37,7 @@ impl<S, St, X, C> LockService<S, St, X, C> {
     }
 }
 
-impl<S: Clone, St, X, C> Clone for LockService<S, St, X, C> {
+impl<S: Clone, St, X, Strat> Clone for LockService<S, St, X, Strat> {
     fn clone(&self) -> Self {
         LockService {
             inner: self.inner.clone(),
@@ -55,7 +46,7 @@ impl<S: Clone, St, X, C> Clone for LockService<S, St, X, C> {
     }
 }
 
-impl<S, St, X, C, Req> Service<Req> for LockService<S, St, X, C>
+impl<S, St, X, Strat, Req> Service<Req> for LockService<S, St, X, Strat>
 where
     S: Service<Req> + Clone + Send + 'static,
     S::Future: Send,
@@ -64,7 +55,7 @@ where
     Req: Send + 'static,
     St: LockStore,
     X: KeyExtractor<Req> + Send + Sync + 'static,
-    C: ConflictStrategy<Req>,
+    Strat: ConflictStrategy<Req>,
 {
     type Response = Outcome<S::Response>;
     type Error = Error<S::Error>;

@@ -7,12 +7,12 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Codec, Envelope, JobId, Json, QueueError, QueueName, RetryPolicy, Shards};
+use super::{
+    Cancelled, ClaimLimits, Codec, Due, Envelope, JobId, JobSet, Json, MAX_PAGE, QueueError, QueueName,
+    QueueStats, QueueStore, RawJobState, RetryPolicy, Shards, Wakeups,
+};
 use crate::error::KeyError;
 use crate::lock::LockToken;
-use crate::store::{
-    Cancelled, ClaimLimits, Due, JobSet, MAX_PAGE, QueueStats, QueueStore, RawJobState, Wakeups,
-};
 
 /// The default largest encoded job: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
@@ -38,17 +38,17 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 /// assert_eq!(queue.stats().await?.waiting, 0);
 /// # Ok(()) }
 /// ```
-pub struct DelayQueue<T, St, C = Json> {
+pub struct DelayQueue<T, St, Enc = Json> {
     store: St,
     name: QueueName,
     shards: Shards,
     policy: RetryPolicy,
     max_payload: usize,
-    codec: C,
+    codec: Enc,
     payload: PhantomData<fn(T) -> T>,
 }
 
-impl<T, St: Clone, C: Clone> Clone for DelayQueue<T, St, C> {
+impl<T, St: Clone, Enc: Clone> Clone for DelayQueue<T, St, Enc> {
     fn clone(&self) -> Self {
         DelayQueue {
             store: self.store.clone(),
@@ -62,7 +62,7 @@ impl<T, St: Clone, C: Clone> Clone for DelayQueue<T, St, C> {
     }
 }
 
-impl<T, St, C> fmt::Debug for DelayQueue<T, St, C> {
+impl<T, St, Enc> fmt::Debug for DelayQueue<T, St, Enc> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DelayQueue")
             .field("name", &self.name)
@@ -191,7 +191,7 @@ impl<T, St> DelayQueue<T, St, Json> {
     }
 }
 
-impl<T, St, C> DelayQueue<T, St, C> {
+impl<T, St, Enc> DelayQueue<T, St, Enc> {
     /// How the queue's jobs back off between attempts, and how many they get.
     pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
         self.policy = policy;
@@ -206,7 +206,7 @@ impl<T, St, C> DelayQueue<T, St, C> {
     }
 
     /// Encodes jobs with `codec` instead of JSON.
-    pub fn codec<C2: Codec>(self, codec: C2) -> DelayQueue<T, St, C2> {
+    pub fn codec<Enc2: Codec>(self, codec: Enc2) -> DelayQueue<T, St, Enc2> {
         DelayQueue {
             store: self.store,
             name: self.name,
@@ -260,11 +260,11 @@ impl<T, St, C> DelayQueue<T, St, C> {
     }
 }
 
-impl<T, St, C> DelayQueue<T, St, C>
+impl<T, St, Enc> DelayQueue<T, St, Enc>
 where
     T: Serialize + DeserializeOwned,
     St: QueueStore,
-    C: Codec,
+    Enc: Codec,
 {
     /// Pushes `item` to become due `delay` from now, by the store's clock.
     pub async fn push(&self, item: &T, delay: Duration) -> Result<Scheduled, QueueError> {

@@ -5,10 +5,8 @@ use std::fmt;
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
+use super::rules::{MAX_JOB_ID_LEN, is_job_id_byte};
 use crate::error::KeyError;
-
-/// The longest job id, in bytes.
-pub const MAX_JOB_ID_LEN: usize = 128;
 
 /// A job's identity, kept across re-deferrals and retries: 32 random hex digits, or an id of
 /// the caller's of up to 128 ASCII letters, digits, `_`, `.` and `-`.
@@ -37,10 +35,7 @@ impl JobId {
     pub fn new(id: impl Into<String>) -> Result<Self, KeyError> {
         let id = id.into();
         crate::key::validate_name("job id", &id, MAX_JOB_ID_LEN)?;
-        if !id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-        {
+        if !id.bytes().all(is_job_id_byte) {
             return Err(KeyError::InvalidJobId { id });
         }
         Ok(JobId(id))

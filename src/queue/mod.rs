@@ -1,5 +1,8 @@
 //! The delay queue that deferred requests wait in: a sorted set of job ids by due time, the
 //! jobs' envelopes, leases for claimed jobs, and a dead-letter set.
+//!
+//! Everything a user of the queue needs is here: [`DelayQueue`] and its results, the
+//! [`QueueStore`] operations a store provides, and their vocabulary.
 
 mod codec;
 mod delay_queue;
@@ -8,7 +11,10 @@ mod error;
 mod job_id;
 mod name;
 mod policy;
+pub(crate) mod rules;
 mod shards;
+mod store;
+mod wakeups;
 
 pub use self::codec::{Codec, Json};
 pub use self::delay_queue::{
@@ -17,9 +23,13 @@ pub use self::delay_queue::{
 };
 pub use self::envelope::Envelope;
 pub use self::error::QueueError;
-pub use self::job_id::{JobId, MAX_JOB_ID_LEN};
-pub(crate) use self::name::QueueKeys;
+pub use self::job_id::JobId;
 pub use self::name::{MAX_QUEUE_NAME_LEN, QueueName};
 pub use self::policy::RetryPolicy;
+pub use self::rules::{MAX_JOB_ID_LEN, MAX_PAGE};
 pub use self::shards::MAX_SHARDS;
 pub(crate) use self::shards::Shards;
+pub use self::store::{Cancelled, Due, JobSet, QueueStats, QueueStore, RawJobState};
+#[doc(hidden)]
+pub use self::store::{ClaimBatch, ClaimLimits, ListedJob, RawClaim, RawJob};
+pub use self::wakeups::Wakeups;

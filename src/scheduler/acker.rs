@@ -9,8 +9,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::queue::QueueStore;
 use crate::queue::{Codec, DelayQueue, Lease};
-use crate::store::QueueStore;
 
 /// The most acks one batch carries.
 const MAX_BATCH: usize = 256;
@@ -28,11 +28,11 @@ pub(super) struct Acker {
 }
 
 impl Acker {
-    pub(super) fn start<T, St, C>(queue: DelayQueue<T, St, C>) -> (Acker, JoinHandle<()>)
+    pub(super) fn start<T, St, Enc>(queue: DelayQueue<T, St, Enc>) -> (Acker, JoinHandle<()>)
     where
         T: Serialize + DeserializeOwned + Send + 'static,
         St: QueueStore,
-        C: Codec,
+        Enc: Codec,
     {
         let (requests, mut incoming) = mpsc::unbounded_channel::<Request>();
         let task = tokio::spawn(async move {

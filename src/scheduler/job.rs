@@ -16,11 +16,11 @@ use super::acker::Acker;
 use super::current_job::{CurrentJob, run_for_job};
 use super::report::JobEnd;
 use crate::backoff::Backoff;
-use crate::metrics::QueueMetrics;
+use crate::metric_names::QueueMetrics;
 use crate::middleware::{Error, Outcome};
+use crate::queue::QueueStore;
 use crate::queue::{AfterFailure, ClaimedJob, Codec, DelayQueue, Lease, QueueError};
 use crate::renewal::renew_until_lost;
-use crate::store::QueueStore;
 
 /// The reason recorded when a re-injected request meets its lock again.
 pub(super) const LOCK_STILL_HELD: &str = "lock still held";
@@ -59,8 +59,8 @@ where
 }
 
 /// What a job needs beyond itself.
-pub(super) struct JobRun<S, T, St, C> {
-    pub(super) queue: DelayQueue<T, St, C>,
+pub(super) struct JobRun<S, T, St, Enc> {
+    pub(super) queue: DelayQueue<T, St, Enc>,
     pub(super) service: S,
     pub(super) lease_ttl: Duration,
     pub(super) error_backoff: Backoff,
@@ -70,12 +70,12 @@ pub(super) struct JobRun<S, T, St, C> {
     pub(super) acker: Acker,
 }
 
-impl<S, T, St, C> JobRun<S, T, St, C>
+impl<S, T, St, Enc> JobRun<S, T, St, Enc>
 where
     S: JobService<T>,
     T: Serialize + DeserializeOwned + Send + 'static,
     St: QueueStore,
-    C: Codec,
+    Enc: Codec,
 {
     /// Runs `job`, claimed by a request sent at `claimed_at`, to its end.
     pub(super) async fn run(self, job: ClaimedJob<T>, claimed_at: Instant) -> JobEnd {
@@ -181,8 +181,8 @@ fn finish(metrics: &QueueMetrics, end: JobEnd) -> JobEnd {
 
 /// Acks or fails the job, retrying a failing store until the lease would run out: after that,
 /// the job is delivered again anyway (at-least-once).
-async fn settle<T, St, C>(
-    queue: &DelayQueue<T, St, C>,
+async fn settle<T, St, Enc>(
+    queue: &DelayQueue<T, St, Enc>,
     lease: &Lease,
     ran: Ran,
     lease_deadline: Instant,
@@ -191,7 +191,7 @@ async fn settle<T, St, C>(
 where
     T: Serialize + DeserializeOwned,
     St: QueueStore,
-    C: Codec,
+    Enc: Codec,
 {
     let mut failures = 0;
     loop {

@@ -29,8 +29,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
+use crate::queue::QueueStore;
 use crate::queue::{Codec, DelayQueue, Json};
-use crate::store::QueueStore;
 
 /// Claims due jobs of one queue and runs each through `service`: the same stack, lock layer
 /// included, that deferred them.
@@ -60,15 +60,15 @@ use crate::store::QueueStore;
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
-pub struct Scheduler<S, T, St, C = Json> {
-    queue: DelayQueue<T, St, C>,
+pub struct Scheduler<S, T, St, Enc = Json> {
+    queue: DelayQueue<T, St, Enc>,
     service: S,
     options: SchedulerOptions,
 }
 
-impl<S, T, St, C> Scheduler<S, T, St, C> {
+impl<S, T, St, Enc> Scheduler<S, T, St, Enc> {
     /// A scheduler of `queue` that runs its jobs through `service`, with default options.
-    pub fn new(queue: DelayQueue<T, St, C>, service: S) -> Self {
+    pub fn new(queue: DelayQueue<T, St, Enc>, service: S) -> Self {
         Scheduler {
             queue,
             service,
@@ -83,12 +83,12 @@ impl<S, T, St, C> Scheduler<S, T, St, C> {
     }
 }
 
-impl<S, T, St, C> Scheduler<S, T, St, C>
+impl<S, T, St, Enc> Scheduler<S, T, St, Enc>
 where
     S: JobService<T>,
     T: Serialize + DeserializeOwned + Send + 'static,
     St: QueueStore,
-    C: Codec,
+    Enc: Codec,
 {
     /// Runs the scheduler on a task of its own; the handle shuts it down.
     pub fn start(self) -> SchedulerHandle {

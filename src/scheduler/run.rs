@@ -13,16 +13,16 @@ use super::acker::Acker;
 use super::job::{JobRun, JobService};
 use super::report::{JobEnd, SchedulerReport};
 use super::{Scheduler, SchedulerOptions};
-use crate::metrics::QueueMetrics;
+use crate::metric_names::QueueMetrics;
 use crate::queue::Codec;
-use crate::store::QueueStore;
+use crate::queue::QueueStore;
 
-impl<S, T, St, C> Scheduler<S, T, St, C>
+impl<S, T, St, Enc> Scheduler<S, T, St, Enc>
 where
     S: JobService<T>,
     T: Serialize + DeserializeOwned + Send + 'static,
     St: QueueStore,
-    C: Codec,
+    Enc: Codec,
 {
     /// Runs until `stop` is cancelled, then shuts down gracefully.
     pub(super) async fn run(self, stop: CancellationToken) -> SchedulerReport {

@@ -1,15 +1,30 @@
-//! The store boundary: the few atomic operations the middleware, the delay queue and the
-//! scheduler need, with one Redis and one in-memory implementation of the same semantics.
+//! The two stores: [`RedisStore`] (single node or Redis Cluster) and [`MemoryStore`] (one
+//! process), with the same semantics, pinned by one conformance suite.
+//!
+//! What the lock layer and the delay queue need of a store are the traits
+//! [`LockStore`](crate::lock::LockStore) and [`QueueStore`](crate::queue::QueueStore), defined
+//! beside their users. Both traits are **sealed**: these two stores are the only
+//! implementations. That lets the crate add store operations (and it will: handoff, bulk
+//! push, retention) in minor releases without breaking anyone, and keeps the store-level
+//! types (`RawClaim`, `ClaimBatch`, ...) out of the documented API. The trait methods stay
+//! public, for tools of your own. A third backend belongs in this crate, beside these two,
+//! where the conformance suite runs against it.
 
-mod lock;
 mod memory;
-mod queue;
 mod redis;
+pub(crate) mod time;
 
-pub use self::lock::{Acquisition, LockStore};
 pub use self::memory::MemoryStore;
-pub use self::queue::{
-    Cancelled, ClaimBatch, ClaimLimits, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim,
-    RawJob, RawJobState, Wakeups,
-};
+pub(crate) use self::redis::keys as redis_keys;
 pub use self::redis::{LockInfo, RedisStore, RedisStoreBuilder};
+
+pub(crate) use self::sealed::Sealed;
+
+mod sealed {
+    /// The supertrait that seals the store traits: public, so it can bound them, in a private
+    /// module, so no other crate can name it to implement it.
+    pub trait Sealed {}
+
+    impl Sealed for super::MemoryStore {}
+    impl<Conn> Sealed for super::RedisStore<Conn> {}
+}

@@ -10,8 +10,8 @@ use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
 use crate::middleware::Deferred;
 use crate::queue::{Codec, DelayQueue, JobId, Json};
+use crate::queue::{Due, QueueStore};
 use crate::scheduler::current_job;
-use crate::store::{Due, QueueStore};
 
 /// Stores a request whose lock is held in a delay queue, due after the queue's first backoff;
 /// a [`Scheduler`](crate::Scheduler) on the queue re-injects it into the same service stack.
@@ -42,11 +42,11 @@ use crate::store::{Due, QueueStore};
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
-pub struct Defer<Req, St, C = Json> {
-    queue: DelayQueue<Req, St, C>,
+pub struct Defer<Req, St, Enc = Json> {
+    queue: DelayQueue<Req, St, Enc>,
 }
 
-impl<Req, St: Clone, C: Clone> Clone for Defer<Req, St, C> {
+impl<Req, St: Clone, Enc: Clone> Clone for Defer<Req, St, Enc> {
     fn clone(&self) -> Self {
         Defer {
             queue: self.queue.clone(),
@@ -54,18 +54,18 @@ impl<Req, St: Clone, C: Clone> Clone for Defer<Req, St, C> {
     }
 }
 
-impl<Req, St, C> Defer<Req, St, C> {
+impl<Req, St, Enc> Defer<Req, St, Enc> {
     /// Defers to `queue`.
-    pub fn new(queue: DelayQueue<Req, St, C>) -> Self {
+    pub fn new(queue: DelayQueue<Req, St, Enc>) -> Self {
         Defer { queue }
     }
 }
 
-impl<Req, St, C> ConflictStrategy<Req> for Defer<Req, St, C>
+impl<Req, St, Enc> ConflictStrategy<Req> for Defer<Req, St, Enc>
 where
     Req: Serialize + DeserializeOwned + 'static,
     St: QueueStore,
-    C: Codec,
+    Enc: Codec,
 {
     fn on_conflict(
         &self,

@@ -15,7 +15,7 @@ use crate::error::BoxError;
 /// use std::convert::Infallible;
 /// use std::time::Duration;
 /// use redefer::{Error, LockKey, LockLayer, LockToken, MemoryStore};
-/// use redefer::store::LockStore;
+/// use redefer::lock::LockStore;
 /// use tower::{service_fn, Layer, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::key::LockKey;
+use crate::lock::{Acquisition, LockStore};
 use crate::lock::{FencingToken, LockToken};
-use crate::store::{Acquisition, LockStore};
 
 #[derive(Default)]
 pub(super) struct LockState {

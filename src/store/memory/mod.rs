@@ -19,7 +19,7 @@ use crate::queue::QueueName;
 /// ```
 /// use std::time::Duration;
 /// use redefer::{LockKey, LockToken, MemoryStore};
-/// use redefer::store::{Acquisition, LockStore};
+/// use redefer::lock::{Acquisition, LockStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = MemoryStore::new();

@@ -9,12 +9,12 @@ use tokio::sync::watch;
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::lock::LockToken;
-use crate::queue::{JobId, QueueName};
-use crate::store::queue::{from_epoch_ms, to_epoch_ms};
-use crate::store::{
-    Cancelled, ClaimBatch, ClaimLimits, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim,
-    RawJob, RawJobState, Wakeups,
+use crate::queue::rules::{NO_ENVELOPE, lease_ran_out, oversized};
+use crate::queue::{
+    Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListedJob, MAX_PAGE, QueueName, QueueStats,
+    QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
 };
+use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
 
 /// One queue: the same sets as in Redis, scores in ms since the epoch.
 pub(super) struct QueueState {
@@ -44,19 +44,8 @@ impl Default for QueueState {
     }
 }
 
-/// The reasons the claim script gives, word for word.
-const NO_ENVELOPE: &str = "the job has no envelope (deleted or never written by redefer)";
-
-fn oversized(size: usize, max: usize) -> String {
-    format!("the envelope is {size} bytes, over the limit of {max}")
-}
-
 fn now_ms() -> i64 {
     to_epoch_ms(SystemTime::now())
-}
-
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl QueueState {
@@ -128,7 +117,7 @@ impl QueueStore for MemoryStore {
                 return None;
             }
             let due = match due {
-                Due::In(delay) => now_ms().saturating_add(millis(delay)),
+                Due::In(delay) => after_epoch_ms(now_ms(), delay),
                 Due::At(at) => to_epoch_ms(at),
             };
             q.jobs.insert(id.clone(), envelope);
@@ -166,14 +155,14 @@ impl QueueStore for MemoryStore {
                 let expiries = q.expiries.entry(id.clone()).or_insert(0);
                 *expiries += 1;
                 if max_expiries > 0 && *expiries >= max_expiries {
-                    let reason = format!("its lease ran out {expiries} times: the handler crashed or hung");
+                    let reason = lease_ran_out(*expiries);
                     q.expiries.remove(&id);
                     q.dead.insert(id, (now, reason));
                 } else {
                     q.schedule(id, deadline);
                 }
             }
-            let deadline = now.saturating_add(millis(lease));
+            let deadline = after_epoch_ms(now, lease);
             let due: Vec<(i64, JobId)> = q
                 .delayed
                 .iter()
@@ -247,7 +236,7 @@ impl QueueStore for MemoryStore {
             if let Some(envelope) = envelope {
                 q.jobs.insert(id.clone(), envelope);
             }
-            let due = now_ms().saturating_add(millis(delay));
+            let due = after_epoch_ms(now_ms(), delay);
             q.schedule(id.clone(), due);
             Some(from_epoch_ms(due))
         }))
@@ -285,7 +274,7 @@ impl QueueStore for MemoryStore {
             if !q.end_lease(id, token) {
                 return false;
             }
-            let deadline = now_ms().saturating_add(millis(lease));
+            let deadline = after_epoch_ms(now_ms(), lease);
             q.inflight.insert((deadline, id.clone()));
             q.leases.insert(id.clone(), (deadline, token));
             true

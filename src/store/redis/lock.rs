@@ -5,20 +5,16 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::RedisStore;
+use super::keys;
 use super::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{FencingToken, LockToken};
-use crate::store::{Acquisition, LockStore};
+use crate::lock::{Acquisition, FencingToken, LockStore, LockToken};
+use crate::store::time::ttl_millis;
 
-/// Milliseconds for a script argument; at least 1, since Redis rejects a zero TTL.
-pub(super) fn millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-impl<C> RedisStore<C>
+impl<Conn> RedisStore<Conn>
 where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// With [`wait_for_replicas`](RedisStore::wait_for_replicas): waits for the replicas, and
     /// gives the lock back when too few acknowledged it.
@@ -28,7 +24,7 @@ where
         };
         let acked: u64 = redis::cmd("WAIT")
             .arg(wanted)
-            .arg(millis(timeout))
+            .arg(ttl_millis(timeout))
             .query_async(&mut self.conn.clone())
             .await?;
         if acked < u64::from(wanted) {
@@ -39,9 +35,9 @@ where
     }
 }
 
-impl<C> LockStore for RedisStore<C>
+impl<Conn> LockStore for RedisStore<Conn>
 where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn try_acquire(
         &self,
@@ -50,10 +46,10 @@ where
         ttl: Duration,
     ) -> Result<Acquisition, StoreError> {
         let (acquired, value): (i64, i64) = LOCK_ACQUIRE
-            .key(self.prefix.lock_key(key))
-            .key(self.prefix.fence_key(key))
+            .key(keys::lock(&self.prefix, key))
+            .key(keys::fence(&self.prefix, key))
             .arg(token)
-            .arg(millis(ttl))
+            .arg(ttl_millis(ttl))
             .invoke_async(&mut self.conn.clone())
             .await?;
         match (acquired, value) {
@@ -72,9 +68,9 @@ where
 
     async fn extend(&self, key: &LockKey, token: LockToken, ttl: Duration) -> Result<bool, StoreError> {
         let extended: bool = LOCK_EXTEND
-            .key(self.prefix.lock_key(key))
+            .key(keys::lock(&self.prefix, key))
             .arg(token)
-            .arg(millis(ttl))
+            .arg(ttl_millis(ttl))
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(extended)
@@ -82,7 +78,7 @@ where
 
     async fn release(&self, key: &LockKey, token: LockToken) -> Result<bool, StoreError> {
         let released: bool = LOCK_RELEASE
-            .key(self.prefix.lock_key(key))
+            .key(keys::lock(&self.prefix, key))
             .arg(token)
             .invoke_async(&mut self.conn.clone())
             .await?;

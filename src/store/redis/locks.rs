@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::RedisStore;
+use super::{RedisStore, keys};
 use crate::error::StoreError;
 use crate::key::decode_tag;
 
@@ -31,14 +31,14 @@ fn glob_escape(text: &str) -> String {
         .collect()
 }
 
-impl<C> RedisStore<C>
+impl<Conn> RedisStore<Conn>
 where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// Up to `limit` held locks, found by `SCAN` (one node: on Redis Cluster, run it against each
     /// master). A key whose hash tag no lock key encodes to is reported under its raw name.
     pub async fn locks(&self, limit: usize) -> Result<Vec<LockInfo>, StoreError> {
-        let lock_prefix = format!("{}:lock:", self.prefix.as_str());
+        let lock_prefix = keys::lock_namespace(&self.prefix);
         let pattern = format!("{}{{*", glob_escape(&lock_prefix));
         let mut conn = self.conn.clone();
         let mut keys = Vec::new();
@@ -62,7 +62,7 @@ where
         let mut locks = Vec::with_capacity(keys.len());
         for key in keys {
             let tag = key.strip_prefix(&lock_prefix).unwrap_or(&key);
-            let fence_key = format!("{}:fence:{tag}", self.prefix.as_str());
+            let fence_key = keys::fence_of_found_tag(&self.prefix, tag);
             let (pttl, fence): (i64, Option<u64>) = redis::pipe()
                 .pttl(&key)
                 .get(&fence_key)

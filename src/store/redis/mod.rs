@@ -1,5 +1,6 @@
 //! The Redis store: Lua scripts over any async redis-rs connection, single node or cluster.
 
+pub(crate) mod keys;
 mod lock;
 mod locks;
 mod queue;
@@ -33,8 +34,8 @@ use crate::key::Prefix;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct RedisStore<C = ConnectionManager> {
-    conn: C,
+pub struct RedisStore<Conn = ConnectionManager> {
+    conn: Conn,
     prefix: Prefix,
     /// Where to open the pub/sub connections that wake schedulers (any node of a cluster will
     /// do, so several are tried in turn); without one, schedulers wake on their timers only.
@@ -43,7 +44,7 @@ pub struct RedisStore<C = ConnectionManager> {
     replication: Option<(u32, Duration)>,
 }
 
-impl<C> std::fmt::Debug for RedisStore<C> {
+impl<Conn> std::fmt::Debug for RedisStore<Conn> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
@@ -66,12 +67,12 @@ impl RedisStore<ConnectionManager> {
     }
 }
 
-impl<C> RedisStore<C>
+impl<Conn> RedisStore<Conn>
 where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// A store over a connection you made, with the default prefix `redefer`.
-    pub fn new(conn: C) -> Self {
+    pub fn new(conn: Conn) -> Self {
         RedisStore {
             conn,
             prefix: Prefix::default(),
@@ -119,9 +120,26 @@ where
         &self.prefix
     }
 
-    /// A clone of the underlying connection, for commands of your own.
-    pub fn connection(&self) -> C {
+    /// A clone of the underlying connection, for commands of your own (the crate re-exports
+    /// the redis crate as [`redefer::redis`](crate::redis), so no version-matched dependency
+    /// of your own is needed).
+    pub fn connection(&self) -> Conn {
         self.conn.clone()
+    }
+
+    /// The Redis key that holds `key`'s lock under this store's prefix: for tools that inspect
+    /// or repair locks by hand.
+    ///
+    /// ```no_run
+    /// use redefer::{LockKey, RedisStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// assert_eq!(store.lock_redis_key(&LockKey::new("order:42")?), "redefer:lock:{order:42}");
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_redis_key(&self, key: &crate::key::LockKey) -> String {
+        keys::lock(&self.prefix, key)
     }
 }
 

@@ -3,10 +3,11 @@
 use std::time::{Duration, SystemTime};
 
 use redis::aio::ConnectionLike;
+use redis::{Script, ScriptInvocation};
 use tokio::sync::watch;
 
 use super::RedisStore;
-use super::lock::millis;
+use super::keys::QueueKeys;
 use super::scripts::{
     QUEUE_ACK, QUEUE_BURY, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PURGE,
     QUEUE_PUSH, QUEUE_REQUEUE, QUEUE_RETRY, QUEUE_STATS,
@@ -14,35 +15,41 @@ use super::scripts::{
 use super::wake::forward_wakeups;
 use crate::error::StoreError;
 use crate::lock::LockToken;
-use crate::queue::{JobId, QueueKeys, QueueName};
-use crate::store::queue::{from_epoch_ms, to_epoch_ms};
-use crate::store::{
-    Cancelled, ClaimBatch, ClaimLimits, Due, JobSet, ListedJob, MAX_PAGE, QueueStats, QueueStore, RawClaim,
-    RawJob, RawJobState, Wakeups,
+use crate::queue::{
+    Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListedJob, MAX_PAGE, QueueName, QueueStats,
+    QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
 };
+use crate::store::time::{from_epoch_ms, millis, to_epoch_ms, ttl_millis};
 
-impl<C> RedisStore<C> {
+impl<Conn> RedisStore<Conn> {
     fn keys(&self, queue: &QueueName) -> QueueKeys {
         QueueKeys::new(&self.prefix, queue)
+    }
+
+    /// A call of a queue script on `queue`: every queue script takes the same keys, in the
+    /// order the prelude names them, and the wake channel as its first argument.
+    fn queue_script<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptInvocation<'a> {
+        let keys = self.keys(queue);
+        let mut invocation = script.prepare_invoke();
+        for key in keys.in_script_order() {
+            invocation.key(key);
+        }
+        invocation.arg(&keys.wake);
+        invocation
     }
 }
 
 /// One entry of the list script's reply: id bytes, time ms, envelope, bury reason.
 type ListReply = (Vec<u8>, i64, Option<Vec<u8>>, Option<String>);
 
-/// A delay in milliseconds for a script: zero stays zero (due now), unlike a TTL.
-fn delay_millis(delay: Duration) -> u64 {
-    u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// A job id read back from a claim; the claim script buries every id that would fail here.
 fn job_id(id: String) -> Result<JobId, StoreError> {
     JobId::new(id).map_err(|error| StoreError::Protocol(format!("claim returned {error}")))
 }
 
-impl<C> QueueStore for RedisStore<C>
+impl<Conn> QueueStore for RedisStore<Conn>
 where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn push(
         &self,
@@ -51,19 +58,16 @@ where
         envelope: Vec<u8>,
         due: Due,
     ) -> Result<Option<SystemTime>, StoreError> {
-        let keys = self.keys(queue);
         let (mode, at) = match due {
-            Due::In(delay) => ("in", delay_millis(delay)),
+            Due::In(delay) => ("in", millis(delay)),
             Due::At(at) => ("at", u64::try_from(to_epoch_ms(at)).unwrap_or(0)),
         };
-        let (stored, due_ms): (i64, i64) = QUEUE_PUSH
-            .key(&keys.delayed)
-            .key(&keys.jobs)
+        let (stored, due_ms): (i64, i64) = self
+            .queue_script(&QUEUE_PUSH, queue)
             .arg(id.as_str())
             .arg(envelope)
             .arg(mode)
             .arg(at)
-            .arg(&keys.wake)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok((stored == 1).then(|| from_epoch_ms(due_ms)))
@@ -81,17 +85,10 @@ where
             max_envelope,
             max_expiries,
         } = limits;
-        let keys = self.keys(queue);
-        let (wait_ms, claimed): (i64, Vec<(String, i64, Vec<u8>)>) = QUEUE_CLAIM
-            .key(&keys.delayed)
-            .key(&keys.inflight)
-            .key(&keys.jobs)
-            .key(&keys.leases)
-            .key(&keys.dead)
-            .key(&keys.errors)
-            .key(&keys.expiries)
+        let (wait_ms, claimed): (i64, Vec<(String, i64, Vec<u8>)>) = self
+            .queue_script(&QUEUE_CLAIM, queue)
             .arg(max)
-            .arg(millis(lease))
+            .arg(ttl_millis(lease))
             .arg(token)
             .arg(max_envelope)
             .arg(max_expiries)
@@ -117,9 +114,7 @@ where
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let keys = self.keys(queue);
-        let mut invocation = QUEUE_ACK.key(&keys.inflight);
-        invocation.key(&keys.jobs).key(&keys.leases).key(&keys.expiries);
+        let mut invocation = self.queue_script(&QUEUE_ACK, queue);
         for (id, token) in jobs.iter().take(MAX_PAGE) {
             invocation.arg(id.as_str()).arg(*token);
         }
@@ -135,17 +130,12 @@ where
         envelope: Option<Vec<u8>>,
         delay: Duration,
     ) -> Result<Option<SystemTime>, StoreError> {
-        let keys = self.keys(queue);
-        let due: i64 = QUEUE_RETRY
-            .key(&keys.delayed)
-            .key(&keys.inflight)
-            .key(&keys.jobs)
-            .key(&keys.leases)
+        let due: i64 = self
+            .queue_script(&QUEUE_RETRY, queue)
             .arg(id.as_str())
             .arg(token)
             .arg(envelope.unwrap_or_default())
-            .arg(delay_millis(delay))
-            .arg(&keys.wake)
+            .arg(millis(delay))
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok((due >= 0).then(|| from_epoch_ms(due)))
@@ -159,14 +149,8 @@ where
         reason: &str,
         envelope: Option<Vec<u8>>,
     ) -> Result<bool, StoreError> {
-        let keys = self.keys(queue);
-        let buried: bool = QUEUE_BURY
-            .key(&keys.inflight)
-            .key(&keys.jobs)
-            .key(&keys.leases)
-            .key(&keys.dead)
-            .key(&keys.errors)
-            .key(&keys.expiries)
+        let buried: bool = self
+            .queue_script(&QUEUE_BURY, queue)
             .arg(id.as_str())
             .arg(token)
             .arg(reason)
@@ -183,27 +167,19 @@ where
         token: LockToken,
         lease: Duration,
     ) -> Result<bool, StoreError> {
-        let keys = self.keys(queue);
-        let extended: bool = QUEUE_EXTEND
-            .key(&keys.inflight)
-            .key(&keys.leases)
+        let extended: bool = self
+            .queue_script(&QUEUE_EXTEND, queue)
             .arg(id.as_str())
             .arg(token)
-            .arg(millis(lease))
+            .arg(ttl_millis(lease))
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(extended)
     }
 
     async fn cancel(&self, queue: &QueueName, id: &JobId) -> Result<Cancelled, StoreError> {
-        let keys = self.keys(queue);
-        let cancelled: i64 = QUEUE_CANCEL
-            .key(&keys.delayed)
-            .key(&keys.inflight)
-            .key(&keys.jobs)
-            .key(&keys.dead)
-            .key(&keys.errors)
-            .key(&keys.expiries)
+        let cancelled: i64 = self
+            .queue_script(&QUEUE_CANCEL, queue)
             .arg(id.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -216,13 +192,8 @@ where
     }
 
     async fn inspect(&self, queue: &QueueName, id: &JobId) -> Result<RawJob, StoreError> {
-        let keys = self.keys(queue);
-        let (state, at, envelope, reason): (String, i64, Option<Vec<u8>>, Option<String>) = QUEUE_INSPECT
-            .key(&keys.delayed)
-            .key(&keys.inflight)
-            .key(&keys.jobs)
-            .key(&keys.dead)
-            .key(&keys.errors)
+        let (state, at, envelope, reason): (String, i64, Option<Vec<u8>>, Option<String>) = self
+            .queue_script(&QUEUE_INSPECT, queue)
             .arg(id.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -241,11 +212,8 @@ where
     }
 
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
-        let keys = self.keys(queue);
-        let (waiting, due, in_flight, dead): (u64, u64, u64, u64) = QUEUE_STATS
-            .key(&keys.delayed)
-            .key(&keys.inflight)
-            .key(&keys.dead)
+        let (waiting, due, in_flight, dead): (u64, u64, u64, u64) = self
+            .queue_script(&QUEUE_STATS, queue)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(QueueStats {
@@ -263,11 +231,9 @@ where
         offset: usize,
         limit: usize,
     ) -> Result<Vec<ListedJob>, StoreError> {
-        let keys = self.keys(queue);
-        let page: Vec<ListReply> = QUEUE_LIST
-            .key(keys.set(set))
-            .key(&keys.jobs)
-            .key(&keys.errors)
+        let page: Vec<ListReply> = self
+            .queue_script(&QUEUE_LIST, queue)
+            .arg(QueueKeys::set_name(set))
             .arg(offset)
             .arg(limit.min(MAX_PAGE))
             .invoke_async(&mut self.conn.clone())
@@ -287,13 +253,7 @@ where
         if ids.is_empty() {
             return Ok(0);
         }
-        let keys = self.keys(queue);
-        let mut invocation = QUEUE_REQUEUE.key(&keys.dead);
-        invocation
-            .key(&keys.errors)
-            .key(&keys.delayed)
-            .key(&keys.expiries)
-            .arg(&keys.wake);
+        let mut invocation = self.queue_script(&QUEUE_REQUEUE, queue);
         for id in ids.iter().take(MAX_PAGE) {
             invocation.arg(id.as_str());
         }
@@ -302,13 +262,9 @@ where
     }
 
     async fn purge(&self, queue: &QueueName, set: JobSet, limit: usize) -> Result<usize, StoreError> {
-        let keys = self.keys(queue);
-        let purged: usize = QUEUE_PURGE
-            .key(keys.set(set))
-            .key(&keys.jobs)
-            .key(&keys.errors)
-            .key(&keys.leases)
-            .key(&keys.expiries)
+        let purged: usize = self
+            .queue_script(&QUEUE_PURGE, queue)
+            .arg(QueueKeys::set_name(set))
             .arg(limit.clamp(1, MAX_PAGE))
             .invoke_async(&mut self.conn.clone())
             .await?;

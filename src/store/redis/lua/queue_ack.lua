@@ -1,15 +1,17 @@
 -- Deletes jobs their claimers finished, each only if that claimer's lease is still the job's.
--- KEYS[1] inflight, KEYS[2] jobs, KEYS[3] leases, KEYS[4] expiries.
--- ARGV: job id 1, lease token 1, job id 2, lease token 2, ... (bounded by the caller).
+-- ARGV[2..]: job id 1, lease token 1, job id 2, lease token 2, ... (at most MAX_PAGE jobs).
 -- Returns one 1 or 0 per job: deleted, or the lease is not ours (it ran out and the job moved on).
 local ids = {}
-for i = 1, #ARGV, 2 do
+for i = 2, math.min(#ARGV, 1 + 2 * MAX_PAGE), 2 do
   ids[#ids + 1] = ARGV[i]
 end
-local holders = redis.call('HMGET', KEYS[3], unpack(ids))
+if #ids == 0 then
+  return {}
+end
+local holders = redis.call('HMGET', LEASES, unpack(ids))
 local done, acked = {}, {}
 for i, id in ipairs(ids) do
-  if holders[i] == ARGV[2 * i] then
+  if holders[i] == ARGV[1 + 2 * i] then
     done[#done + 1] = id
     acked[i] = 1
   else
@@ -17,9 +19,9 @@ for i, id in ipairs(ids) do
   end
 end
 if #done > 0 then
-  redis.call('ZREM', KEYS[1], unpack(done))
-  redis.call('HDEL', KEYS[2], unpack(done))
-  redis.call('HDEL', KEYS[3], unpack(done))
-  redis.call('HDEL', KEYS[4], unpack(done))
+  redis.call('ZREM', INFLIGHT, unpack(done))
+  redis.call('HDEL', JOBS, unpack(done))
+  redis.call('HDEL', LEASES, unpack(done))
+  redis.call('HDEL', EXPIRIES, unpack(done))
 end
 return acked

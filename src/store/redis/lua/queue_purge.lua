@@ -1,14 +1,17 @@
--- Deletes up to ARGV[1] jobs of one set, with their bytes, leases and bury reasons.
--- KEYS[1] the set (delayed, inflight or dead), KEYS[2] jobs, KEYS[3] errors, KEYS[4] leases,
--- KEYS[5] expiries.
--- Returns how many were deleted (fewer than ARGV[1]: the set is now empty).
-local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+-- Deletes up to ARGV[3] (at most MAX_PAGE) jobs of one set, with their bytes, leases and bury
+-- reasons. ARGV[2] the set ('delayed', 'inflight' or 'dead').
+-- Returns how many were deleted (fewer than asked: the set is now empty).
+local set = SETS[ARGV[2]]
+if not set then
+  return redis.error_reply('no such set: ' .. ARGV[2])
+end
+local ids = redis.call('ZRANGE', set, 0, math.min(tonumber(ARGV[3]), MAX_PAGE) - 1)
 if #ids == 0 then
   return 0
 end
-redis.call('ZREM', KEYS[1], unpack(ids))
-redis.call('HDEL', KEYS[2], unpack(ids))
-redis.call('HDEL', KEYS[3], unpack(ids))
-redis.call('HDEL', KEYS[4], unpack(ids))
-redis.call('HDEL', KEYS[5], unpack(ids))
+redis.call('ZREM', set, unpack(ids))
+redis.call('HDEL', JOBS, unpack(ids))
+redis.call('HDEL', ERRORS, unpack(ids))
+redis.call('HDEL', LEASES, unpack(ids))
+redis.call('HDEL', EXPIRIES, unpack(ids))
 return #ids

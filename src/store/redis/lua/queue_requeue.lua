@@ -1,20 +1,19 @@
 -- Moves dead jobs back to wait, due now by the server's clock, their bury reasons and lease
 -- expiry counts dropped.
--- KEYS[1] dead, KEYS[2] errors, KEYS[3] delayed, KEYS[4] expiries.
--- ARGV[1] wake channel, ARGV[2..] job ids (bounded by the caller).
+-- ARGV[2..] job ids (at most MAX_PAGE).
 -- Returns how many were in the dead-letter set and moved.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local moved = 0
-for i = 2, #ARGV do
-  if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
-    redis.call('HDEL', KEYS[2], ARGV[i])
-    redis.call('HDEL', KEYS[4], ARGV[i])
-    redis.call('ZADD', KEYS[3], now, ARGV[i])
+for i = 2, math.min(#ARGV, 1 + MAX_PAGE) do
+  local id = ARGV[i]
+  if redis.call('ZREM', DEAD, id) == 1 then
+    redis.call('HDEL', ERRORS, id)
+    redis.call('HDEL', EXPIRIES, id)
+    redis.call('ZADD', DELAYED, now, id)
     moved = moved + 1
   end
 end
 if moved > 0 then
-  redis.call('PUBLISH', ARGV[1], now)
+  redis.call('PUBLISH', WAKE, now)
 end
 return moved

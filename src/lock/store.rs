@@ -1,11 +1,12 @@
-//! The lock operations of a store.
+//! What the lock layer needs of its store: the [`LockStore`] operations.
 
 use std::future::Future;
 use std::time::Duration;
 
+use super::{FencingToken, LockToken};
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{FencingToken, LockToken};
+use crate::store::Sealed;
 
 /// What an acquisition attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +29,10 @@ pub enum Acquisition {
 ///   token as the first reply);
 /// - fencing tokens strictly increase across the holders of one key;
 /// - `extend` and `release` act only while the key holds `token`, and say whether it did.
-pub trait LockStore: Clone + Send + Sync + 'static {
+///
+/// Sealed: the crate's two stores implement it, and operations can be added without breaking
+/// anyone (see [`store`](crate::store)). Its methods are public, for tools of your own.
+pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
     /// Takes the lock for `ttl` unless another holder has it.
     fn try_acquire(
         &self,

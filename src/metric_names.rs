@@ -19,7 +19,7 @@
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 use crate::queue::QueueName;
-use crate::store::QueueStats;
+use crate::queue::QueueStats;
 
 pub(crate) const LOCK_ACQUIRED: &str = "redefer_lock_acquired_total";
 pub(crate) const LOCK_CONFLICTS: &str = "redefer_lock_conflicts_total";

@@ -1,13 +1,13 @@
-//! The delay-queue operations of a store, on envelopes as opaque bytes.
+//! What a delay queue needs of its store: the [`QueueStore`] operations, on envelopes as
+//! opaque bytes, and their vocabulary.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::watch;
-
+use super::{JobId, QueueName, Wakeups};
 use crate::error::StoreError;
 use crate::lock::LockToken;
-use crate::queue::{JobId, QueueName};
+use crate::store::Sealed;
 
 /// When a pushed job becomes due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,9 +81,6 @@ pub struct RawJob {
     pub envelope: Option<Vec<u8>>,
 }
 
-/// The most entries one listing, requeue or purge call handles: the bound on one script's work.
-pub const MAX_PAGE: usize = 1000;
-
 /// One of a queue's sets of jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -133,55 +130,6 @@ pub struct QueueStats {
     pub dead: u64,
 }
 
-/// Wakes a scheduler when a job becomes the first due of its queue, pushed by this process or
-/// another. Best effort: a scheduler also wakes on its own timers.
-#[derive(Debug)]
-pub struct Wakeups {
-    signal: watch::Receiver<u64>,
-    subscription: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Wakeups {
-    pub(crate) fn new(
-        signal: watch::Receiver<u64>,
-        subscription: Option<tokio::task::JoinHandle<()>>,
-    ) -> Self {
-        Wakeups { signal, subscription }
-    }
-
-    /// Wakes when any of `parts` does.
-    pub(crate) fn merge(mut parts: Vec<Wakeups>) -> Wakeups {
-        if parts.len() == 1 {
-            return parts.remove(0);
-        }
-        let (signal, receiver) = watch::channel(0);
-        let forward = tokio::spawn(async move {
-            loop {
-                futures_util::future::select_all(parts.iter_mut().map(|part| Box::pin(part.next()))).await;
-                if signal.send(0).is_err() {
-                    return;
-                }
-            }
-        });
-        Wakeups::new(receiver, Some(forward))
-    }
-
-    /// Resolves at the next wake-up since the last one seen; never, if the store cannot send any.
-    pub async fn next(&mut self) {
-        if self.signal.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-impl Drop for Wakeups {
-    fn drop(&mut self) {
-        if let Some(subscription) = &self.subscription {
-            subscription.abort();
-        }
-    }
-}
-
 /// Atomic delay-queue operations. Envelopes are opaque bytes here; [`DelayQueue`](crate::queue::DelayQueue)
 /// encodes and decodes them.
 ///
@@ -191,7 +139,10 @@ impl Drop for Wakeups {
 ///   a job whose lease ran out becomes due again (at-least-once delivery after a crash);
 /// - `ack`, `retry`, `bury` and `extend_lease` act only with the job's current lease token;
 /// - due times and leases follow the store's clock, not the caller's.
-pub trait QueueStore: Clone + Send + Sync + 'static {
+///
+/// Sealed: the crate's two stores implement it, and operations can be added without breaking
+/// anyone (see [`store`](crate::store)). Its methods are public, for tools of your own.
+pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
     /// Stores a new job; `None` when a job with this id exists (nothing is written).
     fn push(
         &self,
@@ -214,7 +165,7 @@ pub trait QueueStore: Clone + Send + Sync + 'static {
         limits: ClaimLimits,
     ) -> impl Future<Output = Result<ClaimBatch, StoreError>> + Send;
 
-    /// Deletes claimed jobs (at most [`MAX_PAGE`]), each only while its lease is the given
+    /// Deletes claimed jobs (at most [`MAX_PAGE`](super::MAX_PAGE)), each only while its lease is the given
     /// token's; for each, whether it was deleted. One round trip for all: a scheduler acks the
     /// jobs that finished together.
     fn ack(
@@ -271,7 +222,7 @@ pub trait QueueStore: Clone + Send + Sync + 'static {
     /// Counts the queue's jobs.
     fn stats(&self, queue: &QueueName) -> impl Future<Output = Result<QueueStats, StoreError>> + Send;
 
-    /// Up to `limit` (at most [`MAX_PAGE`]) entries of `set` from `offset`, in time order.
+    /// Up to `limit` (at most [`MAX_PAGE`](super::MAX_PAGE)) entries of `set` from `offset`, in time order.
     fn list(
         &self,
         queue: &QueueName,
@@ -280,14 +231,14 @@ pub trait QueueStore: Clone + Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<ListedJob>, StoreError>> + Send;
 
-    /// Moves the dead jobs among `ids` (at most [`MAX_PAGE`]) back to wait, due now; how many moved.
+    /// Moves the dead jobs among `ids` (at most [`MAX_PAGE`](super::MAX_PAGE)) back to wait, due now; how many moved.
     fn requeue(
         &self,
         queue: &QueueName,
         ids: &[JobId],
     ) -> impl Future<Output = Result<usize, StoreError>> + Send;
 
-    /// Deletes up to `limit` (at most [`MAX_PAGE`]) jobs of `set`; how many were deleted.
+    /// Deletes up to `limit` (at most [`MAX_PAGE`](super::MAX_PAGE)) jobs of `set`; how many were deleted.
     fn purge(
         &self,
         queue: &QueueName,
@@ -297,18 +248,4 @@ pub trait QueueStore: Clone + Send + Sync + 'static {
 
     /// Wake-ups for a scheduler of `queue`.
     fn wakeups(&self, queue: &QueueName) -> Wakeups;
-}
-
-/// Milliseconds since the Unix epoch as a time.
-pub(crate) fn from_epoch_ms(ms: i64) -> SystemTime {
-    match u64::try_from(ms) {
-        Ok(ms) => SystemTime::UNIX_EPOCH + Duration::from_millis(ms),
-        Err(_) => SystemTime::UNIX_EPOCH,
-    }
-}
-
-/// A time as milliseconds since the Unix epoch (0 before it).
-pub(crate) fn to_epoch_ms(time: SystemTime) -> i64 {
-    time.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
 }

@@ -1,0 +1,186 @@
+//! The Redis key layout: every key and channel name the Redis store uses is built here, and
+//! only here. The README's key tables list the same names (a test below reads them).
+//!
+//! Every key carries a Redis Cluster hash tag, `{<encoded name>}`, that is the same for all the
+//! keys of one lock and for all the keys of one queue: the scripts that touch several of them
+//! run on one node.
+
+use crate::key::{LockKey, Prefix, hash_tag};
+use crate::queue::{JobSet, QueueName};
+
+/// `<prefix>:<kind>:{<encoded name>}<suffix>`.
+fn tagged(prefix: &Prefix, kind: &str, name: &str, suffix: &str) -> String {
+    let tag = hash_tag(name);
+    let mut out = String::with_capacity(prefix.as_str().len() + kind.len() + tag.len() + suffix.len() + 4);
+    out.push_str(prefix.as_str());
+    out.push(':');
+    out.push_str(kind);
+    out.push_str(":{");
+    out.push_str(&tag);
+    out.push('}');
+    out.push_str(suffix);
+    out
+}
+
+/// The key that holds a lock: the holder's token, with the lock's TTL.
+pub(crate) fn lock(prefix: &Prefix, key: &LockKey) -> String {
+    tagged(prefix, "lock", key.as_str(), "")
+}
+
+/// The key of a lock's fencing counter, which outlives the lock.
+pub(crate) fn fence(prefix: &Prefix, key: &LockKey) -> String {
+    tagged(prefix, "fence", key.as_str(), "")
+}
+
+/// The start of every lock key under `prefix`, before its hash tag (`<prefix>:lock:`).
+pub(crate) fn lock_namespace(prefix: &Prefix) -> String {
+    format!("{}:lock:", prefix.as_str())
+}
+
+/// The fencing counter that goes with a lock key found by a scan, whose tag is `{...}`
+/// as found.
+pub(crate) fn fence_of_found_tag(prefix: &Prefix, tag: &str) -> String {
+    format!("{}:fence:{tag}", prefix.as_str())
+}
+
+/// The keys of one queue, in the order every queue script receives them in `KEYS`: the shared
+/// Lua prelude (`lua/queue_prelude.lua`) names them in this order.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueKeys {
+    /// zset: job id -> due time (ms since the epoch, server clock).
+    pub(crate) delayed: String,
+    /// zset: job id -> lease deadline (ms).
+    pub(crate) inflight: String,
+    /// hash: job id -> envelope bytes.
+    pub(crate) jobs: String,
+    /// hash: job id -> lease token of the claimer that holds it.
+    pub(crate) leases: String,
+    /// zset: job id -> time buried (ms).
+    pub(crate) dead: String,
+    /// hash: job id -> why it was buried.
+    pub(crate) errors: String,
+    /// hash: job id -> how many of its leases ran out.
+    pub(crate) expiries: String,
+    /// pub/sub channel: a job became the first due. Not a key: scripts get it in `ARGV[1]`.
+    pub(crate) wake: String,
+}
+
+impl QueueKeys {
+    pub(crate) fn new(prefix: &Prefix, name: &QueueName) -> Self {
+        let key = |suffix| tagged(prefix, "q", name.as_str(), suffix);
+        QueueKeys {
+            delayed: key(":delayed"),
+            inflight: key(":inflight"),
+            jobs: key(":jobs"),
+            leases: key(":leases"),
+            dead: key(":dead"),
+            errors: key(":errors"),
+            expiries: key(":expiries"),
+            wake: key(":wake"),
+        }
+    }
+
+    /// The keys in the order of the scripts' `KEYS`.
+    pub(crate) fn in_script_order(&self) -> [&str; 7] {
+        [
+            &self.delayed,
+            &self.inflight,
+            &self.jobs,
+            &self.leases,
+            &self.dead,
+            &self.errors,
+            &self.expiries,
+        ]
+    }
+
+    /// How the scripts name the sorted set that holds `set` (see the prelude's `SETS`).
+    pub(crate) fn set_name(set: JobSet) -> &'static str {
+        match set {
+            JobSet::Waiting => "delayed",
+            JobSet::InFlight => "inflight",
+            JobSet::Dead => "dead",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn braces_stay_inside_one_hash_tag() {
+        let prefix = Prefix::default();
+        let key = LockKey::new("}{a}").unwrap();
+        assert_eq!(lock(&prefix, &key), "redefer:lock:{%7D%7Ba%7D}");
+        assert_eq!(fence(&prefix, &key), "redefer:fence:{%7D%7Ba%7D}");
+    }
+
+    #[test]
+    fn every_key_of_a_queue_shares_one_hash_tag() {
+        let keys = QueueKeys::new(&Prefix::default(), &QueueName::new("or{d}ers").unwrap());
+        assert_eq!(keys.delayed, "redefer:q:{or%7Bd%7Ders}:delayed");
+        for key in keys.in_script_order().into_iter().chain([keys.wake.as_str()]) {
+            assert!(key.starts_with("redefer:q:{or%7Bd%7Ders}:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn the_prelude_names_the_keys_in_script_order() {
+        let prelude = include_str!("lua/queue_prelude.lua");
+        let names = [
+            "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES",
+        ];
+        let declared = format!(
+            "local {} =\n  {}",
+            names.join(", "),
+            (1..=names.len())
+                .map(|i| format!("KEYS[{i}]"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        assert!(
+            prelude.contains(&declared),
+            "the prelude must declare:\n{declared}"
+        );
+        for set in [JobSet::Waiting, JobSet::InFlight, JobSet::Dead] {
+            let name = QueueKeys::set_name(set);
+            assert!(
+                prelude.contains(&format!("{name} = {}", name.to_uppercase())),
+                "the prelude's SETS names {name}"
+            );
+        }
+    }
+
+    /// The README's key tables are the documentation of this file: every Redis key named there
+    /// is one these functions build, and the other way round.
+    #[test]
+    fn the_readme_key_tables_list_exactly_these_keys() {
+        let readme = include_str!("../../../README.md");
+        let documented: BTreeSet<&str> = readme
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `<prefix>:"))
+            .filter_map(|rest| rest.split_once('`'))
+            .map(|(name, _)| name)
+            .collect();
+
+        let prefix = Prefix::new("<prefix>").unwrap();
+        let queue = QueueKeys::new(&prefix, &QueueName::new("<queue>").unwrap());
+        let key = LockKey::new("<key>").unwrap();
+        let built: Vec<String> = queue
+            .in_script_order()
+            .into_iter()
+            .map(str::to_string)
+            .chain([queue.wake.clone(), lock(&prefix, &key), fence(&prefix, &key)])
+            .collect();
+        let built: BTreeSet<&str> = built
+            .iter()
+            .map(|name| name.strip_prefix("<prefix>:").expect("built under the prefix"))
+            .collect();
+        assert_eq!(
+            documented, built,
+            "README key tables (left) against src/store/redis/keys.rs (right)"
+        );
+    }
+}
