@@ -205,6 +205,12 @@ impl Config {
         if self.scheduler.lease < Duration::from_millis(3) {
             return out_of_range("scheduler.lease", "must be at least 3 ms, to be renewed");
         }
+        if self.scheduler.lease > crate::queue::MAX_LEASE {
+            return out_of_range("scheduler.lease", "must be at most 24 hours (queue::MAX_LEASE)");
+        }
+        if self.scheduler.time_limit.is_zero() {
+            return out_of_range("scheduler.time_limit", "must be more than zero");
+        }
         Ok(())
     }
 

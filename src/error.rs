@@ -32,12 +32,25 @@ pub enum StoreError {
     /// of ours overwritten by another tool).
     #[error("unexpected reply from the store: {0}")]
     Protocol(String),
+    /// The server may evict the crate's keys (its `maxmemory-policy` is not `noeviction`), and
+    /// the store was built to refuse that (see
+    /// [`RedisStoreBuilder::refuse_eviction`](crate::store::RedisStoreBuilder::refuse_eviction)).
+    #[error(
+        "the server's maxmemory-policy is {policy}: it may evict held locks and accepted jobs; set it to noeviction"
+    )]
+    EvictionPolicy {
+        /// The policy the server reported.
+        policy: String,
+    },
 }
 
 impl StoreError {
     /// Whether retrying the same operation later may succeed (connection trouble, timeouts,
-    /// a server that is loading or failing over) rather than repeating the same error.
+    /// a server that is loading, failing over or full) rather than repeating the same error.
     pub fn is_transient(&self) -> bool {
+        if self.is_out_of_memory() {
+            return true; // acks free memory; so does an operator
+        }
         match self {
             StoreError::Redis(e) => {
                 e.is_io_error()
@@ -49,7 +62,25 @@ impl StoreError {
                     || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
             }
             StoreError::NotReplicated { .. } => true,
-            StoreError::Protocol(_) => false,
+            StoreError::Protocol(_) | StoreError::EvictionPolicy { .. } => false,
+        }
+    }
+
+    /// Whether the server refused the command because it is at its `maxmemory` (with the
+    /// `noeviction` policy): nothing was written.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, StoreError::Redis(e) if e.code() == Some("OOM"))
+    }
+
+    /// Whether the command may have taken effect although it failed: it was sent, and the
+    /// connection dropped or timed out before the reply came. Every other error proves that
+    /// nothing was written (the server refused it, or it was never sent).
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            StoreError::Redis(e) => {
+                !e.is_connection_refusal() && (e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
+            }
+            _ => false,
         }
     }
 }

@@ -11,6 +11,8 @@
 //! | `redefer_jobs_acked_total` | counter | `queue` | jobs handled and acknowledged |
 //! | `redefer_jobs_retried_total` | counter | `queue` | failed attempts put back to wait (the lock still held included) |
 //! | `redefer_jobs_buried_total` | counter | `queue` | jobs moved to the dead-letter set |
+//! | `redefer_jobs_store_errors_total` | counter | `queue` | runs the store failed under (Redis down, out of memory): not counted as attempts |
+//! | `redefer_jobs_postponed_total` | counter | `queue` | jobs put back to wait after a store error, their attempt not used |
 //! | `redefer_promotion_lag_seconds` | histogram | `queue` | start of handling minus due time |
 //! | `redefer_queue_jobs` | gauge | `queue`, `state`: `waiting`, `in_flight`, `dead` | a scheduler's last look at its queue |
 //!
@@ -39,6 +41,8 @@ pub(crate) struct QueueMetrics {
     pub(crate) acked: Counter,
     pub(crate) retried: Counter,
     pub(crate) buried: Counter,
+    pub(crate) store_errors: Counter,
+    pub(crate) postponed: Counter,
     pub(crate) lag: Histogram,
     waiting: Gauge,
     in_flight: Gauge,
@@ -55,6 +59,8 @@ impl QueueMetrics {
             acked: counter!("redefer_jobs_acked_total", "queue" => name.clone()),
             retried: counter!("redefer_jobs_retried_total", "queue" => name.clone()),
             buried: counter!("redefer_jobs_buried_total", "queue" => name.clone()),
+            store_errors: counter!("redefer_jobs_store_errors_total", "queue" => name.clone()),
+            postponed: counter!("redefer_jobs_postponed_total", "queue" => name.clone()),
             lag: histogram!("redefer_promotion_lag_seconds", "queue" => name.clone()),
             waiting: state("waiting"),
             in_flight: state("in_flight"),

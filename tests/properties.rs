@@ -1,8 +1,10 @@
 //! Property tests of the guarantees, against MemoryStore and a real Redis:
 //! - lock operations by several holders, in generated interleavings with expiry, behave as
 //!   the reference model says: one holder at most, fencing tokens strictly increasing;
-//! - generated claim workloads (jobs, due offsets, claimers, batch sizes, ack / retry / crash)
-//!   never hand a job to two live claimers, lose nothing, leave nothing, count attempts exactly.
+//! - generated claim workloads (jobs, due offsets, claimers, batch sizes, ack / retry / crash,
+//!   hostile entries written by other clients mixed in) never hand a job to two live claimers,
+//!   lose nothing, leave nothing, count attempts exactly, and bury every hostile entry with a
+//!   reason.
 //!
 //! `PROPTEST_CASES` raises the number of cases for long runs (the defaults fit CI).
 
@@ -207,9 +209,70 @@ enum JobAction {
     Crash,
 }
 
+/// An entry another client wrote into the queue, mixed among the good jobs.
+#[derive(Debug, Clone)]
+enum Hostile {
+    /// A job id without bytes.
+    NoEnvelope,
+    /// Bytes that do not decode.
+    Garbage(Vec<u8>),
+    /// Bytes over the queue's payload limit.
+    Oversized,
+    /// A valid envelope of another job.
+    Stolen,
+    /// An id no job can have (Redis only: the in-memory store cannot hold one).
+    BadId(Vec<u8>),
+}
+
+fn hostile(bad_ids: bool) -> impl Strategy<Value = Hostile> {
+    let bad_id = prop_oneof![
+        Just(Vec::new()),
+        Just(b"with space".to_vec()),
+        Just(vec![b'x'; 129]),
+        proptest::collection::vec(any::<u8>(), 1..40),
+    ]
+    .prop_filter("not a valid job id", |id| {
+        std::str::from_utf8(id).map_or(true, |id| JobId::new(id).is_err())
+    });
+    let bad_id_weight = if bad_ids { 2 } else { 0 };
+    prop_oneof![
+        1 => Just(Hostile::NoEnvelope),
+        1 => proptest::collection::vec(any::<u8>(), 1..64).prop_map(Hostile::Garbage),
+        1 => Just(Hostile::Oversized),
+        1 => Just(Hostile::Stolen),
+        bad_id_weight => bad_id.prop_map(Hostile::BadId),
+    ]
+}
+
+/// Where to write entries that only a raw client can: a Redis server's URL and key prefix.
+#[derive(Debug, Clone)]
+struct RawWriter {
+    url: String,
+    prefix: String,
+}
+
+impl RawWriter {
+    async fn write(&self, queue: &str, id: &[u8], bytes: &[u8]) -> Result<(), String> {
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| e.to_string())?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?;
+        let key = |set: &str| format!("{}:q:{{{queue}}}:{set}", self.prefix);
+        redis::pipe()
+            .hset(key("jobs"), id, bytes)
+            .zadd(key("delayed"), id, 0)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Workload {
     due_offsets_ms: Vec<u64>,
+    /// Entries another client wrote, claimed among the good jobs.
+    hostile: Vec<Hostile>,
     claimers: usize,
     batch: usize,
     /// The action for the n-th delivery of a job is `actions[(job + n) % len]`; the last
@@ -217,17 +280,19 @@ struct Workload {
     actions: Vec<JobAction>,
 }
 
-fn workload(max_jobs: usize) -> impl Strategy<Value = Workload> {
+fn workload(max_jobs: usize, bad_ids: bool) -> impl Strategy<Value = Workload> {
     let action =
         prop_oneof![6 => Just(JobAction::Ack), 3 => Just(JobAction::Retry), 1 => Just(JobAction::Crash)];
     (
         proptest::collection::vec(0u64..40, 1..=max_jobs),
+        proptest::collection::vec(hostile(bad_ids), 0..8),
         1usize..=8,
         1usize..=32,
         proptest::collection::vec(action, 1..12),
     )
-        .prop_map(|(due_offsets_ms, claimers, batch, actions)| Workload {
+        .prop_map(|(due_offsets_ms, hostile, claimers, batch, actions)| Workload {
             due_offsets_ms,
+            hostile,
             claimers,
             batch,
             actions,
@@ -248,9 +313,18 @@ struct Ledger {
     violations: Vec<String>,
 }
 
-async fn check_workload<St: QueueStore>(store: St, queue_name: String, load: Workload) -> Result<(), String> {
-    let queue = DelayQueue::<u64, _>::new(store, queue_name)
+/// The payload limit of the workload's queue: `Hostile::Oversized` is over it.
+const MAX_PAYLOAD: usize = 4096;
+
+async fn check_workload<St: QueueStore>(
+    store: St,
+    raw: Option<RawWriter>,
+    queue_name: String,
+    load: Workload,
+) -> Result<(), String> {
+    let queue = DelayQueue::<u64, _>::new(store.clone(), queue_name.clone())
         .unwrap()
+        .max_payload(MAX_PAYLOAD)
         .retry_policy(RetryPolicy {
             backoff: Backoff::exponential(Duration::ZERO, Duration::ZERO),
             max_attempts: u32::MAX,
@@ -265,6 +339,32 @@ async fn check_workload<St: QueueStore>(store: St, queue_name: String, load: Wor
             .id;
         pushed.insert(id);
     }
+    let name = redefer::queue::QueueName::new(queue_name.clone()).unwrap();
+    let mut bad_ids = Vec::new();
+    for (n, entry) in load.hostile.iter().enumerate() {
+        let id = JobId::new(format!("hostile-{n}")).unwrap();
+        let bytes = match entry {
+            Hostile::NoEnvelope => Vec::new(),
+            Hostile::Garbage(bytes) => bytes.clone(),
+            Hostile::Oversized => vec![b'x'; MAX_PAYLOAD + 1],
+            Hostile::Stolen => {
+                br#"{"id":"someone-else","attempt":0,"enqueued_at_ms":0,"last_error":null,"payload":1}"#
+                    .to_vec()
+            }
+            Hostile::BadId(bad) => {
+                let raw = raw.as_ref().ok_or("a bad id needs a raw client")?;
+                raw.write(&queue_name, bad, b"{}").await?;
+                bad_ids.push(bad.clone());
+                continue;
+            }
+        };
+        store
+            .push(&name, &id, bytes, redefer::queue::Due::In(Duration::ZERO))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    // Distinct bad ids: two generated ones may be equal, and are then one entry.
+    let hostile_entries = (load.hostile.len() - bad_ids.len()) + bad_ids.iter().collect::<HashSet<_>>().len();
     let total = pushed.len();
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let claimers: Vec<_> = (0..load.claimers)
@@ -359,25 +459,41 @@ async fn check_workload<St: QueueStore>(store: St, queue_name: String, load: Wor
             return Err(format!("{} of {total} jobs acked", ledger.acked.len()));
         }
     }
+    // Every hostile entry is buried with a reason; nothing else is left.
     let stats = queue.stats().await.map_err(|e| e.to_string())?;
-    if stats != QueueStats::default() {
-        return Err(format!("left behind after the drain: {stats:?}"));
+    let expected = QueueStats {
+        dead: hostile_entries as u64,
+        ..QueueStats::default()
+    };
+    if stats != expected {
+        return Err(format!("after the drain: {stats:?}, expected {expected:?}"));
+    }
+    let dead = queue
+        .list(redefer::queue::JobSet::Dead, 1000)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(silent) = dead
+        .iter()
+        .find(|entry| entry.reason.as_deref().is_none_or(str::is_empty))
+    {
+        return Err(format!("{:?} buried without a reason", silent.id));
     }
     Ok(())
 }
 
 fn run_workloads<St: QueueStore>(
     store: St,
+    raw: Option<RawWriter>,
     runtime: &tokio::runtime::Runtime,
     default_cases: u32,
     max_jobs: usize,
 ) {
     let mut runner = TestRunner::new(ProptestConfig::with_cases(cases(default_cases)));
     runner
-        .run(&workload(max_jobs), |load| {
+        .run(&workload(max_jobs, raw.is_some()), |load| {
             let name = format!("workload-{}", rand::random::<u64>());
             runtime
-                .block_on(check_workload(store.clone(), name, load))
+                .block_on(check_workload(store.clone(), raw.clone(), name, load))
                 .map_err(TestCaseError::fail)
         })
         .unwrap();
@@ -386,7 +502,7 @@ fn run_workloads<St: QueueStore>(
 #[test]
 fn claim_workloads_deliver_each_job_to_one_live_claimer_in_memory() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    run_workloads(MemoryStore::new(), &runtime, 24, 2000);
+    run_workloads(MemoryStore::new(), None, &runtime, 24, 2000);
 }
 
 #[test]
@@ -394,5 +510,9 @@ fn claim_workloads_deliver_each_job_to_one_live_claimer_on_redis() {
     let server = RedisServer::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let store = runtime.block_on(server.store());
-    run_workloads(store, &runtime, 8, 2000);
+    let raw = RawWriter {
+        url: server.url(),
+        prefix: store.prefix().as_str().to_string(),
+    };
+    run_workloads(store, Some(raw), &runtime, 8, 2000);
 }

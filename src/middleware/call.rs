@@ -14,7 +14,7 @@ use super::{Error, Outcome};
 use crate::key::LockKey;
 use crate::lock::{Acquisition, HeldLock, LockStore, LockToken, ReleaseOnDrop, run_holding};
 use crate::metric_names;
-use crate::renewal::renew_until_lost;
+use crate::renewal::{lease_granted, renew_until_lost, while_valid};
 use crate::strategy::{Conflict, ConflictStrategy, Decision};
 
 /// What every clone of one [`LockService`](super::LockService) shares.
@@ -94,24 +94,36 @@ where
             key: key.clone(),
             fence,
         };
-        let handler = run_holding(
-            held,
-            AssertUnwindSafe(async move { inner.call(request).await }).catch_unwind(),
+        let valid = lease_granted(acquired_at, shared.ttl);
+        let handler = while_valid(
+            valid.clone(),
+            run_holding(
+                held,
+                AssertUnwindSafe(async move { inner.call(request).await }).catch_unwind(),
+            ),
         );
-        let renewal = renew_until_lost("lock", shared.ttl, acquired_at, || {
+        let renewal = renew_until_lost("lock", shared.ttl, valid, || {
             shared.store.extend(&key, token, shared.ttl)
         });
-        let finished = tokio::select! {
+        let ended = tokio::select! {
+            // Renewal first, and the handler polled only while the lock is surely ours: a
+            // process resumed after a pause longer than the TTL stops its handler before it
+            // takes another step.
             biased;
+            lost = renewal => Err(lost),
             finished = handler => finished,
-            lost = renewal => {
+        };
+        let finished = match ended {
+            Ok(finished) => finished,
+            Err(lost) => {
                 ::metrics::counter!(metric_names::LOCK_LOST).increment(1);
-                // `select!` dropped the handler's future: it stops here. The guard, still armed,
+                // The handler's future is dropped: it stops here. The guard, still armed,
                 // releases by token in the background, in case the store comes back while the
                 // lock still holds our token; the caller does not wait for that.
                 return Err(Error::LockLost { key, reason: lost });
             }
         };
+        crate::scheduler::handler_returned();
         ::metrics::histogram!(metric_names::LOCK_HOLD).record(acquired_at.elapsed().as_secs_f64());
         match guard.release().await {
             Ok(true) => tracing::debug!("lock released"),

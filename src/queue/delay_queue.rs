@@ -12,7 +12,7 @@ use super::{
     QueueStats, QueueStore, RawJobState, RetryPolicy, Shards, Wakeups,
 };
 use crate::error::KeyError;
-use crate::lock::LockToken;
+use crate::lock::{FencingToken, LockToken};
 
 /// The default largest encoded job: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
@@ -100,6 +100,7 @@ pub struct Lease {
     shard: QueueName,
     token: LockToken,
     attempt: u32,
+    fence: FencingToken,
     /// The envelope as stored, to write the next attempt's from without a `T: Clone`.
     stored: Vec<u8>,
 }
@@ -119,6 +120,14 @@ impl Lease {
     /// How many attempts of the job failed before this one.
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// The job fencing token of this claim: strictly higher than the token of any earlier
+    /// claim of the same job (of any job of the queue, in fact). Passed to a downstream store
+    /// with each write, it lets that store refuse the writes of a run whose lease ran out
+    /// while a newer run holds the job, as the lock's [`FencingToken`] does for locks.
+    pub fn fence(&self) -> FencingToken {
+        self.fence
     }
 }
 
@@ -298,9 +307,12 @@ where
         bytes: Vec<u8>,
         due: Due,
     ) -> Result<Scheduled, QueueError> {
-        match self.store.push(self.shards.of(&id), &id, bytes, due).await? {
-            Some(due) => Ok(Scheduled { id, due }),
-            None => Err(QueueError::DuplicateId(id)),
+        match self.store.push(self.shards.of(&id), &id, bytes, due).await {
+            Ok(Some(due)) => Ok(Scheduled { id, due }),
+            Ok(None) => Err(QueueError::DuplicateId(id)),
+            Err(error) if error.is_out_of_memory() => Err(QueueError::Full(error)),
+            Err(error) if error.outcome_unknown() => Err(QueueError::Unconfirmed(error)),
+            Err(error) => Err(QueueError::Store(error)),
         }
     }
 
@@ -349,7 +361,17 @@ where
                 claimed.next_in = Some(Duration::ZERO);
                 break;
             }
-            let batch = self.store.claim(shard, room, lease, token, limits).await?;
+            let batch = match self.store.claim(shard, room, lease, token, limits).await {
+                Ok(batch) => batch,
+                // The jobs already claimed from other shards are in flight under our token:
+                // hand them out rather than leave them to their leases.
+                Err(error) if !claimed.jobs.is_empty() => {
+                    tracing::warn!(queue = %shard, %error, "cannot claim from this shard now");
+                    claimed.next_in = Some(Duration::ZERO);
+                    break;
+                }
+                Err(error) => return Err(error.into()),
+            };
             claimed.next_in = match (claimed.next_in, batch.next_in) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -362,14 +384,19 @@ where
                             shard: shard.clone(),
                             token,
                             attempt: envelope.attempt,
+                            fence: FencingToken(raw.fence),
                             stored: raw.envelope,
                         },
                         envelope,
                         due: raw.due,
                     }),
                     Err(reason) => {
+                        // One undecodable job never fails the batch: should its burial fail,
+                        // it stays in flight and comes back after its lease.
                         tracing::warn!(queue = %shard, job_id = %raw.id, %reason, "burying an undecodable job");
-                        self.store.bury(shard, &raw.id, token, &reason, None).await?;
+                        if let Err(error) = self.store.bury(shard, &raw.id, token, &reason, None).await {
+                            tracing::warn!(job_id = %raw.id, %error, "cannot bury it now; it returns after its lease");
+                        }
                     }
                 }
             }
@@ -447,9 +474,16 @@ where
     /// Gives a claimed job back, due now and with its attempt unchanged, for another claimer
     /// to take at once (a scheduler shutting down); `false` when the lease ran out.
     pub async fn release(&self, lease: &Lease) -> Result<bool, QueueError> {
+        self.postpone(lease, Duration::ZERO).await
+    }
+
+    /// Puts a claimed job back to wait `delay`, its attempt unchanged: for a run that the
+    /// store, not the job, failed (Redis unreachable or out of memory). `false` when the lease
+    /// ran out.
+    pub async fn postpone(&self, lease: &Lease, delay: Duration) -> Result<bool, QueueError> {
         let due = self
             .store
-            .retry(&lease.shard, &lease.id, lease.token, None, Duration::ZERO)
+            .retry(&lease.shard, &lease.id, lease.token, None, delay)
             .await?;
         Ok(due.is_some())
     }

@@ -26,7 +26,7 @@ pub use self::error::QueueError;
 pub use self::job_id::JobId;
 pub use self::name::{MAX_QUEUE_NAME_LEN, QueueName};
 pub use self::policy::RetryPolicy;
-pub use self::rules::{MAX_JOB_ID_LEN, MAX_PAGE};
+pub use self::rules::{MAX_JOB_ID_LEN, MAX_LEASE, MAX_PAGE};
 pub use self::shards::MAX_SHARDS;
 pub(crate) use self::shards::Shards;
 pub use self::store::{Cancelled, Due, JobSet, QueueStats, QueueStore, RawJobState};

@@ -3,12 +3,19 @@
 //! directly; the Redis scripts spell the same values in Lua, and a unit test of
 //! `store/redis/scripts.rs` checks that they do.
 
+use std::time::Duration;
+
 /// The longest job id, in bytes.
 pub const MAX_JOB_ID_LEN: usize = 128;
 
 /// The most entries one listing, requeue, ack or purge call handles: the bound on one script's
 /// work.
 pub const MAX_PAGE: usize = 1000;
+
+/// The longest lease a claim or an extension grants; longer ones are cut to it. No lease ends
+/// later than this from now, so a claim treats an in-flight entry whose deadline is later
+/// (written by another client: `+inf`, say) as expired.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Whether `byte` may appear in a job id: an ASCII letter or digit, `_`, `.` or `-`.
 pub(crate) fn is_job_id_byte(byte: u8) -> bool {
@@ -21,7 +28,6 @@ pub(crate) fn is_job_id_byte(byte: u8) -> bool {
 pub(crate) const JOB_ID_LUA_PATTERN: &str = "[^%w_%.%-]";
 
 /// Why an entry whose id no job of ours can have was buried.
-#[cfg(test)]
 pub(crate) const NOT_A_JOB_ID: &str = "not a job id: up to 128 of A-Z a-z 0-9 _ . -";
 
 /// Why an entry without bytes was buried.

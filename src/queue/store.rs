@@ -27,6 +27,8 @@ pub struct RawClaim {
     pub due: SystemTime,
     /// Its envelope bytes.
     pub envelope: Vec<u8>,
+    /// The job fencing token of this claim: higher than any earlier claim's on the queue.
+    pub fence: u64,
 }
 
 /// What a claim buries instead of handing out.
@@ -152,10 +154,12 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
         due: Due,
     ) -> impl Future<Output = Result<Option<SystemTime>, StoreError>> + Send;
 
-    /// Claims up to `max` due jobs for `lease`, first making due again the jobs whose lease ran
-    /// out, or burying those whose lease ran out `max_expiries` times (0: never). A due entry
-    /// that cannot be a job (an invalid id, no envelope, an envelope over `max_envelope` bytes)
-    /// is buried with the reason instead of claimed.
+    /// Claims up to `max` due jobs for `lease` (at most [`MAX_LEASE`](super::MAX_LEASE)),
+    /// first making due again the jobs whose lease ran out (or whose deadline is beyond
+    /// `MAX_LEASE`), or burying those whose lease ran out `max_expiries` times (0: never). A due
+    /// entry that cannot be a job (an invalid id, no envelope, an envelope over `max_envelope`
+    /// bytes) is buried alone with the reason instead of claimed: it never fails the batch.
+    /// Each claimed job gets a job fencing token higher than any before on the queue.
     fn claim(
         &self,
         queue: &QueueName,

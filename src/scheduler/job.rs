@@ -2,6 +2,8 @@
 
 use std::fmt::Display;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -13,14 +15,14 @@ use tower::Service;
 use tracing::Instrument;
 
 use super::acker::Acker;
-use super::current_job::{CurrentJob, run_for_job};
+use super::current_job::{CurrentJob, HandlerReturned, run_for_job};
 use super::report::JobEnd;
 use crate::backoff::Backoff;
 use crate::metric_names::QueueMetrics;
 use crate::middleware::{Error, Outcome};
 use crate::queue::QueueStore;
 use crate::queue::{AfterFailure, ClaimedJob, Codec, DelayQueue, Lease, QueueError};
-use crate::renewal::renew_until_lost;
+use crate::renewal::{LossReason, lease_granted, renew_until_lost, while_valid};
 
 /// The reason recorded when a re-injected request meets its lock again.
 pub(super) const LOCK_STILL_HELD: &str = "lock still held";
@@ -28,7 +30,11 @@ pub(super) const LOCK_STILL_HELD: &str = "lock still held";
 /// How a run of the service ended, before settling.
 enum Ran {
     Done,
+    /// A failed attempt: counted, retried with the queue's backoff or buried after the last.
     Failed(String),
+    /// The store failed (Redis unreachable, out of memory, ...): not the job's fault, so it
+    /// goes back to wait without using an attempt, and is never buried for it.
+    StoreFailed(String),
 }
 
 /// The services a scheduler runs jobs through: a [`LockService`](crate::LockService) stack, whose
@@ -63,7 +69,12 @@ pub(super) struct JobRun<S, T, St, Enc> {
     pub(super) queue: DelayQueue<T, St, Enc>,
     pub(super) service: S,
     pub(super) lease_ttl: Duration,
+    /// How long one attempt may run before it fails as timed out.
+    pub(super) time_limit: Duration,
     pub(super) error_backoff: Backoff,
+    /// Store failures met by this scheduler's jobs in a row: the backoff of a job put back
+    /// for one grows with it.
+    pub(super) store_failures: Arc<AtomicU32>,
     /// Cancelled when the shutdown grace ran out: give the job back unfinished.
     pub(super) abandon: CancellationToken,
     pub(super) metrics: QueueMetrics,
@@ -94,12 +105,15 @@ where
             id: lease.id().clone(),
             attempt: lease.attempt(),
             due,
+            fence: lease.fence(),
         };
         let JobRun {
             queue,
             mut service,
             lease_ttl,
+            time_limit,
             error_backoff,
+            store_failures,
             abandon,
             metrics,
             acker,
@@ -108,20 +122,43 @@ where
             tracing::debug!(lag_ms = lag.as_millis() as u64, "job started");
             metrics.reinjected.increment(1);
             metrics.lag.record(lag.as_secs_f64());
-            let call = run_for_job(
-                context,
-                AssertUnwindSafe(async move {
-                    std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
-                    service.call(envelope.payload).await
-                })
-                .catch_unwind(),
+            let returned = HandlerReturned::default();
+            let valid = lease_granted(claimed_at, lease_ttl);
+            let call = while_valid(
+                valid.clone(),
+                run_for_job(
+                    context,
+                    returned.clone(),
+                    AssertUnwindSafe(async move {
+                        std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+                        service.call(envelope.payload).await
+                    })
+                    .catch_unwind(),
+                ),
             );
-            let renewal = renew_until_lost("job lease", lease_ttl, claimed_at, || {
+            let renewal = renew_until_lost("job lease", lease_ttl, valid, || {
                 queue.extend_lease(&lease, lease_ttl)
             });
+            // The time limit and the shutdown's abandon stop a handler still running; once it
+            // has returned (its lock release may still be on its way), the run finishes and
+            // the job is settled, so that a finished job never runs again.
+            let timed_out = returned.unless_returned(tokio::time::sleep(time_limit));
+            let abandoned = returned.unless_returned(abandon.cancelled());
             let ran = tokio::select! {
+                // The lease first, and the handler polled only while the lease is surely ours:
+                // a process resumed after a pause longer than the lease stops the handler before
+                // it takes another step on a job another claimer may run now.
                 biased;
+                _ = renewal => {
+                    tracing::warn!("job lease lost while the handler ran; the handler was stopped");
+                    return JobEnd::LeaseLost;
+                }
                 result = call => match result {
+                    Err(_lost) => {
+                        tracing::warn!("job lease ran out while the process was paused; the handler was stopped");
+                        return JobEnd::LeaseLost;
+                    }
+                    Ok(result) => match result {
                     Ok(Ok(Outcome::Done(_))) => Ran::Done,
                     Ok(Ok(Outcome::Deferred(deferred))) => {
                         // A strategy stored the request as a job of another queue: ours is done.
@@ -129,14 +166,17 @@ where
                         Ran::Done
                     }
                     Ok(Err(Error::Locked { .. })) => Ran::Failed(LOCK_STILL_HELD.to_string()),
+                    Ok(Err(error @ (Error::Store(_) | Error::LockLost { reason: LossReason::Unconfirmed, .. }))) => {
+                        Ran::StoreFailed(error.to_string())
+                    }
                     Ok(Err(error)) => Ran::Failed(error.to_string()),
                     Err(panic) => Ran::Failed(format!("handler panicked: {}", panic_message(&*panic))),
+                    },
                 },
-                _ = renewal => {
-                    tracing::warn!("job lease lost while the handler ran; the handler was stopped");
-                    return JobEnd::LeaseLost;
+                () = timed_out => {
+                    Ran::Failed(format!("timed out after {}", humantime::format_duration(time_limit)))
                 }
-                _ = abandon.cancelled() => {
+                () = abandoned => {
                     return match queue.release(&lease).await {
                         Ok(true) => JobEnd::Returned,
                         Ok(false) => JobEnd::LeaseLost,
@@ -147,6 +187,13 @@ where
                     };
                 }
             };
+            match &ran {
+                Ran::StoreFailed(error) => {
+                    metrics.store_errors.increment(1);
+                    tracing::error!(%error, "the store failed under the job; it goes back without using an attempt");
+                }
+                _ => store_failures.store(0, Ordering::Relaxed),
+            }
             // A handled job is acknowledged in a batch with others; should the batch fail, and
             // for failed jobs, the job is settled on its own, retried until its lease runs out.
             let lease = match ran {
@@ -158,9 +205,10 @@ where
                     }
                     Err(lease) => lease,
                 },
-                Ran::Failed(_) => lease,
+                Ran::Failed(_) | Ran::StoreFailed(_) => lease,
             };
-            let end = settle(&queue, &lease, ran, claimed_at + lease_ttl, &error_backoff).await;
+            let postpone_by = error_backoff.delay(store_failures.fetch_add(1, Ordering::Relaxed), &mut rand::rng());
+            let end = settle(&queue, &lease, ran, postpone_by, claimed_at + lease_ttl, &error_backoff).await;
             finish(&metrics, end)
         }
         .instrument(span)
@@ -174,6 +222,7 @@ fn finish(metrics: &QueueMetrics, end: JobEnd) -> JobEnd {
         JobEnd::Acked => metrics.acked.increment(1),
         JobEnd::Retrying => metrics.retried.increment(1),
         JobEnd::Buried => metrics.buried.increment(1),
+        JobEnd::Postponed => metrics.postponed.increment(1),
         _ => {}
     }
     end
@@ -185,6 +234,7 @@ async fn settle<T, St, Enc>(
     queue: &DelayQueue<T, St, Enc>,
     lease: &Lease,
     ran: Ran,
+    postpone_by: Duration,
     lease_deadline: Instant,
     error_backoff: &Backoff,
 ) -> JobEnd
@@ -210,6 +260,13 @@ where
                     JobEnd::Buried
                 }
                 AfterFailure::LeaseLost => JobEnd::LeaseLost,
+            }),
+            Ran::StoreFailed(_) => queue.postpone(lease, postpone_by).await.map(|back| {
+                if back {
+                    JobEnd::Postponed
+                } else {
+                    JobEnd::LeaseLost
+                }
             }),
         };
         match settled {

@@ -17,6 +17,7 @@ mod options;
 mod report;
 mod run;
 
+pub(crate) use self::current_job::handler_returned;
 pub use self::current_job::{CurrentJob, current_job};
 pub use self::handle::SchedulerHandle;
 pub use self::job::JobService;

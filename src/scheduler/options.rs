@@ -28,6 +28,12 @@ pub struct SchedulerOptions {
     /// job runs. After a crash, the job is delivered again once this runs out.
     #[serde(with = "humantime_serde")]
     pub lease: Duration,
+    /// How long one attempt of a job may run; past it, the handler is stopped and the attempt
+    /// fails with "timed out after D" (counted like any failed attempt). A handler that never
+    /// returns would otherwise hold its job in flight forever, renewing its lease. For a limit
+    /// per request type, or one that covers only the handler, see the README on `TimeoutLayer`.
+    #[serde(with = "humantime_serde")]
+    pub time_limit: Duration,
     /// The longest the scheduler sleeps without looking at the queue, should a wake-up be missed.
     #[serde(with = "humantime_serde")]
     pub max_idle: Duration,
@@ -43,13 +49,14 @@ pub struct SchedulerOptions {
 }
 
 impl Default for SchedulerOptions {
-    /// 32 jobs at once, batches of 64, 30 s leases, at most 1 s idle, 10 s grace, queue
-    /// gauges every 10 s.
+    /// 32 jobs at once, batches of 64, 30 s leases, 5 minutes per attempt, at most 1 s idle,
+    /// 10 s grace, queue gauges every 10 s.
     fn default() -> Self {
         SchedulerOptions {
             concurrency: 32,
             batch: 64,
             lease: Duration::from_secs(30),
+            time_limit: Duration::from_secs(5 * 60),
             max_idle: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
             error_backoff: Backoff {

@@ -13,6 +13,8 @@ pub(super) enum JobEnd {
     Buried,
     /// Given back to the queue unfinished at shutdown.
     Returned,
+    /// The store failed under it; put back to wait with a backoff, its attempt not used.
+    Postponed,
     /// The lease ran out before the job was settled; another claimer has it.
     LeaseLost,
     /// The store failed while settling; the job is delivered again after its lease.
@@ -31,6 +33,8 @@ pub struct SchedulerReport {
     pub buried: u64,
     /// Unfinished jobs given back to the queue at shutdown.
     pub returned: u64,
+    /// Jobs put back to wait because the store failed under them (their attempt not used).
+    pub postponed: u64,
     /// Jobs whose lease ran out under us.
     pub lease_lost: u64,
     /// Jobs left to their lease because the store failed while settling them.
@@ -44,6 +48,7 @@ impl SchedulerReport {
             JobEnd::Retrying => &mut self.retried,
             JobEnd::Buried => &mut self.buried,
             JobEnd::Returned => &mut self.returned,
+            JobEnd::Postponed => &mut self.postponed,
             JobEnd::LeaseLost => &mut self.lease_lost,
             JobEnd::Unsettled => &mut self.unsettled,
         };

@@ -1,6 +1,7 @@
 //! The claim loop: claim due jobs while there are free slots, sleep until the next is due.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -35,6 +36,7 @@ where
             concurrency,
             batch,
             lease,
+            time_limit,
             max_idle,
             shutdown_grace,
             error_backoff,
@@ -45,6 +47,7 @@ where
         let mut stats_due = Instant::now();
         let slots = Arc::new(Semaphore::new(concurrency.clamp(1, Semaphore::MAX_PERMITS)));
         let abandon = CancellationToken::new();
+        let store_failures = Arc::new(AtomicU32::new(0));
         let mut running = JoinSet::new();
         let mut report = SchedulerReport::default();
         let mut wakeups = queue.wakeups();
@@ -91,7 +94,9 @@ where
                             queue: queue.clone(),
                             service: service.clone(),
                             lease_ttl: lease,
+                            time_limit,
                             error_backoff,
+                            store_failures: Arc::clone(&store_failures),
                             abandon: abandon.clone(),
                             metrics: metrics.clone(),
                             acker: acker.clone(),

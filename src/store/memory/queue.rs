@@ -11,8 +11,8 @@ use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::queue::rules::{NO_ENVELOPE, lease_ran_out, oversized};
 use crate::queue::{
-    Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListedJob, MAX_PAGE, QueueName, QueueStats,
-    QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
+    Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListedJob, MAX_LEASE, MAX_PAGE, QueueName,
+    QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
 };
 use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
 
@@ -26,6 +26,8 @@ pub(super) struct QueueState {
     dead: HashMap<JobId, (i64, String)>,
     /// How many of a job's leases ran out.
     expiries: HashMap<JobId, u32>,
+    /// The last job fencing token a claim handed out.
+    fence: u64,
     wake: watch::Sender<u64>,
 }
 
@@ -39,6 +41,7 @@ impl Default for QueueState {
             jobs: HashMap::new(),
             dead: HashMap::new(),
             expiries: HashMap::new(),
+            fence: 0,
             wake: watch::Sender::new(0),
         }
     }
@@ -162,7 +165,7 @@ impl QueueStore for MemoryStore {
                     q.schedule(id, deadline);
                 }
             }
-            let deadline = after_epoch_ms(now, lease);
+            let deadline = after_epoch_ms(now, lease.min(MAX_LEASE));
             let due: Vec<(i64, JobId)> = q
                 .delayed
                 .iter()
@@ -183,10 +186,12 @@ impl QueueStore for MemoryStore {
                     Ok(envelope) => {
                         q.inflight.insert((deadline, id.clone()));
                         q.leases.insert(id.clone(), (deadline, token));
+                        q.fence += 1;
                         jobs.push(RawClaim {
                             id,
                             due: from_epoch_ms(due),
                             envelope,
+                            fence: q.fence,
                         });
                     }
                     Err(reason) => {
@@ -274,7 +279,7 @@ impl QueueStore for MemoryStore {
             if !q.end_lease(id, token) {
                 return false;
             }
-            let deadline = after_epoch_ms(now_ms(), lease);
+            let deadline = after_epoch_ms(now_ms(), lease.min(MAX_LEASE));
             q.inflight.insert((deadline, id.clone()));
             q.leases.insert(id.clone(), (deadline, token));
             true

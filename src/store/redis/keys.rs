@@ -61,6 +61,8 @@ pub(crate) struct QueueKeys {
     pub(crate) errors: String,
     /// hash: job id -> how many of its leases ran out.
     pub(crate) expiries: String,
+    /// counter: the last job fencing token a claim handed out.
+    pub(crate) fence: String,
     /// pub/sub channel: a job became the first due. Not a key: scripts get it in `ARGV[1]`.
     pub(crate) wake: String,
 }
@@ -76,12 +78,13 @@ impl QueueKeys {
             dead: key(":dead"),
             errors: key(":errors"),
             expiries: key(":expiries"),
+            fence: key(":fence"),
             wake: key(":wake"),
         }
     }
 
     /// The keys in the order of the scripts' `KEYS`.
-    pub(crate) fn in_script_order(&self) -> [&str; 7] {
+    pub(crate) fn in_script_order(&self) -> [&str; 8] {
         [
             &self.delayed,
             &self.inflight,
@@ -90,6 +93,7 @@ impl QueueKeys {
             &self.dead,
             &self.errors,
             &self.expiries,
+            &self.fence,
         ]
     }
 
@@ -130,7 +134,7 @@ mod tests {
     fn the_prelude_names_the_keys_in_script_order() {
         let prelude = include_str!("lua/queue_prelude.lua");
         let names = [
-            "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES",
+            "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES", "FENCE",
         ];
         let declared = format!(
             "local {} =\n  {}",

@@ -1,5 +1,6 @@
 //! The Redis store: Lua scripts over any async redis-rs connection, single node or cluster.
 
+mod eviction;
 pub(crate) mod keys;
 mod lock;
 mod locks;
@@ -163,6 +164,7 @@ pub struct RedisStoreBuilder {
     response_timeout: Duration,
     connection_timeout: Duration,
     reconnect_attempts: usize,
+    refuse_eviction: bool,
 }
 
 impl Default for RedisStoreBuilder {
@@ -172,6 +174,7 @@ impl Default for RedisStoreBuilder {
             response_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_secs(2),
             reconnect_attempts: 2,
+            refuse_eviction: false,
         }
     }
 }
@@ -205,6 +208,15 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Whether [`connect`](Self::connect) fails with [`StoreError::EvictionPolicy`] when the
+    /// server's `maxmemory-policy` can evict keys (anything but `noeviction`); by default it
+    /// connects and logs the danger at error level. Either way the policy is read once, at
+    /// connect, with `CONFIG GET`; a server whose ACL forbids that is not checked.
+    pub fn refuse_eviction(mut self, refuse: bool) -> Self {
+        self.refuse_eviction = refuse;
+        self
+    }
+
     /// Connects to the server at `url` (`redis://`, `rediss://` with the `tls` feature,
     /// `redis://user:password@host:port/db`).
     pub async fn connect(self, url: &str) -> Result<RedisStore<ConnectionManager>, StoreError> {
@@ -215,7 +227,8 @@ impl RedisStoreBuilder {
             .set_number_of_retries(self.reconnect_attempts)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+        let mut conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+        eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
         Ok(RedisStore::new(conn).with_prefix(self.prefix).with_pubsub(client))
     }
 
@@ -233,7 +246,9 @@ impl RedisStoreBuilder {
             .connection_timeout(self.connection_timeout)
             .response_timeout(self.response_timeout)
             .build()?;
-        let conn = client.get_async_connection().await?;
+        let mut conn = client.get_async_connection().await?;
+        // Any node's answer stands for the cluster's: the nodes of one cluster share a config.
+        eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
         let pubsub = nodes
             .iter()
             .map(|node| redis::Client::open(*node))

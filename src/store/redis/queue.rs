@@ -15,6 +15,7 @@ use super::scripts::{
 use super::wake::forward_wakeups;
 use crate::error::StoreError;
 use crate::lock::LockToken;
+use crate::queue::rules::NOT_A_JOB_ID;
 use crate::queue::{
     Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListedJob, MAX_PAGE, QueueName, QueueStats,
     QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
@@ -24,6 +25,29 @@ use crate::store::time::{from_epoch_ms, millis, to_epoch_ms, ttl_millis};
 impl<Conn> RedisStore<Conn> {
     fn keys(&self, queue: &QueueName) -> QueueKeys {
         QueueKeys::new(&self.prefix, queue)
+    }
+
+    /// Buries the entry `id` as found in the queue, valid job id or not.
+    async fn bury_found(
+        &self,
+        queue: &QueueName,
+        id: &str,
+        token: LockToken,
+        reason: &str,
+        envelope: Option<Vec<u8>>,
+    ) -> Result<bool, StoreError>
+    where
+        Conn: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        let buried: bool = self
+            .queue_script(&QUEUE_BURY, queue)
+            .arg(id)
+            .arg(token)
+            .arg(reason)
+            .arg(envelope.unwrap_or_default())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(buried)
     }
 
     /// A call of a queue script on `queue`: every queue script takes the same keys, in the
@@ -42,9 +66,14 @@ impl<Conn> RedisStore<Conn> {
 /// One entry of the list script's reply: id bytes, time ms, envelope, bury reason.
 type ListReply = (Vec<u8>, i64, Option<Vec<u8>>, Option<String>);
 
-/// A job id read back from a claim; the claim script buries every id that would fail here.
-fn job_id(id: String) -> Result<JobId, StoreError> {
-    JobId::new(id).map_err(|error| StoreError::Protocol(format!("claim returned {error}")))
+/// One job of the claim script's reply: id bytes, due ms, envelope, job fencing token.
+type ClaimReply = (Vec<u8>, i64, Vec<u8>, u64);
+
+/// A job id read back from a claim. The claim script applies the same rule and buries what
+/// fails it, so this is `None` only if the two disagree.
+fn job_id(id: Vec<u8>) -> Result<JobId, String> {
+    let id = String::from_utf8(id).map_err(|error| String::from_utf8_lossy(error.as_bytes()).into_owned())?;
+    JobId::new(id.clone()).map_err(|_| id)
 }
 
 impl<Conn> QueueStore for RedisStore<Conn>
@@ -85,7 +114,7 @@ where
             max_envelope,
             max_expiries,
         } = limits;
-        let (wait_ms, claimed): (i64, Vec<(String, i64, Vec<u8>)>) = self
+        let (wait_ms, claimed): (i64, Vec<ClaimReply>) = self
             .queue_script(&QUEUE_CLAIM, queue)
             .arg(max)
             .arg(ttl_millis(lease))
@@ -94,16 +123,24 @@ where
             .arg(max_expiries)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        let jobs = claimed
-            .into_iter()
-            .map(|(id, due, envelope)| {
-                Ok(RawClaim {
-                    id: job_id(id)?,
+        let mut jobs = Vec::with_capacity(claimed.len());
+        for (id, due, envelope, fence) in claimed {
+            match job_id(id) {
+                Ok(id) => jobs.push(RawClaim {
+                    id,
                     due: from_epoch_ms(due),
                     envelope,
-                })
-            })
-            .collect::<Result<_, StoreError>>()?;
+                    fence,
+                }),
+                // Never fail the batch for one entry: the others are in flight under our token.
+                Err(found) => {
+                    tracing::error!(queue = %queue, job_id = ?found, "the claim script accepted an id the crate refuses; burying it");
+                    if let Err(error) = self.bury_found(queue, &found, token, NOT_A_JOB_ID, None).await {
+                        tracing::warn!(%error, "cannot bury it now; it returns after its lease");
+                    }
+                }
+            }
+        }
         Ok(ClaimBatch {
             jobs,
             next_in: u64::try_from(wait_ms).ok().map(Duration::from_millis),
@@ -149,15 +186,7 @@ where
         reason: &str,
         envelope: Option<Vec<u8>>,
     ) -> Result<bool, StoreError> {
-        let buried: bool = self
-            .queue_script(&QUEUE_BURY, queue)
-            .arg(id.as_str())
-            .arg(token)
-            .arg(reason)
-            .arg(envelope.unwrap_or_default())
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(buried)
+        self.bury_found(queue, id.as_str(), token, reason, envelope).await
     }
 
     async fn extend_lease(

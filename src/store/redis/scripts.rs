@@ -4,6 +4,11 @@
 //! the text only when a server answers `NOSCRIPT` (first use, or after a restart or failover).
 //! Every queue script starts with `queue_prelude.lua`, which names the queue's keys in the
 //! order [`QueueKeys::in_script_order`](super::keys::QueueKeys::in_script_order) passes them.
+//!
+//! Each script's first line declares its flags (Redis 7 and Valkey): reads are `no-writes`;
+//! every write runs under `allow-oom` except the push, so that when Redis is full (with
+//! `maxmemory` and `noeviction`) pushes are refused first, while locks, claims, acks, retries
+//! and burials go on and drain the queue. Those write little, and the acks free memory.
 
 use std::sync::LazyLock;
 
@@ -18,13 +23,17 @@ macro_rules! script {
 
 macro_rules! queue_script {
     ($name:ident, $file:literal) => {
-        pub(super) static $name: LazyLock<Script> = LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("lua/queue_prelude.lua"),
-                include_str!(concat!("lua/", $file))
-            ))
-        });
+        pub(super) static $name: LazyLock<Script> =
+            LazyLock::new(|| Script::new(&with_prelude(include_str!(concat!("lua/", $file)))));
     };
+}
+
+const PRELUDE: &str = include_str!("lua/queue_prelude.lua");
+
+/// A queue script with the prelude after its first line, which must stay first: the flags.
+fn with_prelude(script: &str) -> String {
+    let (flags, body) = script.split_once('\n').unwrap_or((script, ""));
+    format!("{flags}\n{PRELUDE}{body}")
 }
 
 script!(LOCK_ACQUIRE, "lock_acquire.lua");
@@ -45,14 +54,48 @@ queue_script!(QUEUE_PURGE, "queue_purge.lua");
 
 #[cfg(test)]
 mod tests {
+    use super::PRELUDE;
     use crate::queue::rules;
 
-    const PRELUDE: &str = include_str!("lua/queue_prelude.lua");
     const CLAIM: &str = include_str!("lua/queue_claim.lua");
 
     /// The Lua form of a reason built from text and values: its fixed parts, quoted, in order.
     fn lua_fragments(parts: &[&str]) -> Vec<String> {
         parts.iter().map(|part| format!("'{part}'")).collect()
+    }
+
+    const SCRIPTS: [(&str, &str); 15] = [
+        ("lock_acquire", include_str!("lua/lock_acquire.lua")),
+        ("lock_extend", include_str!("lua/lock_extend.lua")),
+        ("lock_release", include_str!("lua/lock_release.lua")),
+        ("queue_push", include_str!("lua/queue_push.lua")),
+        ("queue_claim", include_str!("lua/queue_claim.lua")),
+        ("queue_ack", include_str!("lua/queue_ack.lua")),
+        ("queue_retry", include_str!("lua/queue_retry.lua")),
+        ("queue_bury", include_str!("lua/queue_bury.lua")),
+        ("queue_extend", include_str!("lua/queue_extend.lua")),
+        ("queue_cancel", include_str!("lua/queue_cancel.lua")),
+        ("queue_inspect", include_str!("lua/queue_inspect.lua")),
+        ("queue_stats", include_str!("lua/queue_stats.lua")),
+        ("queue_list", include_str!("lua/queue_list.lua")),
+        ("queue_requeue", include_str!("lua/queue_requeue.lua")),
+        ("queue_purge", include_str!("lua/queue_purge.lua")),
+    ];
+
+    /// Only the push may be refused when Redis is full; only reads are `no-writes`.
+    #[test]
+    fn every_script_declares_its_flags_first() {
+        for (name, text) in SCRIPTS {
+            let flags = text.lines().next().unwrap_or_default();
+            let expected = match name {
+                "queue_push" => "#!lua",
+                "queue_inspect" | "queue_stats" | "queue_list" => "#!lua flags=no-writes",
+                _ => "#!lua flags=allow-oom",
+            };
+            assert_eq!(flags, expected, "{name}.lua");
+        }
+        let claim = super::with_prelude(CLAIM);
+        assert!(claim.starts_with("#!lua flags=allow-oom\n-- The prelude"));
     }
 
     #[test]
@@ -79,9 +122,17 @@ mod tests {
     fn the_scripts_apply_the_same_limits_and_id_rule() {
         assert!(PRELUDE.contains(&format!("local MAX_PAGE = {}\n", rules::MAX_PAGE)));
         assert!(PRELUDE.contains(&format!("local MAX_JOB_ID_LEN = {}\n", rules::MAX_JOB_ID_LEN)));
+        assert!(PRELUDE.contains(&format!(
+            "local MAX_LEASE_MS = {}\n",
+            rules::MAX_LEASE.as_millis()
+        )));
         assert!(
-            CLAIM.contains(&format!("string.find(id, '{}')", rules::JOB_ID_LUA_PATTERN)),
-            "queue_claim.lua checks ids with the pattern of src/queue/rules.rs"
+            PRELUDE.contains(&format!(
+                "#id > 0 and #id <= MAX_JOB_ID_LEN and not string.find(id, '{}')",
+                rules::JOB_ID_LUA_PATTERN
+            )),
+            "the prelude's is_job_id applies the rule of src/queue/rules.rs, the empty id included"
         );
+        assert!(CLAIM.contains("if not is_job_id(id) then"));
     }
 }

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Takes a lock unless another holder has it, and hands out the next fencing token.
 -- KEYS[1] the lock, KEYS[2] its fencing counter (both carry the same hash tag).
 -- ARGV[1] the holder's token, ARGV[2] the TTL in milliseconds.

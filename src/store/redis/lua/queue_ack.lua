@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Deletes jobs their claimers finished, each only if that claimer's lease is still the job's.
 -- ARGV[2..]: job id 1, lease token 1, job id 2, lease token 2, ... (at most MAX_PAGE jobs).
 -- Returns one 1 or 0 per job: deleted, or the lease is not ours (it ran out and the job moved on).

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Moves a claimed job to the dead-letter set with its reason, if the claimer's lease is still
 -- the job's. The job's bytes stay, so it can be inspected and requeued.
 -- ARGV[2] job id, ARGV[3] lease token, ARGV[4] reason, ARGV[5] new envelope ('' keeps it).

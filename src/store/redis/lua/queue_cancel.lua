@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Deletes a job that is waiting or dead. A job being handled cannot be cancelled.
 -- ARGV[2] job id.
 -- Returns 1 when deleted, 0 when there is no such job, -1 when it is being handled.

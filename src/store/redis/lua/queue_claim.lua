@@ -1,5 +1,6 @@
+#!lua flags=allow-oom
 -- Claims up to ARGV[2] due jobs for one claimer, atomically, by the server's clock.
--- ARGV[2] most jobs to claim, ARGV[3] lease ms, ARGV[4] the claimer's lease token,
+-- ARGV[2] most jobs to claim, ARGV[3] lease ms (at most MAX_LEASE_MS), ARGV[4] the claimer's lease token,
 -- ARGV[5] largest envelope in bytes, ARGV[6] lease expiries after which a job is buried (0: never).
 -- First makes jobs whose lease ran out (their claimer died) due again, then claims due jobs
 -- in due order: each moves to INFLIGHT with this claimer's token, so no other claimer can
@@ -7,7 +8,10 @@
 -- A due entry that cannot be a job of ours (an id we never write, bytes missing or over the
 -- limit, written by another client) goes to the dead-letter set with the reason instead.
 -- Writes go out as one call per batch, not per job: each redis.call has a fixed cost.
--- Returns {ms until the next job is due or lease runs out (-1: none), {{id, due ms, envelope}, ...}}.
+-- Each claimed job gets a job fencing token from FENCE, higher than any handed out before on
+-- this queue: a downstream store can refuse the writes of an older run of the same job.
+-- Returns {ms until the next job is due or lease runs out (-1: none),
+--          {{id, due ms, envelope, fencing token}, ...}}.
 local now = now_ms()
 local max = tonumber(ARGV[2])
 local max_bytes = tonumber(ARGV[5])
@@ -25,6 +29,13 @@ end
 -- Strictly past the deadline: `now` is rounded down to the ms, so a deadline equal to it may
 -- still be up to 1 ms ahead, and a lease must never end early.
 local expired = redis.call('ZRANGEBYSCORE', INFLIGHT, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, max)
+-- No lease of ours ends later than MAX_LEASE_MS from now: an entry past that (a deadline of
+-- +inf, written by another client) would otherwise stay in flight forever. It is due now.
+local beyond = redis.call('ZRANGEBYSCORE', INFLIGHT, '(' .. (now + MAX_LEASE_MS), '+inf', 'LIMIT', 0, max)
+for _, id in ipairs(beyond) do
+  expired[#expired + 1] = id
+  expired[#expired + 1] = now
+end
 if #expired > 0 then
   local back, ids = {}, {}
   for i = 1, #expired, 2 do
@@ -58,12 +69,12 @@ if #due > 0 then
     local part = redis.call('HMGET', JOBS, unpack(ids, first, math.min(first + 999, #ids)))
     for _, envelope in ipairs(part) do envelopes[#envelopes + 1] = envelope end
   end
-  local deadline = now + tonumber(ARGV[3])
+  local deadline = now + lease_ms(ARGV[3])
   local inflight, leases = {}, {}
   for i, id in ipairs(ids) do
     local envelope = envelopes[i]
     local reason = nil
-    if #id > MAX_JOB_ID_LEN or string.find(id, '[^%w_%.%-]') then
+    if not is_job_id(id) then
       reason = 'not a job id: up to 128 of A-Z a-z 0-9 _ . -'
     elseif not envelope or #envelope == 0 then
       reason = 'the job has no envelope (deleted or never written by redefer)'
@@ -82,6 +93,12 @@ if #due > 0 then
   end
   batched('ZADD', INFLIGHT, inflight)
   batched('HSET', LEASES, leases)
+  if #claimed > 0 then
+    local last = redis.call('INCRBY', FENCE, #claimed)
+    for i, job in ipairs(claimed) do
+      job[4] = last - #claimed + i
+    end
+  end
 end
 batched('ZADD', DEAD, dead)
 batched('HSET', ERRORS, errors)

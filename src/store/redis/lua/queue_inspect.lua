@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- Reads one job: where it is, when, and its bytes.
 -- ARGV[2] job id.
 -- Returns {state, time ms, envelope, reason}: state 'delayed' (time = due), 'inflight'

@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- Reads a page of one of a queue's sets, oldest first, with the jobs' bytes and bury reasons.
 -- ARGV[2] the set ('delayed', 'inflight' or 'dead'), ARGV[3] offset, ARGV[4] most entries
 -- (at most MAX_PAGE).

@@ -1,8 +1,8 @@
 -- The prelude of every queue script, prepended to it when the scripts are loaded
 -- (src/store/redis/scripts.rs). It names the queue's keys, which every queue script receives
 -- in this order (src/store/redis/keys.rs builds the list), and the steps several scripts share.
-local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 -- DELAYED  zset: job id -> due time (ms since the epoch, server clock)
 -- INFLIGHT zset: job id -> lease deadline (ms)
 -- JOBS     hash: job id -> envelope bytes
@@ -10,6 +10,7 @@ local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES =
 -- DEAD     zset: job id -> time buried (ms)
 -- ERRORS   hash: job id -> why it was buried
 -- EXPIRIES hash: job id -> how many of its leases ran out
+-- FENCE    counter: the last job fencing token handed out by a claim
 
 -- The pub/sub channel that wakes sleeping schedulers; every queue script gets it in ARGV[1],
 -- and its own arguments from ARGV[2].
@@ -21,6 +22,19 @@ local SETS = {delayed = DELAYED, inflight = INFLIGHT, dead = DEAD}
 -- The limits the Rust side applies too (src/queue/rules.rs; a unit test compares them).
 local MAX_PAGE = 1000
 local MAX_JOB_ID_LEN = 128
+local MAX_LEASE_MS = 86400000
+
+-- Whether `id` can be a job's: 1 to MAX_JOB_ID_LEN of A-Z a-z 0-9 _ . - (`%w` is ASCII
+-- letters and digits in the C locale scripts run in).
+local function is_job_id(id)
+  return #id > 0 and #id <= MAX_JOB_ID_LEN and not string.find(id, '[^%w_%.%-]')
+end
+
+-- A lease length asked for, in ms, within 1 .. MAX_LEASE_MS: no lease ends later than that,
+-- which is what lets a claim treat a later deadline as written by someone else.
+local function lease_ms(asked)
+  return math.max(1, math.min(tonumber(asked), MAX_LEASE_MS))
+end
 
 -- The server's clock in whole milliseconds since the epoch, rounded down.
 local function now_ms()

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Deletes up to ARGV[3] (at most MAX_PAGE) jobs of one set, with their bytes, leases and bury
 -- reasons. ARGV[2] the set ('delayed', 'inflight' or 'dead').
 -- Returns how many were deleted (fewer than asked: the set is now empty).

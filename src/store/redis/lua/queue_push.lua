@@ -1,3 +1,4 @@
+#!lua
 -- Stores a new job and schedules it, by the server's clock.
 -- ARGV[2] job id, ARGV[3] envelope, ARGV[4] 'in' (ARGV[5] = delay ms) or 'at' (ARGV[5] = epoch ms).
 -- Returns {1, due ms} when stored, {0, 0} when the id is taken (nothing written).

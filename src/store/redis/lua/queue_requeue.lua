@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Moves dead jobs back to wait, due now by the server's clock, their bury reasons and lease
 -- expiry counts dropped.
 -- ARGV[2..] job ids (at most MAX_PAGE).

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Puts a claimed job back to wait, due ARGV[5] ms from now by the server's clock, if the
 -- claimer's lease is still the job's. Also used at shutdown with a delay of 0.
 -- ARGV[2] job id, ARGV[3] lease token, ARGV[4] new envelope ('' keeps the stored one),

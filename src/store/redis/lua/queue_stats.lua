@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- Counts a queue's jobs by the server's clock.
 -- Returns {waiting, due now, in flight, dead}.
 return {
