@@ -48,10 +48,15 @@ pub fn key_encoding(data: &[u8]) {
     let prefix = Prefix::default();
     let lock_keys = |name: &str| {
         LockKey::new(name).ok().map(|key| {
-            let keys = [redis_keys::lock(&prefix, &key), redis_keys::fence(&prefix, &key)];
-            assert_eq!(
-                Slot::for_key(&keys[0]),
-                Slot::for_key(&keys[1]),
+            let all = redis_keys::LockKeys::new(&prefix, &key);
+            let keys: Vec<String> = all
+                .in_script_order()
+                .into_iter()
+                .chain([all.wake.as_str()])
+                .map(str::to_string)
+                .collect();
+            assert!(
+                keys.iter().all(|k| Slot::for_key(k) == Slot::for_key(&keys[0])),
                 "one slot per lock: {keys:?}"
             );
             let tag = keys[0]

@@ -7,9 +7,14 @@
 //! | `redefer_lock_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer` | held locks met, by what the strategy decided |
 //! | `redefer_lock_lost_total` | counter | | handlers stopped because their lock was lost |
 //! | `redefer_lock_hold_seconds` | histogram | | from acquire to release |
+//! | `redefer_lock_handoffs_total` | counter | | keys handed to the first in line at release |
+//! | `redefer_lock_handoff_seconds` | histogram | | from a handoff to the waiter taking the key |
+//! | `redefer_lock_reservations_expired_total` | counter | | handoffs whose waiter never came |
+//! | `redefer_lock_waiters` | gauge | | the line of the last key a conflict met |
 //! | `redefer_jobs_reinjected_total` | counter | `queue` | jobs a scheduler ran through the stack |
 //! | `redefer_jobs_acked_total` | counter | `queue` | jobs handled and acknowledged |
-//! | `redefer_jobs_retried_total` | counter | `queue` | failed attempts put back to wait (the lock still held included) |
+//! | `redefer_jobs_retried_total` | counter | `queue` | failed attempts put back to wait |
+//! | `redefer_jobs_lock_waits_total` | counter | `queue` | runs that met their lock held and went back to wait in line |
 //! | `redefer_jobs_buried_total` | counter | `queue` | jobs moved to the dead-letter set |
 //! | `redefer_jobs_store_errors_total` | counter | `queue` | runs the store failed under (Redis down, out of memory): not counted as attempts |
 //! | `redefer_jobs_postponed_total` | counter | `queue` | jobs put back to wait after a store error, their attempt not used |
@@ -27,6 +32,22 @@ pub(crate) const LOCK_ACQUIRED: &str = "redefer_lock_acquired_total";
 pub(crate) const LOCK_CONFLICTS: &str = "redefer_lock_conflicts_total";
 pub(crate) const LOCK_LOST: &str = "redefer_lock_lost_total";
 pub(crate) const LOCK_HOLD: &str = "redefer_lock_hold_seconds";
+pub(crate) const LOCK_WAITERS: &str = "redefer_lock_waiters";
+
+/// A key handed to the first in line.
+pub(crate) fn handoff() {
+    counter!("redefer_lock_handoffs_total").increment(1);
+}
+
+/// A waiter took the key reserved for it, `waited` after the handoff.
+pub(crate) fn handoff_taken(waited: std::time::Duration) {
+    histogram!("redefer_lock_handoff_seconds").record(waited.as_secs_f64());
+}
+
+/// A reservation ran out with its waiter never coming.
+pub(crate) fn reservation_expired() {
+    counter!("redefer_lock_reservations_expired_total").increment(1);
+}
 
 /// A conflict, counted by what the strategy decided.
 pub(crate) fn conflict(decision: &'static str) {
@@ -43,6 +64,7 @@ pub(crate) struct QueueMetrics {
     pub(crate) buried: Counter,
     pub(crate) store_errors: Counter,
     pub(crate) postponed: Counter,
+    pub(crate) lock_waits: Counter,
     pub(crate) lag: Histogram,
     waiting: Gauge,
     in_flight: Gauge,
@@ -61,6 +83,7 @@ impl QueueMetrics {
             buried: counter!("redefer_jobs_buried_total", "queue" => name.clone()),
             store_errors: counter!("redefer_jobs_store_errors_total", "queue" => name.clone()),
             postponed: counter!("redefer_jobs_postponed_total", "queue" => name.clone()),
+            lock_waits: counter!("redefer_jobs_lock_waits_total", "queue" => name.clone()),
             lag: histogram!("redefer_promotion_lag_seconds", "queue" => name.clone()),
             waiting: state("waiting"),
             in_flight: state("in_flight"),

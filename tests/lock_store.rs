@@ -33,6 +33,7 @@ async fn a_held_lock_refuses_others<S: LockStore>(store: S) {
     match store.try_acquire(&k, LockToken::random(), LONG).await.unwrap() {
         Acquisition::Held {
             remaining: Some(remaining),
+            ..
         } => {
             assert!(
                 remaining <= LONG && remaining > LONG - Duration::from_secs(5),
@@ -117,6 +118,7 @@ async fn extend_keeps_a_lock_past_its_first_ttl<S: LockStore>(store: S) {
     match store.try_acquire(&k, LockToken::random(), LONG).await.unwrap() {
         Acquisition::Held {
             remaining: Some(remaining),
+            ..
         } => assert!(remaining > Duration::from_secs(50)),
         other => panic!("expected held with the extended TTL, got {other:?}"),
     }

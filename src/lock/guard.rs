@@ -5,7 +5,9 @@ use tokio::runtime::Handle;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::LockStore;
-use crate::lock::LockToken;
+use std::time::Duration;
+
+use crate::lock::{LockToken, Waiter};
 
 /// Releases a lock that may be held when dropped while armed.
 ///
@@ -23,6 +25,9 @@ pub(crate) struct ReleaseOnDrop<St: LockStore> {
     key: LockKey,
     token: LockToken,
     armed: bool,
+    /// The caller's place in the key's line while it waits in place: left on drop, so that a
+    /// cancelled caller does not hold up the line until its reservation runs out.
+    waiting_as: Option<Waiter>,
 }
 
 impl<St: LockStore> ReleaseOnDrop<St> {
@@ -32,7 +37,14 @@ impl<St: LockStore> ReleaseOnDrop<St> {
             key,
             token,
             armed: false,
+            waiting_as: None,
         }
+    }
+
+    /// The caller's place in line, to leave if the guard is dropped; `None` once the caller
+    /// left it, or took the lock (which takes it out of the line).
+    pub(crate) fn waiting_as(&mut self, waiter: Option<Waiter>) {
+        self.waiting_as = waiter;
     }
 
     /// From now on, dropping the guard releases the lock.
@@ -47,8 +59,11 @@ impl<St: LockStore> ReleaseOnDrop<St> {
 
     /// Releases now. The guard stays armed until the store answered, so a release that is
     /// itself cancelled is still retried from `drop`.
-    pub(crate) async fn release(&mut self) -> Result<bool, StoreError> {
-        let released = self.store.release(&self.key, self.token).await;
+    pub(crate) async fn release_after(&mut self, held_for: Duration) -> Result<bool, StoreError> {
+        let released = self
+            .store
+            .release_after(&self.key, self.token, Some(held_for))
+            .await;
         self.armed = false;
         released
     }
@@ -56,20 +71,28 @@ impl<St: LockStore> ReleaseOnDrop<St> {
 
 impl<St: LockStore> Drop for ReleaseOnDrop<St> {
     fn drop(&mut self) {
-        if !self.armed {
+        let waiting_as = self.waiting_as.take();
+        if !self.armed && waiting_as.is_none() {
             return;
         }
         let Ok(runtime) = Handle::try_current() else {
             tracing::warn!(key = %self.key, "lock dropped outside a tokio runtime; it expires with its TTL");
             return;
         };
-        let (store, key, token) = (self.store.clone(), self.key.clone(), self.token);
+        let (store, key, token, armed) = (self.store.clone(), self.key.clone(), self.token, self.armed);
         runtime.spawn(async move {
-            match store.release(&key, token).await {
-                Ok(released) => tracing::debug!(%key, released, "lock released after cancellation"),
-                Err(error) => {
-                    tracing::warn!(%key, %error, "release after cancellation failed; the lock expires with its TTL")
+            if armed {
+                match store.release(&key, token).await {
+                    Ok(released) => tracing::debug!(%key, released, "lock released after cancellation"),
+                    Err(error) => {
+                        tracing::warn!(%key, %error, "release after cancellation failed; the lock expires with its TTL")
+                    }
                 }
+            }
+            if let Some(waiter) = waiting_as
+                && let Err(error) = store.leave(&key, &waiter).await
+            {
+                tracing::warn!(%key, %error, "cannot leave the line after cancellation");
             }
         });
     }

@@ -3,12 +3,16 @@
 //! handler runs.
 
 mod guard;
+mod handoffs;
 mod held;
 mod store;
 mod token;
+mod waiter;
 
 pub(crate) use self::guard::ReleaseOnDrop;
+pub use self::handoffs::Handoffs;
 pub(crate) use self::held::run_holding;
 pub use self::held::{HeldLock, current_lock};
 pub use self::store::{Acquisition, LockStore};
 pub use self::token::{FencingToken, LockToken};
+pub use self::waiter::Waiter;

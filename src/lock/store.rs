@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{FencingToken, LockToken};
+use super::{FencingToken, Handoffs, LockToken, Waiter};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::store::Sealed;
@@ -13,32 +13,54 @@ use crate::store::Sealed;
 pub enum Acquisition {
     /// The lock is ours, with the fencing token of this holding.
     Acquired(FencingToken),
-    /// Another holder has the lock.
+    /// Another holder has the lock, or it is reserved for the first in line, or others are in
+    /// line first.
     Held {
-        /// How long the other holder's lock still lives, if it has a TTL (a key written by
-        /// another tool may have none).
+        /// How long the other holder's lock (or the reservation) still lives, if it has a TTL
+        /// (a key written by another tool may have none).
         remaining: Option<Duration>,
+        /// How many are in line before the caller (all of the line, when it is not in it).
+        ahead: u64,
+        /// How long the key is typically held, from its recent releases; `None` before any.
+        typical_hold: Option<Duration>,
     },
 }
 
-/// Atomic lock operations on one key.
+/// Atomic lock operations on one key, with a line of waiters per key.
 ///
 /// Implementations keep these semantics, which the conformance tests pin for every store:
-/// - `try_acquire` succeeds only when no one holds the key, or when the key already holds
+/// - `try_acquire` succeeds only when no one holds the key and nobody is in line (or the
+///   caller is first in line, or the key is reserved for it), or when the key already holds
 ///   `token` (a re-sent command after a lost reply counts as acquired, with the same fencing
 ///   token as the first reply);
 /// - fencing tokens strictly increase across the holders of one key;
-/// - `extend` and `release` act only while the key holds `token`, and say whether it did.
+/// - `extend` and `release` act only while the key holds `token`, and say whether it did;
+/// - a release with waiters in line reserves the key for the first of them, for the store's
+///   reservation time, makes its job due at once (a job waiter) and announces it on
+///   [`handoffs`](LockStore::handoffs); a reservation that runs out unused drops its waiter
+///   from the line at the next attempt on the key, which hands the key to the next.
 ///
 /// Sealed: the crate's two stores implement it, and operations can be added without breaking
 /// anyone (see [`store`](crate::store)). Its methods are public, for tools of your own.
 pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
-    /// Takes the lock for `ttl` unless another holder has it.
+    /// Takes the lock for `ttl` unless another holder has it or others are in line.
     fn try_acquire(
         &self,
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
+    ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
+        self.try_acquire_in_line(key, token, ttl, None)
+    }
+
+    /// Takes the lock for `ttl` as `waiter`, if given: when it is first in line, or the key is
+    /// reserved for it; it then leaves the line.
+    fn try_acquire_in_line(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        waiter: Option<&Waiter>,
     ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send;
 
     /// Resets the lock's TTL to `ttl` if `token` still holds it; `false` if it does not.
@@ -49,10 +71,39 @@ pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Deletes the lock if `token` still holds it; `false` if it does not.
+    /// Releases the lock if `token` still holds it, handing it to the first in line; `false`
+    /// if it does not hold it.
     fn release(
         &self,
         key: &LockKey,
         token: LockToken,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.release_after(key, token, None)
+    }
+
+    /// [`release`](LockStore::release), telling the store how long the lock was held, which
+    /// it averages into the key's typical hold (for `retry_after` estimates).
+    fn release_after(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        held_for: Option<Duration>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Puts `waiter` in `key`'s line: at the end, or in the place of `replacing` (a caller
+    /// that waited in place, then deferred). Already in line, it keeps its place. If the key
+    /// was released meanwhile, it is handed to the first in line now. Returns how many are in
+    /// line before `waiter`.
+    fn join(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        replacing: Option<&Waiter>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Takes `waiter` out of `key`'s line; if the key was reserved for it, hands it on.
+    fn leave(&self, key: &LockKey, waiter: &Waiter) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The announcements of who `key` is handed to, from now on.
+    fn handoffs(&self, key: &LockKey) -> Handoffs;
 }

@@ -12,9 +12,12 @@ use tracing::Instrument;
 
 use super::{Error, Outcome};
 use crate::key::LockKey;
-use crate::lock::{Acquisition, HeldLock, LockStore, LockToken, ReleaseOnDrop, run_holding};
+use crate::lock::{
+    Acquisition, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, Waiter, run_holding,
+};
 use crate::metric_names;
 use crate::renewal::{lease_granted, renew_until_lost, while_valid};
+use crate::scheduler::current_job;
 use crate::strategy::{Conflict, ConflictStrategy, Decision};
 
 /// What every clone of one [`LockService`](super::LockService) shares.
@@ -43,45 +46,95 @@ where
     async move {
         let token = LockToken::random();
         let mut guard = ReleaseOnDrop::new(shared.store.clone(), key.clone(), token);
+        // A re-injected job meets the lock as its own waiter: the key may be reserved for it.
+        let job_waiter = current_job().map(|job| Waiter::job(&job.shard, &job.id));
+        let mut line = Line::default();
         let mut attempt = 0;
-        let mut waited = Duration::ZERO;
+        let started = Instant::now();
         let (fence, acquired_at) = loop {
             let sent = Instant::now();
             guard.arm();
-            let acquisition = shared.store.try_acquire(&key, token, shared.ttl).await;
-            let remaining = match acquisition {
+            let me = line.place.as_ref().or(job_waiter.as_ref());
+            let acquisition = shared
+                .store
+                .try_acquire_in_line(&key, token, shared.ttl, me)
+                .await;
+            let (remaining, ahead, typical_hold) = match acquisition {
                 Ok(Acquisition::Acquired(fence)) => break (fence, sent),
-                Ok(Acquisition::Held { remaining }) => remaining,
+                Ok(Acquisition::Held {
+                    remaining,
+                    ahead,
+                    typical_hold,
+                }) => (remaining, ahead, typical_hold),
                 Err(error) => {
                     // Not knowing whether the acquire took effect, the guard stays armed and
-                    // releases by token on its way out.
+                    // releases by token on its way out (and leaves the line).
                     return Err(Error::Store(error));
                 }
             };
             guard.disarm();
+            ::metrics::gauge!(metric_names::LOCK_WAITERS).set(ahead as f64);
             let conflict = Conflict {
                 key: key.clone(),
                 attempt,
-                waited,
+                waited: started.elapsed(),
                 remaining,
+                ahead,
+                retry_after: estimate_wait(remaining, ahead, typical_hold, shared.ttl),
             };
-            let decision = shared.strategy.on_conflict(conflict, &request).await;
-            match decision.map_err(Error::Strategy)? {
+            let retry_after = conflict.retry_after;
+            let decision = match shared.strategy.on_conflict(conflict, &request).await {
+                Ok(decision) => decision,
+                Err(error) => {
+                    line.leave(&shared.store, &key, &mut guard).await;
+                    return Err(Error::Strategy(error));
+                }
+            };
+            match decision {
                 Decision::RetryAfter(delay) => {
-                    tracing::debug!(attempt, ?remaining, ?delay, "lock held: retrying");
+                    tracing::debug!(attempt, ?remaining, ahead, ?delay, "lock held: waiting in line");
                     metric_names::conflict("retry");
-                    sleep(delay).await;
-                    waited += delay;
+                    let me = job_waiter.clone().unwrap_or_else(|| Waiter::caller(token));
+                    if let Err(error) = line.join(&shared.store, &key, me, &mut guard).await {
+                        return Err(Error::Store(error));
+                    }
+                    line.wait_turn(delay).await;
                     attempt += 1;
                 }
-                Decision::Reject { retry_after } => {
-                    tracing::debug!(attempt, ?retry_after, "lock held: rejected");
+                Decision::Reject { retry_after: hint } => {
+                    tracing::debug!(attempt, ?hint, "lock held: rejected");
                     metric_names::conflict("reject");
-                    return Err(Error::Locked { key, retry_after });
+                    match &job_waiter {
+                        // A job waits in line: its scheduler puts it back to wait for its turn.
+                        Some(me) => {
+                            if let Err(error) = shared.store.join(&key, me, line.place.as_ref()).await {
+                                return Err(Error::Store(error));
+                            }
+                            guard.waiting_as(None);
+                        }
+                        None => line.leave(&shared.store, &key, &mut guard).await,
+                    }
+                    return Err(Error::Locked {
+                        key,
+                        retry_after: hint.or(retry_after),
+                    });
                 }
                 Decision::Deferred(deferred) => {
                     tracing::debug!(attempt, job_id = %deferred.job_id, "lock held: deferred");
                     metric_names::conflict("defer");
+                    match &deferred.queue {
+                        // The job takes the caller's place in line, or the end of it.
+                        Some(queue) => {
+                            let job = Waiter::job(queue, &deferred.job_id);
+                            if let Err(error) = shared.store.join(&key, &job, line.place.as_ref()).await {
+                                // Stored, but not in line: it runs at its fallback due time.
+                                tracing::warn!(%error, "the deferred job could not join the line");
+                                line.leave(&shared.store, &key, &mut guard).await;
+                            }
+                            guard.waiting_as(None);
+                        }
+                        None => line.leave(&shared.store, &key, &mut guard).await,
+                    }
                     return Ok(Outcome::Deferred(deferred));
                 }
             }
@@ -125,7 +178,7 @@ where
         };
         crate::scheduler::handler_returned();
         ::metrics::histogram!(metric_names::LOCK_HOLD).record(acquired_at.elapsed().as_secs_f64());
-        match guard.release().await {
+        match guard.release_after(acquired_at.elapsed()).await {
             Ok(true) => tracing::debug!("lock released"),
             Ok(false) => tracing::warn!("lock had expired before its release"),
             Err(error) => tracing::warn!(%error, "lock release failed; it expires with its TTL"),
@@ -138,4 +191,102 @@ where
     }
     .instrument(span)
     .await
+}
+
+/// A call's place in its key's line while it waits in place (the `Retry` strategy).
+#[derive(Default)]
+struct Line {
+    place: Option<Waiter>,
+    handoffs: Option<Handoffs>,
+}
+
+impl Line {
+    /// Joins the line as `me`, once: later retries keep the place.
+    async fn join<St: LockStore>(
+        &mut self,
+        store: &St,
+        key: &LockKey,
+        me: Waiter,
+        guard: &mut ReleaseOnDrop<St>,
+    ) -> Result<(), crate::error::StoreError> {
+        if self.place.is_some() {
+            return Ok(());
+        }
+        // Listen before joining: the key may be handed to us as we join.
+        self.handoffs = Some(store.handoffs(key));
+        guard.waiting_as(Some(me.clone()));
+        store.join(key, &me, None).await?;
+        self.place = Some(me);
+        Ok(())
+    }
+
+    /// Waits until the key is handed to us, or `delay` passes (the fallback poll).
+    async fn wait_turn(&mut self, delay: Duration) {
+        let (Some(me), Some(handoffs)) = (&self.place, &mut self.handoffs) else {
+            sleep(delay).await;
+            return;
+        };
+        let my_turn = async {
+            loop {
+                match handoffs.next().await {
+                    Some(waiter) if waiter == *me => return,
+                    Some(_) => continue,
+                    None => return, // announcements missed: look again
+                }
+            }
+        };
+        tokio::select! {
+            () = my_turn => {}
+            () = sleep(delay) => {}
+        }
+    }
+
+    /// Leaves the line, if in it: a caller that stops waiting must not hold up the others.
+    async fn leave<St: LockStore>(&mut self, store: &St, key: &LockKey, guard: &mut ReleaseOnDrop<St>) {
+        let Some(me) = self.place.take() else { return };
+        guard.waiting_as(None);
+        if let Err(error) = store.leave(key, &me).await {
+            tracing::warn!(%key, %error, "cannot leave the line; the reservation for us will run out");
+        }
+    }
+}
+
+/// When the key may be free for a caller that meets it held: the holder's expected rest (its
+/// remaining TTL, at most the key's typical hold), then a typical hold for each waiter ahead.
+/// Each hold counts at most the TTL: renewal keeps a lock, but that is what the TTL is sized for.
+fn estimate_wait(
+    remaining: Option<Duration>,
+    ahead: u64,
+    typical_hold: Option<Duration>,
+    ttl: Duration,
+) -> Option<Duration> {
+    let per_holder = typical_hold.unwrap_or(ttl).min(ttl);
+    let current = match remaining {
+        Some(remaining) => remaining.min(per_holder),
+        None => per_holder,
+    };
+    let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
+    Some(current.saturating_add(per_holder.saturating_mul(ahead)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::estimate_wait;
+    use std::time::Duration;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_wait_grows_with_the_line_and_the_typical_hold() {
+        let ttl = 10_000 * MS;
+        // No history: the remaining TTL, then a TTL per waiter ahead.
+        assert_eq!(estimate_wait(Some(4_000 * MS), 0, None, ttl), Some(4_000 * MS));
+        assert_eq!(estimate_wait(Some(4_000 * MS), 2, None, ttl), Some(24_000 * MS));
+        // A renewed lock shows a full TTL; its typical hold says better.
+        assert_eq!(
+            estimate_wait(Some(9_900 * MS), 3, Some(1_500 * MS), ttl),
+            Some(6_000 * MS)
+        );
+        assert_eq!(estimate_wait(None, 1, Some(50_000 * MS), ttl), Some(20_000 * MS));
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use crate::queue::JobId;
+use crate::queue::{JobId, QueueName};
 
 /// The result of a call through [`LockService`](crate::LockService) that did not fail: either
 /// the inner service's response, or a deferral of the request to run later.
@@ -55,11 +55,39 @@ pub struct Deferred {
     pub due: SystemTime,
     /// How many times the job was deferred before (0 the first time).
     pub attempt: u32,
+    /// The (physical) queue the job is stored on; with it, the job waits in the key's line
+    /// and runs as soon as the key is handed to it, its due time being only the fallback.
+    pub queue: Option<QueueName>,
+    /// The request was already deferred under this job id (an idempotent deferral): nothing
+    /// new was stored, and this describes the existing job.
+    pub duplicate: bool,
 }
 
 impl Deferred {
     /// A deferral record, for strategies that store requests themselves.
     pub fn new(job_id: JobId, due: SystemTime, attempt: u32) -> Self {
-        Deferred { job_id, due, attempt }
+        Deferred {
+            job_id,
+            due,
+            attempt,
+            queue: None,
+            duplicate: false,
+        }
+    }
+
+    /// The same, stored on `queue`: the job waits in the key's line.
+    pub fn in_queue(self, queue: QueueName) -> Self {
+        Deferred {
+            queue: Some(queue),
+            ..self
+        }
+    }
+
+    /// The same, marked as a deferral that already existed.
+    pub fn as_duplicate(self) -> Self {
+        Deferred {
+            duplicate: true,
+            ..self
+        }
     }
 }

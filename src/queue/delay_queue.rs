@@ -294,6 +294,11 @@ where
         self.push_encoded(id, bytes, due).await
     }
 
+    /// The physical queue a job of this id lives on.
+    pub(crate) fn shard_of(&self, id: &JobId) -> &QueueName {
+        self.shards.of(id)
+    }
+
     /// Encodes a first-attempt envelope, checking the payload limit.
     pub(crate) fn encode_new(&self, id: JobId, item: &T) -> Result<(JobId, Vec<u8>), QueueError> {
         let bytes = self.encode(&Envelope::new(id.clone(), item))?;
@@ -475,6 +480,48 @@ where
     /// to take at once (a scheduler shutting down); `false` when the lease ran out.
     pub async fn release(&self, lease: &Lease) -> Result<bool, QueueError> {
         self.postpone(lease, Duration::ZERO).await
+    }
+
+    /// Puts a claimed job that met its lock held back to wait for its turn, its attempt
+    /// unchanged: due after the policy's
+    /// [`lock_wait_fallback`](RetryPolicy::lock_wait_fallback) for `expected_wait` (its turn
+    /// normally comes sooner: the release hands the key to it and makes it due). Once it waited
+    /// the policy's `max_lock_wait` since it was first stored, it is buried with
+    /// "waited D for lock K" instead.
+    pub async fn wait_for_lock(
+        &self,
+        lease: &Lease,
+        key: &crate::key::LockKey,
+        expected_wait: Option<Duration>,
+    ) -> Result<AfterFailure, QueueError> {
+        let first_stored = self
+            .decode(&lease.id, &lease.stored)
+            .map(|envelope| envelope.enqueued_at_ms)
+            .unwrap_or(0);
+        let first_stored = SystemTime::UNIX_EPOCH + Duration::from_millis(first_stored);
+        let waited = SystemTime::now().duration_since(first_stored).unwrap_or_default();
+        if waited >= self.policy.max_lock_wait {
+            let waited = Duration::from_secs(waited.as_secs());
+            let reason = format!("waited {} for lock {key}", humantime::format_duration(waited));
+            let buried = self.bury(lease, &reason).await?;
+            return Ok(if buried {
+                AfterFailure::Buried { reason }
+            } else {
+                AfterFailure::LeaseLost
+            });
+        }
+        let fallback = self.policy.lock_wait_fallback(expected_wait, waited);
+        let due = self
+            .store
+            .retry(&lease.shard, &lease.id, lease.token, None, fallback)
+            .await?;
+        Ok(match due {
+            Some(due) => AfterFailure::Retrying {
+                due,
+                attempt: lease.attempt,
+            },
+            None => AfterFailure::LeaseLost,
+        })
     }
 
     /// Puts a claimed job back to wait `delay`, its attempt unchanged: for a run that the

@@ -6,10 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::backoff::Backoff;
 
-/// How long a job waits before each attempt, and how many attempts it gets before it goes to
-/// the dead-letter set. Shared by the [`Defer`](crate::strategy::Defer) strategy (the first
-/// deferral waits `backoff.delay(0)`) and the [`Scheduler`](crate::Scheduler) (attempt `n`
-/// fails, the next waits `backoff.delay(n + 1)`), so the two cannot disagree.
+/// How long a job waits before each attempt, how many attempts it gets before it goes to the
+/// dead-letter set, and how long it may wait for its lock. Shared by the
+/// [`Defer`](crate::strategy::Defer) strategy and the [`Scheduler`](crate::Scheduler) (attempt
+/// `n` fails, the next waits `backoff.delay(n + 1)`), so the two cannot disagree.
 ///
 /// ```
 /// use redefer::queue::RetryPolicy;
@@ -31,11 +31,15 @@ pub struct RetryPolicy {
     /// handler's process dies or hangs; a job that does that every time would otherwise come
     /// back forever without ever failing an attempt.
     pub max_lease_expiries: u32,
+    /// How long a job may wait for its lock, from when it was first stored, before it is
+    /// buried with "waited D for lock K". Waiting is not failing: it uses no attempt.
+    #[serde(with = "humantime_serde")]
+    pub max_lock_wait: Duration,
 }
 
 impl Default for RetryPolicy {
     /// 250 ms doubling up to 1 min with a quarter jitter; 10 attempts (about 3 minutes in all);
-    /// buried after 5 lease expiries.
+    /// buried after 5 lease expiries, or after waiting 6 hours for its lock.
     fn default() -> Self {
         RetryPolicy {
             backoff: Backoff {
@@ -46,11 +50,27 @@ impl Default for RetryPolicy {
             },
             max_attempts: 10,
             max_lease_expiries: 5,
+            max_lock_wait: Duration::from_secs(6 * 60 * 60),
         }
     }
 }
 
+/// The shortest and longest fallback of a job waiting in a key's line.
+const FALLBACK_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+
 impl RetryPolicy {
+    /// When a job waiting in a key's line runs anyway, should its turn not be announced (a
+    /// releaser that crashed before waking it, a holder that died with the lock): twice the
+    /// expected wait, within 1 s and 1 min, and no later than its `max_lock_wait` (it has
+    /// `waited` so far). Its turn normally comes sooner: the release makes it due at once.
+    pub fn lock_wait_fallback(&self, expected_wait: Option<Duration>, waited: Duration) -> Duration {
+        let (shortest, longest) = FALLBACK_BOUNDS;
+        expected_wait
+            .map_or(shortest, |wait| wait.saturating_mul(2))
+            .clamp(shortest, longest)
+            .min(self.max_lock_wait.saturating_sub(waited))
+    }
+
     /// Whether a job whose attempt `attempt` (counting from 0) failed gets another.
     pub fn allows_another(&self, attempt: u32) -> bool {
         attempt.saturating_add(1) < self.max_attempts

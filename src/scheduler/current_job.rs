@@ -47,6 +47,8 @@ impl HandlerReturned {
 pub struct CurrentJob {
     /// The queue the job came from.
     pub queue: QueueName,
+    /// The physical queue it lives on: `queue` itself, or one of its shards.
+    pub shard: QueueName,
     /// The job's id: the same across its attempts, so handlers can use it to deduplicate.
     pub id: JobId,
     /// How many attempts failed before this one.

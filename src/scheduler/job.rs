@@ -18,14 +18,12 @@ use super::acker::Acker;
 use super::current_job::{CurrentJob, HandlerReturned, run_for_job};
 use super::report::JobEnd;
 use crate::backoff::Backoff;
+use crate::key::LockKey;
 use crate::metric_names::QueueMetrics;
 use crate::middleware::{Error, Outcome};
 use crate::queue::QueueStore;
 use crate::queue::{AfterFailure, ClaimedJob, Codec, DelayQueue, Lease, QueueError};
 use crate::renewal::{LossReason, lease_granted, renew_until_lost, while_valid};
-
-/// The reason recorded when a re-injected request meets its lock again.
-pub(super) const LOCK_STILL_HELD: &str = "lock still held";
 
 /// How a run of the service ended, before settling.
 enum Ran {
@@ -35,6 +33,11 @@ enum Ran {
     /// The store failed (Redis unreachable, out of memory, ...): not the job's fault, so it
     /// goes back to wait without using an attempt, and is never buried for it.
     StoreFailed(String),
+    /// The lock is held: the job waits in the key's line, without using an attempt.
+    Waiting {
+        key: LockKey,
+        retry_after: Option<Duration>,
+    },
 }
 
 /// The services a scheduler runs jobs through: a [`LockService`](crate::LockService) stack, whose
@@ -102,6 +105,7 @@ where
             .unwrap_or_default();
         let context = CurrentJob {
             queue: self.queue.name().clone(),
+            shard: lease.shard().clone(),
             id: lease.id().clone(),
             attempt: lease.attempt(),
             due,
@@ -165,7 +169,7 @@ where
                         tracing::debug!(moved_to = %deferred.job_id, "request deferred elsewhere");
                         Ran::Done
                     }
-                    Ok(Err(Error::Locked { .. })) => Ran::Failed(LOCK_STILL_HELD.to_string()),
+                    Ok(Err(Error::Locked { key, retry_after })) => Ran::Waiting { key, retry_after },
                     Ok(Err(error @ (Error::Store(_) | Error::LockLost { reason: LossReason::Unconfirmed, .. }))) => {
                         Ran::StoreFailed(error.to_string())
                     }
@@ -205,7 +209,7 @@ where
                     }
                     Err(lease) => lease,
                 },
-                Ran::Failed(_) | Ran::StoreFailed(_) => lease,
+                Ran::Failed(_) | Ran::StoreFailed(_) | Ran::Waiting { .. } => lease,
             };
             let postpone_by = error_backoff.delay(store_failures.fetch_add(1, Ordering::Relaxed), &mut rand::rng());
             let end = settle(&queue, &lease, ran, postpone_by, claimed_at + lease_ttl, &error_backoff).await;
@@ -223,6 +227,7 @@ fn finish(metrics: &QueueMetrics, end: JobEnd) -> JobEnd {
         JobEnd::Retrying => metrics.retried.increment(1),
         JobEnd::Buried => metrics.buried.increment(1),
         JobEnd::Postponed => metrics.postponed.increment(1),
+        JobEnd::Waiting => metrics.lock_waits.increment(1),
         _ => {}
     }
     end
@@ -250,17 +255,20 @@ where
                 .ack(lease)
                 .await
                 .map(|acked| if acked { JobEnd::Acked } else { JobEnd::LeaseLost }),
-            Ran::Failed(reason) => queue.fail(lease, reason).await.map(|after| match after {
-                AfterFailure::Retrying { attempt, .. } => {
+            Ran::Failed(reason) => queue.fail(lease, reason).await.map(|after| {
+                if let AfterFailure::Retrying { attempt, .. } = after {
                     tracing::debug!(%reason, next_attempt = attempt, "job failed; retrying");
-                    JobEnd::Retrying
                 }
-                AfterFailure::Buried { reason } => {
-                    tracing::warn!(%reason, "job buried");
-                    JobEnd::Buried
-                }
-                AfterFailure::LeaseLost => JobEnd::LeaseLost,
+                end_after(after, JobEnd::Retrying)
             }),
+            Ran::Waiting { key, retry_after } => {
+                queue.wait_for_lock(lease, key, *retry_after).await.map(|after| {
+                    if let AfterFailure::Retrying { due, .. } = after {
+                        tracing::debug!(%key, ?due, "lock held: the job waits in line");
+                    }
+                    end_after(after, JobEnd::Waiting)
+                })
+            }
             Ran::StoreFailed(_) => queue.postpone(lease, postpone_by).await.map(|back| {
                 if back {
                     JobEnd::Postponed
@@ -287,6 +295,18 @@ where
                 tokio::time::sleep(pause).await;
             }
         }
+    }
+}
+
+/// How a job ended that was put back (`back`: retrying or waiting) or buried.
+fn end_after(after: AfterFailure, back: JobEnd) -> JobEnd {
+    match after {
+        AfterFailure::Retrying { .. } => back,
+        AfterFailure::Buried { reason } => {
+            tracing::warn!(%reason, "job buried");
+            JobEnd::Buried
+        }
+        AfterFailure::LeaseLost => JobEnd::LeaseLost,
     }
 }
 

@@ -15,6 +15,8 @@ pub(super) enum JobEnd {
     Returned,
     /// The store failed under it; put back to wait with a backoff, its attempt not used.
     Postponed,
+    /// Its lock was held; it waits in the key's line, its attempt not used.
+    Waiting,
     /// The lease ran out before the job was settled; another claimer has it.
     LeaseLost,
     /// The store failed while settling; the job is delivered again after its lease.
@@ -35,6 +37,8 @@ pub struct SchedulerReport {
     pub returned: u64,
     /// Jobs put back to wait because the store failed under them (their attempt not used).
     pub postponed: u64,
+    /// Runs that met their lock held and went back to wait in line (their attempt not used).
+    pub waited: u64,
     /// Jobs whose lease ran out under us.
     pub lease_lost: u64,
     /// Jobs left to their lease because the store failed while settling them.
@@ -49,6 +53,7 @@ impl SchedulerReport {
             JobEnd::Buried => &mut self.buried,
             JobEnd::Returned => &mut self.returned,
             JobEnd::Postponed => &mut self.postponed,
+            JobEnd::Waiting => &mut self.waited,
             JobEnd::LeaseLost => &mut self.lease_lost,
             JobEnd::Unsettled => &mut self.unsettled,
         };

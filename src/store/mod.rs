@@ -10,6 +10,7 @@
 //! public, for tools of your own. A third backend belongs in this crate, beside these two,
 //! where the conformance suite runs against it.
 
+mod handover;
 mod memory;
 mod redis;
 pub(crate) mod time;
@@ -19,6 +20,9 @@ pub(crate) use self::redis::keys as redis_keys;
 pub use self::redis::{LockInfo, RedisStore, RedisStoreBuilder};
 
 pub(crate) use self::sealed::Sealed;
+
+/// How long a released key stays reserved for the first in its line, by default.
+pub const DEFAULT_RESERVATION: std::time::Duration = std::time::Duration::from_secs(2);
 
 mod sealed {
     /// The supertrait that seals the store traits: public, so it can bound them, in a private

@@ -1,6 +1,8 @@
 //! Store the request in a delay queue and run it later.
 
 use std::future::{Future, ready};
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::Either;
 use serde::Serialize;
@@ -9,20 +11,28 @@ use serde::de::DeserializeOwned;
 use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
 use crate::middleware::Deferred;
-use crate::queue::{Codec, DelayQueue, JobId, Json};
+use crate::queue::{Codec, DelayQueue, JobId, Json, QueueError, RawJobState};
 use crate::queue::{Due, QueueStore};
 use crate::scheduler::current_job;
 
-/// Stores a request whose lock is held in a delay queue, due after the queue's first backoff;
-/// a [`Scheduler`](crate::Scheduler) on the queue re-injects it into the same service stack.
+/// Stores a request whose lock is held in a delay queue, and puts it in the key's line: when
+/// the holder releases the key, it is reserved for the first in line and that job is made due
+/// at once; a [`Scheduler`](crate::Scheduler) on the queue re-injects it into the same service
+/// stack, where it takes the key. Its due time is only a fallback (see
+/// [`RetryPolicy::lock_wait_fallback`](crate::queue::RetryPolicy::lock_wait_fallback)), should
+/// its turn never be announced.
 ///
 /// The caller gets [`Outcome::Deferred`](crate::Outcome::Deferred) with the job id and due
 /// time, and only once the store has the job: a deferral reported is a deferral stored.
 ///
-/// When a re-injected request meets the lock again, `Defer` stores nothing new: the conflict
-/// goes back to the scheduler, which puts the same job back with its attempt counted and a
-/// longer backoff, or buries it with "lock still held after N attempts" once the queue's
-/// [`RetryPolicy`](crate::queue::RetryPolicy) is spent.
+/// When a re-injected request meets the lock again, `Defer` stores nothing new: the job goes
+/// back to wait in line, using no attempt, until the queue's
+/// [`max_lock_wait`](crate::queue::RetryPolicy::max_lock_wait) buries it with
+/// "waited D for lock K".
+///
+/// With [`job_id`](Defer::job_id), a request carries its own job id (a webhook's delivery id):
+/// deferring it again while its job exists stores nothing and returns the existing deferral,
+/// marked [`duplicate`](crate::Deferred::duplicate).
 ///
 /// "Retry briefly, then defer" is one line:
 ///
@@ -41,23 +51,58 @@ use crate::scheduler::current_job;
 ///     .then(Defer::new(queue));
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
 pub struct Defer<Req, St, Enc = Json> {
     queue: DelayQueue<Req, St, Enc>,
+    job_id: Option<Arc<JobIdOf<Req>>>,
+}
+
+/// Derives a request's job id.
+type JobIdOf<Req> = dyn Fn(&Req) -> Option<JobId> + Send + Sync;
+
+impl<Req, St, Enc> std::fmt::Debug for Defer<Req, St, Enc> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Defer")
+            .field("queue", &self.queue)
+            .field("job_id", &self.job_id.is_some())
+            .finish()
+    }
 }
 
 impl<Req, St: Clone, Enc: Clone> Clone for Defer<Req, St, Enc> {
     fn clone(&self) -> Self {
         Defer {
             queue: self.queue.clone(),
+            job_id: self.job_id.clone(),
         }
     }
 }
 
 impl<Req, St, Enc> Defer<Req, St, Enc> {
-    /// Defers to `queue`.
+    /// Defers to `queue`, each request under a fresh random job id.
     pub fn new(queue: DelayQueue<Req, St, Enc>) -> Self {
-        Defer { queue }
+        Defer { queue, job_id: None }
+    }
+
+    /// Takes the job id from the request when `job_id` gives one (a random one otherwise), so
+    /// that deferring the same request twice stores it once.
+    ///
+    /// ```
+    /// use redefer::{MemoryStore, strategy::Defer};
+    /// use redefer::queue::{DelayQueue, JobId};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Webhook { delivery: String, order: u64 }
+    ///
+    /// let queue = DelayQueue::<Webhook, _>::new(MemoryStore::new(), "webhooks")?;
+    /// let defer = Defer::new(queue).job_id(|hook: &Webhook| JobId::new(hook.delivery.clone()).ok());
+    /// # let _ = defer;
+    /// # Ok::<(), redefer::KeyError>(())
+    /// ```
+    pub fn job_id(self, job_id: impl Fn(&Req) -> Option<JobId> + Send + Sync + 'static) -> Self {
+        Defer {
+            job_id: Some(Arc::new(job_id)),
+            ..self
+        }
     }
 }
 
@@ -73,19 +118,59 @@ where
         request: &Req,
     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
         if current_job().is_some_and(|job| job.queue == *self.queue.name()) {
-            // Already a job of this queue: its scheduler re-defers it under the same id.
+            // Already a job of this queue: it goes back to wait in line, under the same id.
             return Either::Left(ready(Ok(Decision::Reject {
-                retry_after: conflict.remaining,
+                retry_after: conflict.retry_after,
             })));
         }
         // Encode now, while the request is borrowed; the returned future owns the bytes.
-        let encoded = self.queue.encode_new(JobId::random(), request);
+        let id = self
+            .job_id
+            .as_ref()
+            .and_then(|job_id| job_id(request))
+            .unwrap_or_else(JobId::random);
+        let encoded = self.queue.encode_new(id, request);
         let queue = self.queue.clone();
+        let fallback = queue
+            .policy()
+            .lock_wait_fallback(conflict.retry_after, Duration::ZERO);
         Either::Right(async move {
             let (id, bytes) = encoded?;
-            let delay = queue.policy().backoff.delay(0, &mut rand::rng());
-            let scheduled = queue.push_encoded(id, bytes, Due::In(delay)).await?;
-            Ok(Decision::Deferred(Deferred::new(scheduled.id, scheduled.due, 0)))
+            let shard = queue.shard_of(&id).clone();
+            let deferred = match queue.push_encoded(id, bytes, Due::In(fallback)).await {
+                Ok(scheduled) => Deferred::new(scheduled.id, scheduled.due, 0),
+                Err(QueueError::DuplicateId(id)) => existing_deferral(&queue, id).await?,
+                Err(error) => return Err(error.into()),
+            };
+            Ok(Decision::Deferred(deferred.in_queue(shard)))
         })
     }
+}
+
+/// The deferral already stored under `id`, marked as a duplicate.
+async fn existing_deferral<Req, St, Enc>(
+    queue: &DelayQueue<Req, St, Enc>,
+    id: JobId,
+) -> Result<Deferred, QueueError>
+where
+    Req: Serialize + DeserializeOwned,
+    St: QueueStore,
+    Enc: Codec,
+{
+    let job = queue.job(&id).await?;
+    let (due, attempt) = match &job {
+        Some(job) => (
+            match job.state {
+                RawJobState::Delayed { due } => due,
+                _ => std::time::SystemTime::now(),
+            },
+            job.envelope
+                .as_ref()
+                .and_then(|envelope| envelope.as_ref().ok())
+                .map_or(0, |envelope| envelope.attempt),
+        ),
+        // Gone between the push and this look (just finished): nothing of it is left to run.
+        None => (std::time::SystemTime::now(), 0),
+    };
+    Ok(Deferred::new(id, due, attempt).as_duplicate())
 }

@@ -41,7 +41,7 @@ impl<Req> ConflictStrategy<Req> for FailFast {
         _request: &Req,
     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
         ready(Ok(Decision::Reject {
-            retry_after: conflict.remaining,
+            retry_after: conflict.retry_after,
         }))
     }
 }

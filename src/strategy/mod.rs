@@ -36,12 +36,18 @@ pub struct Conflict {
     pub waited: Duration,
     /// How long the holder's lock still lives, if it has a TTL.
     pub remaining: Option<Duration>,
+    /// How many wait in the key's line before this request.
+    pub ahead: u64,
+    /// When the key may be this request's: the holder's expected rest and a typical hold for
+    /// each waiter ahead, from the key's recent holds (each at most the TTL).
+    pub retry_after: Option<Duration>,
 }
 
 /// A strategy's answer to a conflict.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
-    /// Wait this long, then try to acquire again.
+    /// Wait in the key's line for at most this long (the request is told when the key is
+    /// handed to it), then try to acquire again.
     RetryAfter(Duration),
     /// Give up: the caller gets [`Error::Locked`](crate::Error::Locked) with this hint.
     Reject {
@@ -79,7 +85,7 @@ pub enum Decision {
 ///         ready(Ok(if conflict.attempt < 5 {
 ///             Decision::RetryAfter(Duration::from_millis(10))
 ///         } else {
-///             Decision::Reject { retry_after: conflict.remaining }
+///             Decision::Reject { retry_after: conflict.retry_after }
 ///         }))
 ///     }
 /// }

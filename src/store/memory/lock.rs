@@ -1,27 +1,74 @@
-//! The lock operations of the in-memory store.
+//! The lock operations of the in-memory store: the same steps as the lock scripts, under one
+//! mutex instead of Redis's single thread.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, LockStore};
-use crate::lock::{FencingToken, LockToken};
+use crate::lock::{Acquisition, FencingToken, Handoffs, LockStore, LockToken, Waiter};
+use crate::metric_names;
+use crate::store::handover::{hand_over, reservation_expired};
 
 #[derive(Default)]
 pub(super) struct LockState {
     locks: HashMap<LockKey, Holding>,
     /// Per-key fencing counters; like Redis's, they outlive the locks.
     fences: HashMap<LockKey, u64>,
+    lines: HashMap<LockKey, Line>,
+    /// Per-key typical hold, in ms.
+    holds: HashMap<LockKey, f64>,
+    announcements: HashMap<LockKey, broadcast::Sender<String>>,
 }
 
 struct Holding {
-    token: LockToken,
-    fence: FencingToken,
+    holder: Holder,
     expires: Instant,
+}
+
+enum Holder {
+    Owner(LockToken, FencingToken),
+    /// Reserved for the first in line, from `since`.
+    Reserved(Waiter, Instant),
+}
+
+/// One key's line: waiters by arrival order.
+#[derive(Default)]
+struct Line {
+    order: BTreeMap<u64, Waiter>,
+    place: HashMap<Waiter, u64>,
+    /// The waiter the key was last reserved for, until it takes it.
+    handed: Option<Waiter>,
+}
+
+impl Line {
+    fn head(&self) -> Option<&Waiter> {
+        self.order.values().next()
+    }
+
+    fn remove(&mut self, waiter: &Waiter) -> Option<u64> {
+        let place = self.place.remove(waiter)?;
+        self.order.remove(&place);
+        Some(place)
+    }
+
+    fn ahead_of(&self, waiter: Option<&Waiter>) -> u64 {
+        match waiter.and_then(|w| self.place.get(w)) {
+            Some(place) => self.order.range(..place).count() as u64,
+            None => self.order.len() as u64,
+        }
+    }
+}
+
+/// What handing a key over did: reserved it for a waiter, dropped an expired one.
+#[derive(Default)]
+struct Handed {
+    reserved: Option<Waiter>,
+    dropped: Option<Waiter>,
 }
 
 impl LockState {
@@ -32,60 +79,264 @@ impl LockState {
         }
         self.locks.get_mut(key)
     }
+
+    fn line(&mut self, key: &LockKey) -> &mut Line {
+        self.lines.entry(key.clone()).or_default()
+    }
+
+    /// The free key goes to the first in line, as `hand_to_head` in `lock_prelude.lua`.
+    fn hand_to_head(
+        &mut self,
+        key: &LockKey,
+        drop_expired: bool,
+        now: Instant,
+        reservation: Duration,
+    ) -> Handed {
+        let line = self.line(key);
+        let mut handed = Handed::default();
+        if drop_expired
+            && let Some(head) = line.head().cloned()
+            && line.handed.as_ref() == Some(&head)
+        {
+            line.remove(&head);
+            handed.dropped = Some(head);
+        }
+        let Some(head) = line.head().cloned() else {
+            line.handed = None;
+            self.lines.remove(key);
+            self.locks.remove(key);
+            return handed;
+        };
+        line.handed = Some(head.clone());
+        self.locks.insert(
+            key.clone(),
+            Holding {
+                holder: Holder::Reserved(head.clone(), now),
+                expires: now + reservation,
+            },
+        );
+        self.announce(key, &head);
+        handed.reserved = Some(head);
+        handed
+    }
+
+    fn announce(&mut self, key: &LockKey, waiter: &Waiter) {
+        if let Some(sender) = self.announcements.get(key)
+            && sender.send(waiter.as_str().to_string()).is_err()
+        {
+            self.announcements.remove(key);
+        }
+    }
+
+    fn held(&mut self, key: &LockKey, remaining: Duration, waiter: Option<&Waiter>) -> Acquisition {
+        Acquisition::Held {
+            remaining: Some(remaining),
+            ahead: self.lines.get(key).map_or(0, |line| line.ahead_of(waiter)),
+            typical_hold: self.holds.get(key).map(|ms| Duration::from_millis(*ms as u64)),
+        }
+    }
+
+    fn take(
+        &mut self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        now: Instant,
+        waiter: Option<&Waiter>,
+    ) -> FencingToken {
+        let counter = self.fences.entry(key.clone()).or_insert(0);
+        *counter += 1;
+        let fence = FencingToken(*counter);
+        self.locks.insert(
+            key.clone(),
+            Holding {
+                holder: Holder::Owner(token, fence),
+                expires: now + ttl,
+            },
+        );
+        if let Some(waiter) = waiter
+            && let Some(line) = self.lines.get_mut(key)
+        {
+            line.remove(waiter);
+            if line.handed.as_ref() == Some(waiter) {
+                line.handed = None;
+            }
+            if line.order.is_empty() {
+                self.lines.remove(key);
+            }
+        }
+        fence
+    }
+}
+
+impl MemoryStore {
+    /// The lock operations' state and the reservation time, for one operation.
+    fn with_locks<R>(&self, f: impl FnOnce(&mut LockState, Instant, Duration) -> R) -> R {
+        f(&mut self.locks(), Instant::now(), self.reservation)
+    }
 }
 
 impl LockStore for MemoryStore {
-    async fn try_acquire(
+    async fn try_acquire_in_line(
         &self,
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
+        waiter: Option<&Waiter>,
     ) -> Result<Acquisition, StoreError> {
-        let now = Instant::now();
-        let mut state = self.locks();
-        if let Some(holding) = state.live(key, now) {
-            if holding.token != token {
-                return Ok(Acquisition::Held {
-                    remaining: Some(holding.expires - now),
-                });
+        let mut handed = Handed::default();
+        let acquisition = self.with_locks(|state, now, reservation| {
+            match state.live(key, now) {
+                Some(Holding {
+                    holder: Holder::Owner(holder, fence),
+                    expires,
+                }) => {
+                    if *holder != token {
+                        let remaining = *expires - now;
+                        return state.held(key, remaining, waiter);
+                    }
+                    // A re-sent acquire: the lock is already ours.
+                    *expires = now + ttl;
+                    return Acquisition::Acquired(*fence);
+                }
+                Some(Holding {
+                    holder: Holder::Reserved(for_whom, since),
+                    expires,
+                }) => {
+                    if waiter != Some(&*for_whom) {
+                        let remaining = *expires - now;
+                        return state.held(key, remaining, waiter);
+                    }
+                    metric_names::handoff_taken(now - *since);
+                }
+                None => {
+                    let head = state.lines.get(key).and_then(|line| line.head().cloned());
+                    if head.is_some() && head.as_ref() != waiter {
+                        handed = state.hand_to_head(key, true, now, reservation);
+                        if handed.reserved.as_ref() != waiter {
+                            return state.held(key, reservation, waiter);
+                        }
+                        handed.reserved = None; // handed to the caller, who takes it now
+                    }
+                }
             }
-            holding.expires = now + ttl;
-            return Ok(Acquisition::Acquired(holding.fence));
-        }
-        let counter = state.fences.entry(key.clone()).or_insert(0);
-        *counter += 1;
-        let fence = FencingToken(*counter);
-        state.locks.insert(
-            key.clone(),
-            Holding {
-                token,
-                fence,
-                expires: now + ttl,
-            },
-        );
-        Ok(Acquisition::Acquired(fence))
+            Acquisition::Acquired(state.take(key, token, ttl, now, waiter))
+        });
+        reservation_expired(key, handed.dropped.as_ref());
+        hand_over(self, key, handed.reserved).await;
+        Ok(acquisition)
     }
 
     async fn extend(&self, key: &LockKey, token: LockToken, ttl: Duration) -> Result<bool, StoreError> {
-        let now = Instant::now();
-        match self.locks().live(key, now) {
-            Some(holding) if holding.token == token => {
-                holding.expires = now + ttl;
-                Ok(true)
+        Ok(self.with_locks(|state, now, _| match state.live(key, now) {
+            Some(Holding {
+                holder: Holder::Owner(holder, _),
+                expires,
+            }) if *holder == token => {
+                *expires = now + ttl;
+                true
             }
-            _ => Ok(false),
-        }
+            _ => false,
+        }))
     }
 
-    async fn release(&self, key: &LockKey, token: LockToken) -> Result<bool, StoreError> {
-        let now = Instant::now();
-        let mut state = self.locks();
-        match state.live(key, now) {
-            Some(holding) if holding.token == token => {
-                state.locks.remove(key);
-                Ok(true)
+    async fn release_after(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        held_for: Option<Duration>,
+    ) -> Result<bool, StoreError> {
+        let handed = self.with_locks(|state, now, reservation| {
+            match state.live(key, now) {
+                Some(Holding {
+                    holder: Holder::Owner(holder, _),
+                    ..
+                }) if *holder == token => {}
+                _ => return None,
             }
-            _ => Ok(false),
-        }
+            if let Some(held) = held_for {
+                let held = held.as_millis() as f64;
+                let typical = state
+                    .holds
+                    .get(key)
+                    .map_or(held, |typical| typical * 0.8 + held * 0.2);
+                state.holds.insert(key.clone(), typical.floor());
+            }
+            Some(state.hand_to_head(key, false, now, reservation))
+        });
+        let Some(handed) = handed else { return Ok(false) };
+        hand_over(self, key, handed.reserved).await;
+        Ok(true)
+    }
+
+    async fn join(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        replacing: Option<&Waiter>,
+    ) -> Result<u64, StoreError> {
+        let (handed, ahead) = self.with_locks(|state, now, reservation| {
+            let line = state.line(key);
+            let taken = replacing.and_then(|replaced| line.remove(replaced));
+            if !line.place.contains_key(waiter) {
+                let place = taken.unwrap_or_else(|| line.order.keys().next_back().map_or(1, |last| last + 1));
+                line.order.insert(place, waiter.clone());
+                line.place.insert(waiter.clone(), place);
+            }
+            let handed = match state.live(key, now) {
+                Some(_) => Handed::default(),
+                None => state.hand_to_head(key, true, now, reservation),
+            };
+            let ahead = state.lines.get(key).map_or(0, |line| line.ahead_of(Some(waiter)));
+            (handed, ahead)
+        });
+        reservation_expired(key, handed.dropped.as_ref());
+        hand_over(self, key, handed.reserved).await;
+        Ok(ahead)
+    }
+
+    async fn leave(&self, key: &LockKey, waiter: &Waiter) -> Result<(), StoreError> {
+        let next = self.pass_on_now(key, waiter);
+        hand_over(self, key, next).await;
+        Ok(())
+    }
+
+    fn handoffs(&self, key: &LockKey) -> Handoffs {
+        let receiver = self.with_locks(|state, _, _| {
+            state
+                .announcements
+                .entry(key.clone())
+                .or_insert_with(|| broadcast::channel(64).0)
+                .subscribe()
+        });
+        Handoffs::new(receiver, None)
+    }
+}
+
+impl MemoryStore {
+    /// Takes `waiter` out of the line; hands the key on if it was reserved for it.
+    pub(super) fn pass_on_now(&self, key: &LockKey, waiter: &Waiter) -> Option<Waiter> {
+        self.with_locks(|state, now, reservation| {
+            if let Some(line) = state.lines.get_mut(key) {
+                line.remove(waiter);
+            }
+            let reserved_for_it = matches!(
+                state.live(key, now),
+                Some(Holding { holder: Holder::Reserved(for_whom, _), .. }) if for_whom == waiter
+            );
+            if reserved_for_it {
+                state.hand_to_head(key, false, now, reservation).reserved
+            } else {
+                if state.lines.get(key).is_some_and(|line| line.order.is_empty()) {
+                    state.lines.remove(key);
+                }
+                None
+            }
+        })
+    }
+
+    /// How many wait in `key`'s line (for operators).
+    pub fn waiters(&self, key: &LockKey) -> u64 {
+        self.with_locks(|state, _, _| state.lines.get(key).map_or(0, |line| line.order.len() as u64))
     }
 }

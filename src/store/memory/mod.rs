@@ -6,10 +6,16 @@ mod queue;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use self::lock::LockState;
 use self::queue::QueueState;
-use crate::queue::QueueName;
+use crate::error::StoreError;
+use crate::key::LockKey;
+use crate::lock::Waiter;
+use crate::queue::{JobId, QueueName};
+use crate::store::DEFAULT_RESERVATION;
+use crate::store::handover::{HandOver, Promotion};
 
 /// A store in this process's memory, with the same semantics as [`RedisStore`](super::RedisStore).
 ///
@@ -30,16 +36,34 @@ use crate::queue::QueueName;
 /// assert!(matches!(second, Acquisition::Held { .. }));
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct MemoryStore {
     locks: Arc<Mutex<LockState>>,
     queues: Arc<Mutex<HashMap<QueueName, QueueState>>>,
+    /// How long a released key stays reserved for the first in line.
+    reservation: Duration,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore {
+            locks: Arc::default(),
+            queues: Arc::default(),
+            reservation: DEFAULT_RESERVATION,
+        }
+    }
 }
 
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// How long a released key stays reserved for the first in its line (default 2 s): the
+    /// time its job has to be claimed and take the key before the next in line gets it.
+    pub fn with_reservation(self, reservation: Duration) -> Self {
+        MemoryStore { reservation, ..self }
     }
 
     fn locks(&self) -> MutexGuard<'_, LockState> {
@@ -60,5 +84,15 @@ fn lock_unpoisoned<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}
+
+impl HandOver for MemoryStore {
+    async fn promote(&self, queue: &QueueName, id: &JobId) -> Result<Promotion, StoreError> {
+        Ok(self.promote_now(queue, id))
+    }
+
+    async fn pass_on(&self, key: &LockKey, waiter: &Waiter) -> Result<Option<Waiter>, StoreError> {
+        Ok(self.pass_on_now(key, waiter))
     }
 }

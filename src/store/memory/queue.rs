@@ -14,6 +14,7 @@ use crate::queue::{
     Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListedJob, MAX_LEASE, MAX_PAGE, QueueName,
     QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
 };
+use crate::store::handover::Promotion;
 use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
 
 /// One queue: the same sets as in Redis, scores in ms since the epoch.
@@ -104,6 +105,25 @@ impl MemoryStore {
     fn with_queue<R>(&self, queue: &QueueName, f: impl FnOnce(&mut QueueState) -> R) -> R {
         let mut queues = self.queues();
         f(queues.entry(queue.clone()).or_default())
+    }
+}
+
+impl MemoryStore {
+    /// Makes the waiting job `id` due now (see `queue_promote.lua`).
+    pub(super) fn promote_now(&self, queue: &QueueName, id: &JobId) -> Promotion {
+        self.with_queue(queue, |q| {
+            if let Some(due) = q.due_of.get(id) {
+                let now = now_ms();
+                if *due > now {
+                    q.schedule(id.clone(), now);
+                }
+                Promotion::Promoted
+            } else if q.leases.contains_key(id) {
+                Promotion::Running
+            } else {
+                Promotion::Gone
+            }
+        })
     }
 }
 

@@ -22,25 +22,55 @@ fn tagged(prefix: &Prefix, kind: &str, name: &str, suffix: &str) -> String {
     out
 }
 
-/// The key that holds a lock: the holder's token, with the lock's TTL.
-pub(crate) fn lock(prefix: &Prefix, key: &LockKey) -> String {
-    tagged(prefix, "lock", key.as_str(), "")
+/// The keys of one lock, in the order every lock script receives them in `KEYS`: the shared
+/// Lua prelude (`lua/lock_prelude.lua`) names them in this order.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKeys {
+    /// string: the holder's token (PX ttl), or `@<waiter>` while reserved for a waiter.
+    pub(crate) lock: String,
+    /// counter: the last fencing token; outlives the lock.
+    pub(crate) fence: String,
+    /// zset: waiter -> arrival order; the key's line.
+    pub(crate) waiters: String,
+    /// string: the waiter the key was last reserved for, until it takes it.
+    pub(crate) handoff: String,
+    /// string: the key's typical hold in ms (expires an hour after the last release).
+    pub(crate) holds: String,
+    /// pub/sub channel: who the key was handed to. Not a key: scripts get it in `ARGV[1]`.
+    pub(crate) wake: String,
 }
 
-/// The key of a lock's fencing counter, which outlives the lock.
-pub(crate) fn fence(prefix: &Prefix, key: &LockKey) -> String {
-    tagged(prefix, "fence", key.as_str(), "")
+impl LockKeys {
+    pub(crate) fn new(prefix: &Prefix, key: &LockKey) -> Self {
+        Self::with_tag(prefix, &format!("{{{}}}", hash_tag(key.as_str())))
+    }
+
+    /// The keys that go with a lock key found by a scan, whose tag (`{...}`) is as found.
+    pub(crate) fn of_found_tag(prefix: &Prefix, tag: &str) -> Self {
+        Self::with_tag(prefix, tag)
+    }
+
+    fn with_tag(prefix: &Prefix, tag: &str) -> Self {
+        let key = |kind: &str| format!("{}:{kind}:{tag}", prefix.as_str());
+        LockKeys {
+            lock: key("lock"),
+            fence: key("fence"),
+            waiters: key("waiters"),
+            handoff: key("handoff"),
+            holds: key("holds"),
+            wake: key("wake"),
+        }
+    }
+
+    /// The keys in the order of the scripts' `KEYS`.
+    pub(crate) fn in_script_order(&self) -> [&str; 5] {
+        [&self.lock, &self.fence, &self.waiters, &self.handoff, &self.holds]
+    }
 }
 
 /// The start of every lock key under `prefix`, before its hash tag (`<prefix>:lock:`).
 pub(crate) fn lock_namespace(prefix: &Prefix) -> String {
     format!("{}:lock:", prefix.as_str())
-}
-
-/// The fencing counter that goes with a lock key found by a scan, whose tag is `{...}`
-/// as found.
-pub(crate) fn fence_of_found_tag(prefix: &Prefix, tag: &str) -> String {
-    format!("{}:fence:{tag}", prefix.as_str())
 }
 
 /// The keys of one queue, in the order every queue script receives them in `KEYS`: the shared
@@ -116,9 +146,12 @@ mod tests {
     #[test]
     fn braces_stay_inside_one_hash_tag() {
         let prefix = Prefix::default();
-        let key = LockKey::new("}{a}").unwrap();
-        assert_eq!(lock(&prefix, &key), "redefer:lock:{%7D%7Ba%7D}");
-        assert_eq!(fence(&prefix, &key), "redefer:fence:{%7D%7Ba%7D}");
+        let keys = LockKeys::new(&prefix, &LockKey::new("}{a}").unwrap());
+        assert_eq!(keys.lock, "redefer:lock:{%7D%7Ba%7D}");
+        assert_eq!(keys.fence, "redefer:fence:{%7D%7Ba%7D}");
+        for key in keys.in_script_order().into_iter().chain([keys.wake.as_str()]) {
+            assert!(key.ends_with(":{%7D%7Ba%7D}"), "{key}");
+        }
     }
 
     #[test]
@@ -130,12 +163,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_prelude_names_the_keys_in_script_order() {
-        let prelude = include_str!("lua/queue_prelude.lua");
-        let names = [
-            "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES", "FENCE",
-        ];
+    /// The prelude declares `local A, B =\n  KEYS[1], KEYS[2]` for these names, in order.
+    fn assert_declares(prelude: &str, names: &[&str]) {
         let declared = format!(
             "local {} =\n  {}",
             names.join(", "),
@@ -147,6 +176,25 @@ mod tests {
         assert!(
             prelude.contains(&declared),
             "the prelude must declare:\n{declared}"
+        );
+    }
+
+    #[test]
+    fn the_lock_prelude_names_the_keys_in_script_order() {
+        assert_declares(
+            include_str!("lua/lock_prelude.lua"),
+            &["LOCK", "FENCE", "WAITERS", "HANDOFF", "HOLDS"],
+        );
+    }
+
+    #[test]
+    fn the_prelude_names_the_keys_in_script_order() {
+        let prelude = include_str!("lua/queue_prelude.lua");
+        assert_declares(
+            prelude,
+            &[
+                "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES", "FENCE",
+            ],
         );
         for set in [JobSet::Waiting, JobSet::InFlight, JobSet::Dead] {
             let name = QueueKeys::set_name(set);
@@ -171,12 +219,13 @@ mod tests {
 
         let prefix = Prefix::new("<prefix>").unwrap();
         let queue = QueueKeys::new(&prefix, &QueueName::new("<queue>").unwrap());
-        let key = LockKey::new("<key>").unwrap();
+        let lock = LockKeys::new(&prefix, &LockKey::new("<key>").unwrap());
         let built: Vec<String> = queue
             .in_script_order()
             .into_iter()
+            .chain(lock.in_script_order())
+            .chain([queue.wake.as_str(), lock.wake.as_str()])
             .map(str::to_string)
-            .chain([queue.wake.clone(), lock(&prefix, &key), fence(&prefix, &key)])
             .collect();
         let built: BTreeSet<&str> = built
             .iter()

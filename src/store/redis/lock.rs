@@ -1,21 +1,46 @@
-//! The lock operations of the Redis store.
+//! The lock operations of the Redis store: one Lua script each, over the lock's keys.
 
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use redis::{Script, ScriptInvocation};
 
 use super::RedisStore;
-use super::keys;
-use super::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
+use super::keys::LockKeys;
+use super::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, QUEUE_PROMOTE};
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, FencingToken, LockStore, LockToken};
-use crate::store::time::ttl_millis;
+use crate::lock::{Acquisition, FencingToken, Handoffs, LockStore, LockToken, Waiter};
+use crate::metric_names;
+use crate::queue::{JobId, QueueName};
+use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired};
+use crate::store::time::{millis, ttl_millis};
+
+/// The acquire script's reply: status, then (acquired) fence, ms the reservation waited, or
+/// (held) remaining ms, waiters ahead, typical hold ms, waiter handed to, waiter dropped.
+type AcquireReply = (i64, i64, i64, Option<i64>, Option<String>, Option<String>);
+
+/// A duration from a script's milliseconds; `None` for the -1 (or -2) of "none".
+fn duration(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
 
 impl<Conn> RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
+    /// A call of a lock script on `key`: every lock script takes the same keys, in the order
+    /// the prelude names them, then the announcement channel and the reservation time.
+    fn lock_script<'a>(&self, script: &'a Script, key: &LockKey) -> ScriptInvocation<'a> {
+        let keys = LockKeys::new(&self.prefix, key);
+        let mut invocation = script.prepare_invoke();
+        for name in keys.in_script_order() {
+            invocation.key(name);
+        }
+        invocation.arg(&keys.wake).arg(ttl_millis(self.reservation));
+        invocation
+    }
+
     /// With [`wait_for_replicas`](RedisStore::wait_for_replicas): waits for the replicas, and
     /// gives the lock back when too few acknowledged it.
     async fn await_replicas(&self, key: &LockKey, token: LockToken) -> Result<(), StoreError> {
@@ -39,36 +64,46 @@ impl<Conn> LockStore for RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn try_acquire(
+    async fn try_acquire_in_line(
         &self,
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
+        waiter: Option<&Waiter>,
     ) -> Result<Acquisition, StoreError> {
-        let (acquired, value): (i64, i64) = LOCK_ACQUIRE
-            .key(keys::lock(&self.prefix, key))
-            .key(keys::fence(&self.prefix, key))
+        let (status, first, second, hold, handed, dropped): AcquireReply = self
+            .lock_script(&LOCK_ACQUIRE, key)
             .arg(token)
             .arg(ttl_millis(ttl))
+            .arg(waiter.map_or("", Waiter::as_str))
             .invoke_async(&mut self.conn.clone())
             .await?;
-        match (acquired, value) {
-            (1, fence) => {
-                let fence = u64::try_from(fence)
-                    .map_err(|_| StoreError::Protocol(format!("negative fencing token {fence}")))?;
+        match status {
+            1 => {
+                let fence = u64::try_from(first)
+                    .map_err(|_| StoreError::Protocol(format!("negative fencing token {first}")))?;
+                if let Some(waited) = duration(second) {
+                    metric_names::handoff_taken(waited);
+                }
                 self.await_replicas(key, token).await?;
                 Ok(Acquisition::Acquired(FencingToken(fence)))
             }
-            (0, remaining) => Ok(Acquisition::Held {
-                remaining: u64::try_from(remaining).ok().map(Duration::from_millis),
-            }),
-            other => Err(StoreError::Protocol(format!("acquire answered {other:?}"))),
+            0 => {
+                reservation_expired(key, dropped.and_then(Waiter::from_stored).as_ref());
+                hand_over(self, key, handed.and_then(Waiter::from_stored)).await;
+                Ok(Acquisition::Held {
+                    remaining: duration(first),
+                    ahead: u64::try_from(second).unwrap_or(0),
+                    typical_hold: hold.and_then(duration),
+                })
+            }
+            other => Err(StoreError::Protocol(format!("acquire answered status {other}"))),
         }
     }
 
     async fn extend(&self, key: &LockKey, token: LockToken, ttl: Duration) -> Result<bool, StoreError> {
-        let extended: bool = LOCK_EXTEND
-            .key(keys::lock(&self.prefix, key))
+        let extended: bool = self
+            .lock_script(&LOCK_EXTEND, key)
             .arg(token)
             .arg(ttl_millis(ttl))
             .invoke_async(&mut self.conn.clone())
@@ -76,12 +111,77 @@ where
         Ok(extended)
     }
 
-    async fn release(&self, key: &LockKey, token: LockToken) -> Result<bool, StoreError> {
-        let released: bool = LOCK_RELEASE
-            .key(keys::lock(&self.prefix, key))
+    async fn release_after(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        held_for: Option<Duration>,
+    ) -> Result<bool, StoreError> {
+        let (released, handed): (bool, String) = self
+            .lock_script(&LOCK_RELEASE, key)
             .arg(token)
+            .arg(held_for.map(millis).map_or(String::new(), |ms| ms.to_string()))
             .invoke_async(&mut self.conn.clone())
             .await?;
+        hand_over(self, key, Waiter::from_stored(handed)).await;
         Ok(released)
+    }
+
+    async fn join(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        replacing: Option<&Waiter>,
+    ) -> Result<u64, StoreError> {
+        let (handed, dropped, ahead): (String, String, u64) = self
+            .lock_script(&LOCK_JOIN, key)
+            .arg(waiter.as_str())
+            .arg(replacing.map_or("", Waiter::as_str))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        reservation_expired(key, Waiter::from_stored(dropped).as_ref());
+        hand_over(self, key, Waiter::from_stored(handed)).await;
+        Ok(ahead)
+    }
+
+    async fn leave(&self, key: &LockKey, waiter: &Waiter) -> Result<(), StoreError> {
+        let next = self.pass_on(key, waiter).await?;
+        hand_over(self, key, next).await;
+        Ok(())
+    }
+
+    fn handoffs(&self, key: &LockKey) -> Handoffs {
+        match self.announcements() {
+            Some(announcements) => announcements.watch(LockKeys::new(&self.prefix, key).wake),
+            // Without pub/sub, the waiters poll on their backoff.
+            None => Handoffs::new(tokio::sync::broadcast::channel(1).1, None),
+        }
+    }
+}
+
+impl<Conn> HandOver for RedisStore<Conn>
+where
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn promote(&self, queue: &QueueName, id: &JobId) -> Result<Promotion, StoreError> {
+        let found: i64 = self
+            .queue_script(&QUEUE_PROMOTE, queue)
+            .arg(id.as_str())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(match found {
+            1 => Promotion::Promoted,
+            2 => Promotion::Running,
+            _ => Promotion::Gone,
+        })
+    }
+
+    async fn pass_on(&self, key: &LockKey, waiter: &Waiter) -> Result<Option<Waiter>, StoreError> {
+        let handed: String = self
+            .lock_script(&LOCK_LEAVE, key)
+            .arg(waiter.as_str())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(Waiter::from_stored(handed))
     }
 }

@@ -17,6 +17,10 @@ pub struct LockInfo {
     pub remaining: Option<Duration>,
     /// The fencing token of the current holder (the key's counter).
     pub fence: u64,
+    /// How many wait in the key's line.
+    pub waiters: u64,
+    /// The waiter the key is reserved for, while it is handed over.
+    pub reserved_for: Option<String>,
 }
 
 /// `*`, `?`, `[`, `]` and `\` escaped for a SCAN pattern.
@@ -62,10 +66,12 @@ where
         let mut locks = Vec::with_capacity(keys.len());
         for key in keys {
             let tag = key.strip_prefix(&lock_prefix).unwrap_or(&key);
-            let fence_key = keys::fence_of_found_tag(&self.prefix, tag);
-            let (pttl, fence): (i64, Option<u64>) = redis::pipe()
+            let found = keys::LockKeys::of_found_tag(&self.prefix, tag);
+            let (pttl, fence, waiters, holder): (i64, Option<u64>, u64, Option<String>) = redis::pipe()
                 .pttl(&key)
-                .get(&fence_key)
+                .get(&found.fence)
+                .zcard(&found.waiters)
+                .get(&key)
                 .query_async(&mut conn)
                 .await?;
             if pttl == -2 {
@@ -79,6 +85,8 @@ where
                 key: name.unwrap_or(key),
                 remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
                 fence: fence.unwrap_or(0),
+                waiters,
+                reserved_for: holder.and_then(|holder| holder.strip_prefix('@').map(str::to_string)),
             });
         }
         Ok(locks)

@@ -1,5 +1,6 @@
 //! The Redis store: Lua scripts over any async redis-rs connection, single node or cluster.
 
+mod announcements;
 mod eviction;
 pub(crate) mod keys;
 mod lock;
@@ -10,15 +11,17 @@ mod wake;
 
 pub use self::locks::LockInfo;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
+use self::announcements::Announcements;
 use crate::error::{KeyError, StoreError};
 use crate::key::Prefix;
+use crate::store::DEFAULT_RESERVATION;
 
 /// A store in Redis, over any async connection of the redis crate that can be cloned cheaply:
 /// [`ConnectionManager`] (reconnects on its own) or the cluster connection.
@@ -43,6 +46,11 @@ pub struct RedisStore<Conn = ConnectionManager> {
     pubsub: Option<Arc<[redis::Client]>>,
     /// After an acquire, wait for this many replicas to acknowledge it, for at most this long.
     replication: Option<(u32, Duration)>,
+    /// How long a released key stays reserved for the first in its line.
+    reservation: Duration,
+    /// The subscriber that tells waiting callers who a key was handed to, started on first use
+    /// and shared by the store's clones.
+    announcements: Arc<OnceLock<Option<Arc<Announcements>>>>,
 }
 
 impl<Conn> std::fmt::Debug for RedisStore<Conn> {
@@ -79,7 +87,27 @@ where
             prefix: Prefix::default(),
             pubsub: None,
             replication: None,
+            reservation: DEFAULT_RESERVATION,
+            announcements: Arc::default(),
         }
+    }
+
+    /// How long a released key stays reserved for the first in its line (default 2 s): the
+    /// time its job has to be claimed and take the key before the next in line gets it.
+    pub fn with_reservation(self, reservation: Duration) -> Self {
+        RedisStore { reservation, ..self }
+    }
+
+    /// The handoff subscriber, started on first use (on the current runtime); `None` without
+    /// pub/sub clients or outside a runtime.
+    fn announcements(&self) -> Option<&Arc<Announcements>> {
+        self.announcements
+            .get_or_init(|| {
+                let clients = self.pubsub.clone()?;
+                tokio::runtime::Handle::try_current().ok()?;
+                Some(Announcements::start(clients))
+            })
+            .as_ref()
     }
 
     /// The same store under another key prefix.
@@ -99,6 +127,7 @@ where
     pub fn with_pubsub_nodes(self, clients: Vec<redis::Client>) -> Self {
         RedisStore {
             pubsub: (!clients.is_empty()).then(|| clients.into()),
+            announcements: Arc::default(),
             ..self
         }
     }
@@ -140,7 +169,7 @@ where
     /// # Ok(()) }
     /// ```
     pub fn lock_redis_key(&self, key: &crate::key::LockKey) -> String {
-        keys::lock(&self.prefix, key)
+        keys::LockKeys::new(&self.prefix, key).lock
     }
 }
 

@@ -52,7 +52,7 @@ impl<Conn> RedisStore<Conn> {
 
     /// A call of a queue script on `queue`: every queue script takes the same keys, in the
     /// order the prelude names them, and the wake channel as its first argument.
-    fn queue_script<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptInvocation<'a> {
+    pub(super) fn queue_script<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptInvocation<'a> {
         let keys = self.keys(queue);
         let mut invocation = script.prepare_invoke();
         for key in keys.in_script_order() {

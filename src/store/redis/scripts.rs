@@ -3,7 +3,9 @@
 //! Each [`Script`] hashes its text once; calls go out as `EVALSHA`, and the redis crate loads
 //! the text only when a server answers `NOSCRIPT` (first use, or after a restart or failover).
 //! Every queue script starts with `queue_prelude.lua`, which names the queue's keys in the
-//! order [`QueueKeys::in_script_order`](super::keys::QueueKeys::in_script_order) passes them.
+//! order [`QueueKeys::in_script_order`](super::keys::QueueKeys::in_script_order) passes them;
+//! every lock script with `lock_prelude.lua`, for
+//! [`LockKeys::in_script_order`](super::keys::LockKeys::in_script_order).
 //!
 //! Each script's first line declares its flags (Redis 7 and Valkey): reads are `no-writes`;
 //! every write runs under `allow-oom` except the push, so that when Redis is full (with
@@ -14,47 +16,49 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// A script of `family` ("lock" or "queue"): its file with the family's prelude.
 macro_rules! script {
-    ($name:ident, $file:literal) => {
-        pub(super) static $name: LazyLock<Script> =
-            LazyLock::new(|| Script::new(include_str!(concat!("lua/", $file))));
+    ($name:ident, $prelude:expr, $file:literal) => {
+        pub(super) static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(&with_prelude(
+                $prelude,
+                include_str!(concat!("lua/", $file)),
+            ))
+        });
     };
 }
 
-macro_rules! queue_script {
-    ($name:ident, $file:literal) => {
-        pub(super) static $name: LazyLock<Script> =
-            LazyLock::new(|| Script::new(&with_prelude(include_str!(concat!("lua/", $file)))));
-    };
-}
+const QUEUE_PRELUDE: &str = include_str!("lua/queue_prelude.lua");
+const LOCK_PRELUDE: &str = include_str!("lua/lock_prelude.lua");
 
-const PRELUDE: &str = include_str!("lua/queue_prelude.lua");
-
-/// A queue script with the prelude after its first line, which must stay first: the flags.
-fn with_prelude(script: &str) -> String {
+/// A script with `prelude` after its first line, which must stay first: the flags.
+fn with_prelude(prelude: &str, script: &str) -> String {
     let (flags, body) = script.split_once('\n').unwrap_or((script, ""));
-    format!("{flags}\n{PRELUDE}{body}")
+    format!("{flags}\n{prelude}{body}")
 }
 
-script!(LOCK_ACQUIRE, "lock_acquire.lua");
-script!(LOCK_EXTEND, "lock_extend.lua");
-script!(LOCK_RELEASE, "lock_release.lua");
-queue_script!(QUEUE_PUSH, "queue_push.lua");
-queue_script!(QUEUE_CLAIM, "queue_claim.lua");
-queue_script!(QUEUE_ACK, "queue_ack.lua");
-queue_script!(QUEUE_RETRY, "queue_retry.lua");
-queue_script!(QUEUE_BURY, "queue_bury.lua");
-queue_script!(QUEUE_EXTEND, "queue_extend.lua");
-queue_script!(QUEUE_CANCEL, "queue_cancel.lua");
-queue_script!(QUEUE_INSPECT, "queue_inspect.lua");
-queue_script!(QUEUE_STATS, "queue_stats.lua");
-queue_script!(QUEUE_LIST, "queue_list.lua");
-queue_script!(QUEUE_REQUEUE, "queue_requeue.lua");
-queue_script!(QUEUE_PURGE, "queue_purge.lua");
+script!(LOCK_ACQUIRE, LOCK_PRELUDE, "lock_acquire.lua");
+script!(LOCK_EXTEND, LOCK_PRELUDE, "lock_extend.lua");
+script!(LOCK_RELEASE, LOCK_PRELUDE, "lock_release.lua");
+script!(LOCK_JOIN, LOCK_PRELUDE, "lock_join.lua");
+script!(LOCK_LEAVE, LOCK_PRELUDE, "lock_leave.lua");
+script!(QUEUE_PUSH, QUEUE_PRELUDE, "queue_push.lua");
+script!(QUEUE_CLAIM, QUEUE_PRELUDE, "queue_claim.lua");
+script!(QUEUE_ACK, QUEUE_PRELUDE, "queue_ack.lua");
+script!(QUEUE_RETRY, QUEUE_PRELUDE, "queue_retry.lua");
+script!(QUEUE_BURY, QUEUE_PRELUDE, "queue_bury.lua");
+script!(QUEUE_EXTEND, QUEUE_PRELUDE, "queue_extend.lua");
+script!(QUEUE_CANCEL, QUEUE_PRELUDE, "queue_cancel.lua");
+script!(QUEUE_INSPECT, QUEUE_PRELUDE, "queue_inspect.lua");
+script!(QUEUE_STATS, QUEUE_PRELUDE, "queue_stats.lua");
+script!(QUEUE_LIST, QUEUE_PRELUDE, "queue_list.lua");
+script!(QUEUE_REQUEUE, QUEUE_PRELUDE, "queue_requeue.lua");
+script!(QUEUE_PURGE, QUEUE_PRELUDE, "queue_purge.lua");
+script!(QUEUE_PROMOTE, QUEUE_PRELUDE, "queue_promote.lua");
 
 #[cfg(test)]
 mod tests {
-    use super::PRELUDE;
+    use super::QUEUE_PRELUDE as PRELUDE;
     use crate::queue::rules;
 
     const CLAIM: &str = include_str!("lua/queue_claim.lua");
@@ -64,10 +68,13 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 15] = [
+    const SCRIPTS: [(&str, &str); 18] = [
         ("lock_acquire", include_str!("lua/lock_acquire.lua")),
         ("lock_extend", include_str!("lua/lock_extend.lua")),
         ("lock_release", include_str!("lua/lock_release.lua")),
+        ("lock_join", include_str!("lua/lock_join.lua")),
+        ("lock_leave", include_str!("lua/lock_leave.lua")),
+        ("queue_promote", include_str!("lua/queue_promote.lua")),
         ("queue_push", include_str!("lua/queue_push.lua")),
         ("queue_claim", include_str!("lua/queue_claim.lua")),
         ("queue_ack", include_str!("lua/queue_ack.lua")),
@@ -94,7 +101,7 @@ mod tests {
             };
             assert_eq!(flags, expected, "{name}.lua");
         }
-        let claim = super::with_prelude(CLAIM);
+        let claim = super::with_prelude(PRELUDE, CLAIM);
         assert!(claim.starts_with("#!lua flags=allow-oom\n-- The prelude"));
     }
 

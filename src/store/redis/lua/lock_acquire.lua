@@ -1,15 +1,44 @@
 #!lua flags=allow-oom
--- Takes a lock unless another holder has it, and hands out the next fencing token.
--- KEYS[1] the lock, KEYS[2] its fencing counter (both carry the same hash tag).
--- ARGV[1] the holder's token, ARGV[2] the TTL in milliseconds.
--- Returns {1, fencing token} when the lock is ours, {0, remaining TTL in ms or -1} when held.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
-end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- Takes a lock unless another holder has it, or a reservation for another waiter, or others
+-- are in line first; hands out the next fencing token. Runs when Redis is full: pushes are
+-- refused first, so that deferred work can still drain (see scripts.rs).
+-- ARGV[3] the holder's token, ARGV[4] the TTL in ms, ARGV[5] the caller's place in line
+-- ('' when it is not in line).
+-- Returns {1, fencing token, ms the reservation waited for us (-1: none), -1, '', ''} when the
+-- lock is ours; {0, remaining ms (-1: no TTL), waiters ahead, typical hold ms (-1: unknown),
+-- waiter the key was just handed to (''), waiter dropped for an expired reservation ('')}
+-- when held.
+local token, ttl, waiter = ARGV[3], ARGV[4], ARGV[5]
+local current = redis.call('GET', LOCK)
+if current == token then
   -- A re-sent acquire whose first reply was lost: the lock is already ours, and nobody can
   -- have moved the counter since we took it.
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
+  redis.call('PEXPIRE', LOCK, ttl)
+  return {1, tonumber(redis.call('GET', FENCE)) or 0, -1, -1, '', ''}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local waited = -1
+if not current then
+  local head = redis.call('ZRANGE', WAITERS, 0, 0)[1]
+  if head and head ~= waiter then
+    -- Free, but others came first: the key is theirs. Nobody handed it over (the holder's
+    -- TTL ran out, or the reservation of the first in line did): hand it over now.
+    local reserved, dropped = hand_to_head(true)
+    if reserved ~= waiter then
+      local hold = tonumber(redis.call('GET', HOLDS)) or -1
+      return {0, tonumber(RESERVATION_MS), ahead_of(waiter), hold, reserved, dropped}
+    end
+  end
+elseif waiter ~= '' and current == '@' .. waiter then
+  waited = tonumber(RESERVATION_MS) - redis.call('PTTL', LOCK)
+else
+  local hold = tonumber(redis.call('GET', HOLDS)) or -1
+  return {0, redis.call('PTTL', LOCK), ahead_of(waiter), hold, '', ''}
+end
+redis.call('SET', LOCK, token, 'PX', ttl)
+if waiter ~= '' then
+  redis.call('ZREM', WAITERS, waiter)
+  if redis.call('GET', HANDOFF) == waiter then
+    redis.call('DEL', HANDOFF)
+  end
+end
+return {1, redis.call('INCR', FENCE), waited, -1, '', ''}

@@ -1,8 +1,8 @@
 #!lua flags=allow-oom
 -- Resets a lock's TTL if the caller still holds it.
--- KEYS[1] the lock. ARGV[1] the holder's token, ARGV[2] the TTL in milliseconds.
+-- ARGV[3] the holder's token, ARGV[4] the TTL in ms.
 -- Returns 1 when extended, 0 when the lock is gone or another holder's.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('GET', LOCK) == ARGV[3] then
+  return redis.call('PEXPIRE', LOCK, ARGV[4])
 end
 return 0

@@ -1,8 +1,17 @@
 #!lua flags=allow-oom
--- Deletes a lock if the caller still holds it.
--- KEYS[1] the lock. ARGV[1] the holder's token.
--- Returns 1 when deleted, 0 when the lock is gone or another holder's.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+-- Releases a lock if the caller still holds it, handing the key to the first in line.
+-- ARGV[3] the holder's token, ARGV[4] how long it held the lock in ms ('' unknown).
+-- Returns {1, waiter the key was handed to ('' none)} when released, {0, ''} when the lock is
+-- gone or another holder's.
+if redis.call('GET', LOCK) ~= ARGV[3] then
+  return {0, ''}
 end
-return 0
+local held = tonumber(ARGV[4])
+if held then
+  -- The typical hold, for the Retry-After of callers that meet the lock.
+  local typical = tonumber(redis.call('GET', HOLDS))
+  if typical then held = typical * 0.8 + held * 0.2 end
+  redis.call('SET', HOLDS, math.floor(held), 'PX', 3600000)
+end
+local reserved = hand_to_head(false)
+return {1, reserved}

@@ -1,0 +1,23 @@
+#!lua flags=allow-oom
+-- Puts a waiter in the key's line: at the end, or in the place of the waiter it replaces (a
+-- caller that retried, then deferred). Already in line, it keeps its place.
+-- ARGV[3] the waiter, ARGV[4] the waiter it replaces ('' none).
+-- The key may have been released since the caller found it held, with nobody in line to hand
+-- it to: then it is handed over now.
+-- Returns {waiter the key was just handed to (''), waiter dropped (''), waiters ahead}.
+local waiter, replacing = ARGV[3], ARGV[4]
+local place = nil
+if replacing ~= '' then
+  place = redis.call('ZSCORE', WAITERS, replacing)
+  redis.call('ZREM', WAITERS, replacing)
+end
+if not place then
+  local last = redis.call('ZRANGE', WAITERS, -1, -1, 'WITHSCORES')[2]
+  place = (tonumber(last) or 0) + 1
+end
+redis.call('ZADD', WAITERS, 'NX', place, waiter)
+local reserved, dropped = '', ''
+if not redis.call('GET', LOCK) then
+  reserved, dropped = hand_to_head(true)
+end
+return {reserved, dropped, ahead_of(waiter)}

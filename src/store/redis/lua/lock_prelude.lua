@@ -1,0 +1,47 @@
+-- The prelude of every lock script, prepended to it after its flags line when the scripts are
+-- loaded (src/store/redis/scripts.rs). It names the lock's keys, which every lock script
+-- receives in this order (src/store/redis/keys.rs builds the list), and the handoff that
+-- several scripts share.
+local LOCK, FENCE, WAITERS, HANDOFF, HOLDS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- LOCK     string: the holder's token (PX ttl), or '@' .. a waiter it is reserved for (PX)
+-- FENCE    counter: the last fencing token handed out
+-- WAITERS  zset: waiter -> arrival order; the line, first come first served
+-- HANDOFF  string: the waiter the key was last reserved for, until it takes it
+-- HOLDS    string: the key's typical hold in ms (moving average; expires after an hour)
+
+-- The pub/sub channel that tells the line who the key was handed to, and how long a
+-- reservation lasts: every lock script gets them in ARGV[1] and ARGV[2], its own arguments
+-- from ARGV[3].
+local WAKE, RESERVATION_MS = ARGV[1], ARGV[2]
+
+-- Hands the free key to the first in line: reserved for it for RESERVATION_MS, and the line
+-- hears who. With `drop_expired`, a first in line whose earlier reservation ran out unused
+-- (its claimer died) leaves the line first. Without a line, the key is deleted.
+-- Returns the waiter reserved for and the waiter dropped ('' for none).
+local function hand_to_head(drop_expired)
+  local head = redis.call('ZRANGE', WAITERS, 0, 0)[1]
+  local dropped = ''
+  if head and drop_expired and redis.call('GET', HANDOFF) == head then
+    redis.call('ZREM', WAITERS, head)
+    dropped = head
+    head = redis.call('ZRANGE', WAITERS, 0, 0)[1]
+  end
+  if not head then
+    redis.call('DEL', LOCK, HANDOFF)
+    return '', dropped
+  end
+  redis.call('SET', LOCK, '@' .. head, 'PX', RESERVATION_MS)
+  redis.call('SET', HANDOFF, head)
+  redis.call('PUBLISH', WAKE, head)
+  return head, dropped
+end
+
+-- How many are in line before `waiter` (all of them, when it is not in line).
+local function ahead_of(waiter)
+  local rank = waiter ~= '' and redis.call('ZRANK', WAITERS, waiter)
+  if rank then return rank end
+  return redis.call('ZCARD', WAITERS)
+end
+
+-- The script itself follows.
