@@ -107,6 +107,7 @@ where
                     match &job_waiter {
                         // A job waits in line: its scheduler puts it back to wait for its turn.
                         Some(me) => {
+                            crate::scheduler::lock_met(remaining);
                             if let Err(error) = shared.store.join(&key, me, line.place.as_ref()).await {
                                 return Err(Error::Store(error));
                             }

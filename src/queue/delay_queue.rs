@@ -484,7 +484,8 @@ where
 
     /// Puts a claimed job that met its lock held back to wait for its turn, its attempt
     /// unchanged: due after the policy's
-    /// [`lock_wait_fallback`](RetryPolicy::lock_wait_fallback) for `expected_wait` (its turn
+    /// [`lock_wait_fallback`](RetryPolicy::lock_wait_fallback) for `expected_wait` and the
+    /// lock's `lock_remaining` TTL (its turn
     /// normally comes sooner: the release hands the key to it and makes it due). Once it waited
     /// the policy's `max_lock_wait` since it was first stored, it is buried with
     /// "waited D for lock K" instead.
@@ -493,6 +494,7 @@ where
         lease: &Lease,
         key: &crate::key::LockKey,
         expected_wait: Option<Duration>,
+        lock_remaining: Option<Duration>,
     ) -> Result<AfterFailure, QueueError> {
         let first_stored = self
             .decode(&lease.id, &lease.stored)
@@ -510,7 +512,9 @@ where
                 AfterFailure::LeaseLost
             });
         }
-        let fallback = self.policy.lock_wait_fallback(expected_wait, waited);
+        let fallback = self
+            .policy
+            .lock_wait_fallback(expected_wait, lock_remaining, waited);
         let due = self
             .store
             .retry(&lease.shard, &lease.id, lease.token, None, fallback)

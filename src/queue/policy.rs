@@ -58,15 +58,26 @@ impl Default for RetryPolicy {
 /// The shortest and longest fallback of a job waiting in a key's line.
 const FALLBACK_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
 
+/// How long after a lock's TTL ran out a waiting job looks again.
+const FREED_MARGIN: Duration = Duration::from_millis(50);
+
 impl RetryPolicy {
     /// When a job waiting in a key's line runs anyway, should its turn not be announced (a
     /// releaser that crashed before waking it, a holder that died with the lock): twice the
-    /// expected wait, within 1 s and 1 min, and no later than its `max_lock_wait` (it has
-    /// `waited` so far). Its turn normally comes sooner: the release makes it due at once.
-    pub fn lock_wait_fallback(&self, expected_wait: Option<Duration>, waited: Duration) -> Duration {
+    /// expected wait, but no later than the lock's `remaining` TTL (a dead holder's lock frees
+    /// then, with nobody to hand it over); within 1 s and 1 min, and no later than the job's
+    /// `max_lock_wait` (it has `waited` so far). Its turn normally comes sooner: the release
+    /// makes it due at once.
+    pub fn lock_wait_fallback(
+        &self,
+        expected_wait: Option<Duration>,
+        remaining: Option<Duration>,
+        waited: Duration,
+    ) -> Duration {
         let (shortest, longest) = FALLBACK_BOUNDS;
-        expected_wait
-            .map_or(shortest, |wait| wait.saturating_mul(2))
+        let twice_expected = expected_wait.map_or(longest, |wait| wait.saturating_mul(2));
+        twice_expected
+            .min(remaining.map_or(longest, |remaining| remaining + FREED_MARGIN))
             .clamp(shortest, longest)
             .min(self.max_lock_wait.saturating_sub(waited))
     }

@@ -2,7 +2,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::lock::FencingToken;
 use crate::queue::{JobId, QueueName};
@@ -11,32 +12,54 @@ tokio::task_local! {
     static CURRENT: JobScope;
 }
 
-/// What a re-injected request's task carries: the job, and the flag the lock layer raises
-/// when the handler has returned.
+/// What a re-injected request's task carries: the job, and what the lock layer tells its
+/// scheduler about the run.
 struct JobScope {
     job: CurrentJob,
-    returned: HandlerReturned,
+    signals: RunSignals,
 }
 
-/// Raised once the handler of a job's run has returned: from then on the run is finishing
-/// (the lock being released), and the scheduler lets it finish instead of cancelling it.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct HandlerReturned(Arc<AtomicBool>);
+/// What the lock layer tells the scheduler about a job's run, beyond its outcome: that the
+/// handler has returned (from then on the run is only finishing, its lock being released, and
+/// the scheduler lets it finish instead of cancelling it), and how long the lock it met was
+/// still held for (a holder that died frees it then: the job must look again by that time).
+#[derive(Debug, Clone)]
+pub(crate) struct RunSignals(Arc<Signals>);
 
-impl HandlerReturned {
-    fn raise(&self) {
-        self.0.store(true, Ordering::Release);
+#[derive(Debug)]
+struct Signals {
+    returned: AtomicBool,
+    /// Milliseconds; `u64::MAX` for none.
+    lock_remaining_ms: AtomicU64,
+}
+
+impl Default for RunSignals {
+    fn default() -> Self {
+        RunSignals(Arc::new(Signals {
+            returned: AtomicBool::new(false),
+            lock_remaining_ms: AtomicU64::new(u64::MAX),
+        }))
     }
+}
 
-    fn is_raised(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+impl RunSignals {
+    fn is_returned(&self) -> bool {
+        self.0.returned.load(Ordering::Acquire)
     }
 
     /// Resolves when `stop` does, unless the handler has returned by then: then never.
     pub(crate) async fn unless_returned(&self, stop: impl Future<Output = ()>) {
         stop.await;
-        if self.is_raised() {
+        if self.is_returned() {
             std::future::pending::<()>().await;
+        }
+    }
+
+    /// How long the lock the run met was still held for, if it met one with a TTL.
+    pub(crate) fn lock_remaining(&self) -> Option<Duration> {
+        match self.0.lock_remaining_ms.load(Ordering::Acquire) {
+            u64::MAX => None,
+            ms => Some(Duration::from_millis(ms)),
         }
     }
 }
@@ -87,18 +110,26 @@ pub fn current_job() -> Option<CurrentJob> {
     CURRENT.try_with(|scope| scope.job.clone()).ok()
 }
 
-/// Runs `work` with `job` as the [`current_job`]; `returned` is raised by
-/// [`handler_returned`] inside it.
+/// Runs `work` with `job` as the [`current_job`]; the lock layer inside it reports to
+/// `signals` ([`handler_returned`], [`lock_met`]).
 pub(crate) fn run_for_job<F: Future>(
     job: CurrentJob,
-    returned: HandlerReturned,
+    signals: RunSignals,
     work: F,
 ) -> impl Future<Output = F::Output> {
-    CURRENT.scope(JobScope { job, returned }, work)
+    CURRENT.scope(JobScope { job, signals }, work)
 }
 
 /// Called by the lock layer when its handler returned: when the request runs for a job, the
 /// job's run is now only finishing.
 pub(crate) fn handler_returned() {
-    let _ = CURRENT.try_with(|scope| scope.returned.raise());
+    let _ = CURRENT.try_with(|scope| scope.signals.0.returned.store(true, Ordering::Release));
+}
+
+/// Called by the lock layer when the request met its lock held for `remaining` more.
+pub(crate) fn lock_met(remaining: Option<Duration>) {
+    let ms = remaining.map_or(u64::MAX, |remaining| {
+        u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX - 1)
+    });
+    let _ = CURRENT.try_with(|scope| scope.signals.0.lock_remaining_ms.store(ms, Ordering::Release));
 }

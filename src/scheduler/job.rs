@@ -15,7 +15,7 @@ use tower::Service;
 use tracing::Instrument;
 
 use super::acker::Acker;
-use super::current_job::{CurrentJob, HandlerReturned, run_for_job};
+use super::current_job::{CurrentJob, RunSignals, run_for_job};
 use super::report::JobEnd;
 use crate::backoff::Backoff;
 use crate::key::LockKey;
@@ -37,6 +37,7 @@ enum Ran {
     Waiting {
         key: LockKey,
         retry_after: Option<Duration>,
+        lock_remaining: Option<Duration>,
     },
 }
 
@@ -126,13 +127,13 @@ where
             tracing::debug!(lag_ms = lag.as_millis() as u64, "job started");
             metrics.reinjected.increment(1);
             metrics.lag.record(lag.as_secs_f64());
-            let returned = HandlerReturned::default();
+            let signals = RunSignals::default();
             let valid = lease_granted(claimed_at, lease_ttl);
             let call = while_valid(
                 valid.clone(),
                 run_for_job(
                     context,
-                    returned.clone(),
+                    signals.clone(),
                     AssertUnwindSafe(async move {
                         std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
                         service.call(envelope.payload).await
@@ -146,8 +147,8 @@ where
             // The time limit and the shutdown's abandon stop a handler still running; once it
             // has returned (its lock release may still be on its way), the run finishes and
             // the job is settled, so that a finished job never runs again.
-            let timed_out = returned.unless_returned(tokio::time::sleep(time_limit));
-            let abandoned = returned.unless_returned(abandon.cancelled());
+            let timed_out = signals.unless_returned(tokio::time::sleep(time_limit));
+            let abandoned = signals.unless_returned(abandon.cancelled());
             let ran = tokio::select! {
                 // The lease first, and the handler polled only while the lease is surely ours:
                 // a process resumed after a pause longer than the lease stops the handler before
@@ -169,7 +170,11 @@ where
                         tracing::debug!(moved_to = %deferred.job_id, "request deferred elsewhere");
                         Ran::Done
                     }
-                    Ok(Err(Error::Locked { key, retry_after })) => Ran::Waiting { key, retry_after },
+                    Ok(Err(Error::Locked { key, retry_after })) => Ran::Waiting {
+                        key,
+                        retry_after,
+                        lock_remaining: signals.lock_remaining(),
+                    },
                     Ok(Err(error @ (Error::Store(_) | Error::LockLost { reason: LossReason::Unconfirmed, .. }))) => {
                         Ran::StoreFailed(error.to_string())
                     }
@@ -261,14 +266,19 @@ where
                 }
                 end_after(after, JobEnd::Retrying)
             }),
-            Ran::Waiting { key, retry_after } => {
-                queue.wait_for_lock(lease, key, *retry_after).await.map(|after| {
+            Ran::Waiting {
+                key,
+                retry_after,
+                lock_remaining,
+            } => queue
+                .wait_for_lock(lease, key, *retry_after, *lock_remaining)
+                .await
+                .map(|after| {
                     if let AfterFailure::Retrying { due, .. } = after {
                         tracing::debug!(%key, ?due, "lock held: the job waits in line");
                     }
                     end_after(after, JobEnd::Waiting)
-                })
-            }
+                }),
             Ran::StoreFailed(_) => queue.postpone(lease, postpone_by).await.map(|back| {
                 if back {
                     JobEnd::Postponed

@@ -17,8 +17,8 @@ mod options;
 mod report;
 mod run;
 
-pub(crate) use self::current_job::handler_returned;
 pub use self::current_job::{CurrentJob, current_job};
+pub(crate) use self::current_job::{handler_returned, lock_met};
 pub use self::handle::SchedulerHandle;
 pub use self::job::JobService;
 pub use self::options::SchedulerOptions;

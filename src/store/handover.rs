@@ -1,6 +1,8 @@
 //! What both stores do after handing a key to a waiter: make a job waiter's job due at once,
 //! and when that job is gone (cancelled, buried, done), pass the key on to the next in line.
 
+use std::time::Duration;
+
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
@@ -24,11 +26,12 @@ pub(crate) enum Promotion {
 
 /// The store operations a handoff needs beyond the lock's own.
 pub(crate) trait HandOver {
-    /// Makes the waiting job `id` of `queue` due now.
+    /// Makes the waiting job `id` of `queue` due `after` from now, if that is sooner.
     fn promote(
         &self,
         queue: &QueueName,
         id: &JobId,
+        after: Duration,
     ) -> impl Future<Output = Result<Promotion, StoreError>> + Send;
 
     /// Takes `waiter` out of `key`'s line; the waiter the key was handed to instead, if any.
@@ -42,32 +45,63 @@ pub(crate) trait HandOver {
 /// After `key` was reserved for `reserved`: wakes it (a caller heard the announcement; a job
 /// is made due), skipping waiters whose job is gone. A failure here costs latency only: the
 /// job's fallback due time, or the reservation's expiry, moves the line on.
-pub(crate) async fn hand_over<S: HandOver>(store: &S, key: &LockKey, mut reserved: Option<Waiter>) {
+pub(crate) async fn hand_over<S: HandOver>(store: &S, key: &LockKey, reserved: Option<Waiter>) {
+    hand_over_with_runner_up(store, key, reserved, None, Duration::ZERO).await;
+}
+
+/// [`hand_over`], then makes the job of `runner_up` (the next in line) due when the
+/// reservation runs out, `reservation` from now: should the first never come (its scheduler
+/// died), the runner-up takes the key then, not at its fallback time.
+pub(crate) async fn hand_over_with_runner_up<S: HandOver>(
+    store: &S,
+    key: &LockKey,
+    mut reserved: Option<Waiter>,
+    runner_up: Option<Waiter>,
+    reservation: Duration,
+) {
+    let woken = wake_first(store, key, &mut reserved).await;
+    if woken
+        && let Some((id, queue)) = runner_up.as_ref().and_then(Waiter::as_job)
+        && let Err(error) = store.promote(&queue, &id, reservation + RUNNER_UP_MARGIN).await
+    {
+        tracing::debug!(%key, %error, "cannot schedule the runner-up; it runs at its fallback time");
+    }
+}
+
+/// After a reservation runs out, how long the runner-up gives its holder still: room for the
+/// clocks of the store and of the runner-up's scheduler to disagree.
+const RUNNER_UP_MARGIN: Duration = Duration::from_millis(20);
+
+/// Wakes the waiter the key is reserved for; whether one was woken.
+async fn wake_first<S: HandOver>(store: &S, key: &LockKey, reserved: &mut Option<Waiter>) -> bool {
     for _ in 0..MAX_SKIPPED {
-        let Some(waiter) = reserved.take() else { return };
+        let Some(waiter) = reserved.take() else {
+            return false;
+        };
         tracing::debug!(%key, %waiter, "lock handed over");
         metric_names::handoff();
         let Some((id, queue)) = waiter.as_job() else {
-            return;
+            return true;
         };
-        match store.promote(&queue, &id).await {
-            Ok(Promotion::Promoted | Promotion::Running) => return,
+        match store.promote(&queue, &id, Duration::ZERO).await {
+            Ok(Promotion::Promoted | Promotion::Running) => return true,
             Ok(Promotion::Gone) => {
                 tracing::debug!(%key, %waiter, "the waiting job is gone; the key goes to the next in line");
                 match store.pass_on(key, &waiter).await {
-                    Ok(next) => reserved = next,
+                    Ok(next) => *reserved = next,
                     Err(error) => {
                         tracing::warn!(%key, %error, "cannot pass the key on; its reservation expires");
-                        return;
+                        return false;
                     }
                 }
             }
             Err(error) => {
                 tracing::warn!(%key, %waiter, %error, "cannot wake the waiting job; it runs at its fallback time");
-                return;
+                return false;
             }
         }
     }
+    false
 }
 
 /// Logs a waiter dropped from a line because its reservation ran out unused.

@@ -12,7 +12,7 @@ use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{Acquisition, FencingToken, Handoffs, LockStore, LockToken, Waiter};
 use crate::metric_names;
-use crate::store::handover::{hand_over, reservation_expired};
+use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_expired};
 
 #[derive(Default)]
 pub(super) struct LockState {
@@ -262,10 +262,17 @@ impl LockStore for MemoryStore {
                     .map_or(held, |typical| typical * 0.8 + held * 0.2);
                 state.holds.insert(key.clone(), typical.floor());
             }
-            Some(state.hand_to_head(key, false, now, reservation))
+            let handed = state.hand_to_head(key, false, now, reservation);
+            let runner_up = state
+                .lines
+                .get(key)
+                .and_then(|line| line.order.values().nth(1).cloned());
+            Some((handed, runner_up))
         });
-        let Some(handed) = handed else { return Ok(false) };
-        hand_over(self, key, handed.reserved).await;
+        let Some((handed, runner_up)) = handed else {
+            return Ok(false);
+        };
+        hand_over_with_runner_up(self, key, handed.reserved, runner_up, self.reservation).await;
         Ok(true)
     }
 

@@ -88,8 +88,8 @@ impl std::fmt::Debug for MemoryStore {
 }
 
 impl HandOver for MemoryStore {
-    async fn promote(&self, queue: &QueueName, id: &JobId) -> Result<Promotion, StoreError> {
-        Ok(self.promote_now(queue, id))
+    async fn promote(&self, queue: &QueueName, id: &JobId, after: Duration) -> Result<Promotion, StoreError> {
+        Ok(self.promote_now(queue, id, after))
     }
 
     async fn pass_on(&self, key: &LockKey, waiter: &Waiter) -> Result<Option<Waiter>, StoreError> {

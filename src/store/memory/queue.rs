@@ -109,13 +109,13 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    /// Makes the waiting job `id` due now (see `queue_promote.lua`).
-    pub(super) fn promote_now(&self, queue: &QueueName, id: &JobId) -> Promotion {
+    /// Makes the waiting job `id` due `after` from now, if sooner (see `queue_promote.lua`).
+    pub(super) fn promote_now(&self, queue: &QueueName, id: &JobId, after: Duration) -> Promotion {
         self.with_queue(queue, |q| {
             if let Some(due) = q.due_of.get(id) {
-                let now = now_ms();
-                if *due > now {
-                    q.schedule(id.clone(), now);
+                let at = after_epoch_ms(now_ms(), after);
+                if *due > at {
+                    q.schedule(id.clone(), at);
                 }
                 Promotion::Promoted
             } else if q.leases.contains_key(id) {

@@ -13,7 +13,7 @@ use crate::key::LockKey;
 use crate::lock::{Acquisition, FencingToken, Handoffs, LockStore, LockToken, Waiter};
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
-use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired};
+use crate::store::handover::{HandOver, Promotion, hand_over, hand_over_with_runner_up, reservation_expired};
 use crate::store::time::{millis, ttl_millis};
 
 /// The acquire script's reply: status, then (acquired) fence, ms the reservation waited, or
@@ -117,13 +117,14 @@ where
         token: LockToken,
         held_for: Option<Duration>,
     ) -> Result<bool, StoreError> {
-        let (released, handed): (bool, String) = self
+        let (released, handed, runner_up): (bool, String, String) = self
             .lock_script(&LOCK_RELEASE, key)
             .arg(token)
             .arg(held_for.map(millis).map_or(String::new(), |ms| ms.to_string()))
             .invoke_async(&mut self.conn.clone())
             .await?;
-        hand_over(self, key, Waiter::from_stored(handed)).await;
+        let (handed, runner_up) = (Waiter::from_stored(handed), Waiter::from_stored(runner_up));
+        hand_over_with_runner_up(self, key, handed, runner_up, self.reservation).await;
         Ok(released)
     }
 
@@ -163,10 +164,11 @@ impl<Conn> HandOver for RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn promote(&self, queue: &QueueName, id: &JobId) -> Result<Promotion, StoreError> {
+    async fn promote(&self, queue: &QueueName, id: &JobId, after: Duration) -> Result<Promotion, StoreError> {
         let found: i64 = self
             .queue_script(&QUEUE_PROMOTE, queue)
             .arg(id.as_str())
+            .arg(millis(after))
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match found {

@@ -1,0 +1,327 @@
+//! Handoff: at release, a contended key goes to the requests waiting for it, in arrival order,
+//! on every store.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redefer::lock::{LockStore, Waiter};
+use redefer::queue::{DelayQueue, JobId, QueueStats, QueueStore};
+use redefer::strategy::{Defer, FailFast, Retry, RetryLimits};
+use redefer::{
+    Backoff, Error, LockKey, LockLayer, LockToken, MemoryStore, Outcome, RedisStore, Scheduler,
+    SchedulerOptions,
+};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tower::{Layer, ServiceExt, service_fn};
+
+use support::{eventually, for_each_store};
+
+const KEY: &str = "doc:1";
+const WORK: Duration = Duration::from_millis(50);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Edit {
+    n: u64,
+    delivery: String,
+}
+
+fn edit(n: u64) -> Edit {
+    Edit {
+        n,
+        delivery: format!("delivery-{n}"),
+    }
+}
+
+/// Stores whose reservation time a test can shorten.
+trait Reserving: LockStore + QueueStore {
+    fn reserving(self, reservation: Duration) -> Self;
+}
+
+impl Reserving for MemoryStore {
+    fn reserving(self, reservation: Duration) -> Self {
+        self.with_reservation(reservation)
+    }
+}
+
+impl Reserving for RedisStore {
+    fn reserving(self, reservation: Duration) -> Self {
+        self.with_reservation(reservation)
+    }
+}
+
+/// When each edit ran: (n, start, end), in order of start.
+type Runs = Arc<Mutex<Vec<(u64, Instant, Instant)>>>;
+
+/// A service that runs each edit under the document's lock for `WORK`, deferring to `queue`
+/// when the lock is held; the runs are recorded.
+fn editor<St: Reserving>(
+    store: &St,
+    queue: &DelayQueue<Edit, St>,
+    runs: &Runs,
+) -> impl tower::Service<Edit, Response = Outcome<()>, Error = Error<std::convert::Infallible>, Future: Send>
++ Clone
++ Send
++ 'static {
+    let runs = Arc::clone(runs);
+    LockLayer::new(store.clone(), |_: &Edit| Some(KEY.to_string()))
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(service_fn(move |edit: Edit| {
+            let runs = Arc::clone(&runs);
+            async move {
+                let start = Instant::now();
+                tokio::time::sleep(WORK).await;
+                runs.lock().unwrap().push((edit.n, start, Instant::now()));
+                Ok::<_, std::convert::Infallible>(())
+            }
+        }))
+}
+
+fn scheduler_options() -> SchedulerOptions {
+    SchedulerOptions {
+        max_idle: Duration::from_millis(500),
+        ..SchedulerOptions::default()
+    }
+}
+
+async fn hold<St: LockStore>(store: &St) -> LockToken {
+    let token = LockToken::random();
+    let taken = store
+        .try_acquire(&LockKey::new(KEY).unwrap(), token, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(matches!(taken, redefer::lock::Acquisition::Acquired(_)));
+    token
+}
+
+/// The scenario: ten requests deferred behind a holder, each 50 ms of work. At the
+/// release they run one after the other, in arrival order, the first at once, nothing buried,
+/// no waiter re-deferred more than once.
+async fn deferred_waiters_run_in_arrival_order_as_soon_as_the_key_is_released<St: Reserving>(store: St) {
+    let queue = DelayQueue::<Edit, _>::new(store.clone(), "edits").unwrap();
+    let runs = Runs::default();
+    let service = editor(&store, &queue, &runs);
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(scheduler_options())
+        .start();
+    let holder = hold(&store).await;
+    for n in 0..10 {
+        match service.clone().oneshot(edit(n)).await {
+            Ok(Outcome::Deferred(deferred)) => assert!(deferred.queue.is_some()),
+            other => panic!("edit {n}: expected a deferral, got {other:?}"),
+        }
+    }
+    let released = Instant::now();
+    assert!(store.release(&LockKey::new(KEY).unwrap(), holder).await.unwrap());
+    eventually(Duration::from_secs(10), "all ten edits ran", || async {
+        (runs.lock().unwrap().len() == 10).then_some(())
+    })
+    .await;
+    let report = scheduler.shutdown().await;
+    let runs = runs.lock().unwrap().clone();
+
+    let order: Vec<u64> = runs.iter().map(|(n, _, _)| *n).collect();
+    assert_eq!(order, (0..10).collect::<Vec<_>>(), "arrival order");
+    let first_start = runs[0].1 - released;
+    let last_end = runs[9].2 - released;
+    assert!(
+        first_start <= Duration::from_millis(25),
+        "the first waiter started {first_start:?} after the release"
+    );
+    let ideal = WORK * 10;
+    assert!(
+        last_end <= ideal + Duration::from_millis(150),
+        "the last waiter ended {last_end:?} after the release (ideal {ideal:?})"
+    );
+    assert_eq!(
+        (report.acked, report.buried, report.retried),
+        (10, 0, 0),
+        "{report:?}"
+    );
+    assert!(
+        report.waited <= 10,
+        "at most one lost race per waiter: {report:?}"
+    );
+    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+}
+
+/// A retrying caller waits in the same line as deferred jobs: served between them, in arrival
+/// order, woken by the handoff rather than its (long) backoff.
+async fn a_retrying_caller_and_deferred_jobs_share_one_line<St: Reserving>(store: St) {
+    let queue = DelayQueue::<Edit, _>::new(store.clone(), "edits").unwrap();
+    let runs = Runs::default();
+    let deferring = editor(&store, &queue, &runs);
+    let scheduler = Scheduler::new(queue.clone(), deferring.clone())
+        .options(scheduler_options())
+        .start();
+    let retrying = {
+        let runs = Arc::clone(&runs);
+        LockLayer::new(store.clone(), |_: &Edit| Some(KEY.to_string()))
+            .on_conflict(Retry::from_limits(RetryLimits {
+                backoff: Backoff::exponential(Duration::from_secs(5), Duration::from_secs(5)),
+                max_attempts: 10,
+                max_wait: Duration::from_secs(60),
+            }))
+            .layer(service_fn(move |edit: Edit| {
+                let runs = Arc::clone(&runs);
+                async move {
+                    runs.lock()
+                        .unwrap()
+                        .push((edit.n, Instant::now(), Instant::now()));
+                    Ok::<_, std::convert::Infallible>(())
+                }
+            }))
+    };
+    let key = LockKey::new(KEY).unwrap();
+    let holder = hold(&store).await;
+    assert!(matches!(
+        deferring.clone().oneshot(edit(0)).await,
+        Ok(Outcome::Deferred(_))
+    ));
+    let caller = tokio::spawn(retrying.oneshot(edit(1)));
+    eventually(Duration::from_secs(5), "the caller is in line", || async {
+        // A probe of our own joins behind the job and the caller, then leaves again.
+        let probe = Waiter::caller(LockToken::random());
+        let ahead = store.join(&key, &probe, None).await.unwrap();
+        store.leave(&key, &probe).await.unwrap();
+        (ahead == 2).then_some(())
+    })
+    .await;
+    assert!(matches!(
+        deferring.clone().oneshot(edit(2)).await,
+        Ok(Outcome::Deferred(_))
+    ));
+    let released = Instant::now();
+    assert!(store.release(&key, holder).await.unwrap());
+    assert!(matches!(caller.await.unwrap(), Ok(Outcome::Done(()))));
+    eventually(Duration::from_secs(10), "all three ran", || async {
+        (runs.lock().unwrap().len() == 3).then_some(())
+    })
+    .await;
+    scheduler.shutdown().await;
+    let runs = runs.lock().unwrap().clone();
+    let order: Vec<u64> = runs.iter().map(|(n, _, _)| *n).collect();
+    assert_eq!(order, [0, 1, 2], "one line, arrival order");
+    assert!(
+        runs[1].1 - released < Duration::from_secs(2),
+        "the caller was woken by its turn, not its 5 s backoff"
+    );
+}
+
+/// An idempotent deferral: the same delivery deferred twice is stored once.
+async fn deferring_the_same_delivery_twice_stores_it_once<St: Reserving>(store: St) {
+    let queue = DelayQueue::<Edit, _>::new(store.clone(), "edits").unwrap();
+    let service = LockLayer::new(store.clone(), |_: &Edit| Some(KEY.to_string()))
+        .on_conflict(Defer::new(queue.clone()).job_id(|edit: &Edit| JobId::new(edit.delivery.clone()).ok()))
+        .layer(service_fn(|_: Edit| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
+    let _holder = hold(&store).await;
+    let Ok(Outcome::Deferred(first)) = service.clone().oneshot(edit(7)).await else {
+        panic!("expected a deferral")
+    };
+    let Ok(Outcome::Deferred(again)) = service.clone().oneshot(edit(7)).await else {
+        panic!("expected a deferral")
+    };
+    assert_eq!(first.job_id.as_str(), "delivery-7");
+    assert!(!first.duplicate);
+    assert_eq!(again.job_id, first.job_id);
+    assert!(again.duplicate, "marked as the existing deferral");
+    assert_eq!(again.due, first.due);
+    assert_eq!(queue.stats().await.unwrap().waiting, 1, "stored once");
+}
+
+/// A fail-fast caller's `retry_after` counts the waiters ahead and the key's typical hold,
+/// not the holder's remaining TTL (which renewal keeps full).
+async fn retry_after_counts_the_line_and_the_typical_hold<St: Reserving>(store: St) {
+    let key = LockKey::new(KEY).unwrap();
+    for _ in 0..3 {
+        let token = LockToken::random();
+        store
+            .try_acquire(&key, token, Duration::from_secs(30))
+            .await
+            .unwrap();
+        store
+            .release_after(&key, token, Some(Duration::from_millis(200)))
+            .await
+            .unwrap();
+    }
+    let queue = DelayQueue::<Edit, _>::new(store.clone(), "edits").unwrap();
+    let deferring = LockLayer::new(store.clone(), |_: &Edit| Some(KEY.to_string()))
+        .ttl(Duration::from_secs(30))
+        .on_conflict(Defer::new(queue))
+        .layer(service_fn(|_: Edit| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
+    let failing = LockLayer::new(store.clone(), |_: &Edit| Some(KEY.to_string()))
+        .ttl(Duration::from_secs(30))
+        .on_conflict(FailFast)
+        .layer(service_fn(|_: Edit| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
+    let _holder = hold(&store).await;
+    for n in 0..2 {
+        assert!(matches!(
+            deferring.clone().oneshot(edit(n)).await,
+            Ok(Outcome::Deferred(_))
+        ));
+    }
+    match failing.oneshot(edit(9)).await {
+        // The holder's rest (at most a typical hold) and a typical hold for each of the two
+        // ahead: 600 ms, where the remaining TTL says 30 s.
+        Err(Error::Locked {
+            retry_after: Some(after),
+            ..
+        }) => assert_eq!(after, Duration::from_millis(600)),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+}
+
+/// The first in line never comes for its reservation (its scheduler died): the next in line
+/// gets the key when the reservation runs out.
+async fn when_a_reservation_runs_out_the_next_in_line_gets_the_key<St: Reserving>(store: St) {
+    let reservation = Duration::from_millis(300);
+    let store = store.reserving(reservation);
+    // The first waiter's queue has no scheduler: as if its scheduler was killed.
+    let orphaned = DelayQueue::<Edit, _>::new(store.clone(), "orphaned").unwrap();
+    let queue = DelayQueue::<Edit, _>::new(store.clone(), "edits").unwrap();
+    let runs = Runs::default();
+    let orphan_stack = editor(&store, &orphaned, &runs);
+    let service = editor(&store, &queue, &runs);
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(scheduler_options())
+        .start();
+    let holder = hold(&store).await;
+    assert!(matches!(
+        orphan_stack.oneshot(edit(0)).await,
+        Ok(Outcome::Deferred(_))
+    ));
+    assert!(matches!(
+        service.clone().oneshot(edit(1)).await,
+        Ok(Outcome::Deferred(_))
+    ));
+    let released = Instant::now();
+    assert!(store.release(&LockKey::new(KEY).unwrap(), holder).await.unwrap());
+    eventually(Duration::from_secs(10), "the next in line ran", || async {
+        (!runs.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    let started = runs.lock().unwrap()[0];
+    assert_eq!(started.0, 1);
+    assert!(
+        started.1 - released <= reservation + Duration::from_millis(100),
+        "the next in line started {:?} after the release (reservation {reservation:?})",
+        started.1 - released
+    );
+    scheduler.shutdown().await;
+}
+
+for_each_store!(
+    deferred_waiters_run_in_arrival_order_as_soon_as_the_key_is_released,
+    a_retrying_caller_and_deferred_jobs_share_one_line,
+    deferring_the_same_delivery_twice_stores_it_once,
+    retry_after_counts_the_line_and_the_typical_hold,
+    when_a_reservation_runs_out_the_next_in_line_gets_the_key,
+);
