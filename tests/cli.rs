@@ -84,6 +84,17 @@ async fn the_command_inspects_and_operates_a_queue_and_its_locks() {
         )
         .await
         .unwrap();
+    // Two callers wait in the key's line.
+    for _ in 0..2 {
+        store
+            .join(
+                &LockKey::new("order:{7}").unwrap(),
+                &redefer::lock::Waiter::caller(LockToken::random()),
+                None,
+            )
+            .await
+            .unwrap();
+    }
 
     let stats = json(&server, &prefix, &["stats"]);
     assert_eq!(
@@ -143,4 +154,5 @@ async fn the_command_inspects_and_operates_a_queue_and_its_locks() {
     assert_eq!(locks[0]["key"], "order:{7}", "the key as the application gave it");
     assert_eq!(locks[0]["fence"], 1);
     assert!(locks[0]["remaining_ms"].as_u64().unwrap() > 50_000);
+    assert_eq!(locks[0]["waiters"], 2, "the key's line");
 }

@@ -75,7 +75,7 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
-    /// List held locks with their remaining TTL and fencing token.
+    /// List held locks with their remaining TTL, fencing token and waiters in line.
     Locks {
         #[arg(long, default_value_t = 100)]
         limit: usize,
@@ -172,6 +172,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                             "key": lock.key,
                             "remaining_ms": lock.remaining.map(|d| d.as_millis() as u64),
                             "fence": lock.fence,
+                            "waiters": lock.waiters,
+                            "reserved_for": lock.reserved_for,
                         })
                     })
                     .collect(),
