@@ -185,7 +185,8 @@ async fn check<St: LockStore + QueueStore>(store: St, load: Contention) -> Resul
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(after)).await;
             first.abort();
-            restart(stop)
+            // The new scheduler's task, in a tuple so that this task does not yield a future.
+            (restart(stop),)
         })
     });
 
@@ -229,7 +230,7 @@ async fn check<St: LockStore + QueueStore>(store: St, load: Contention) -> Resul
         sender.await.map_err(|e| e.to_string())?;
     }
     if let Some(crash) = crash {
-        scheduler = crash.await.map_err(|e| e.to_string())?;
+        scheduler = crash.await.map_err(|e| e.to_string())?.0;
     }
 
     let deferred: HashSet<usize> = ledger
