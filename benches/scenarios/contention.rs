@@ -95,8 +95,8 @@ pub async fn run(server: &RedisServer, size: Size) {
     let report = scheduler.shutdown().await;
     table.print();
     println!(
-        "\nAfter the load, the scheduler handled {} deferred hot requests ({} re-deferrals while the key was busy, {} buried).",
-        report.acked, report.retried, report.buried
+        "\nAfter the load, the scheduler handled {} deferred hot requests ({} re-deferrals while the key was busy, {} failed attempts, {} buried).",
+        report.acked, report.waited, report.retried, report.buried
     );
 }
 

@@ -13,6 +13,7 @@
 mod support;
 
 mod contention;
+mod handoff;
 mod idle;
 mod lock;
 mod peer;
@@ -43,13 +44,14 @@ impl Size {
     }
 }
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "lock",
     "queue",
     "peer",
     "promotion",
     "scale",
     "contention",
+    "handoff",
     "idle",
 ];
 
@@ -89,6 +91,7 @@ fn main() {
                 "promotion" => promotion::run(&server, size).await,
                 "scale" => scale::run(&server, size).await,
                 "contention" => contention::run(&server, size).await,
+                "handoff" => handoff::run(&server, size).await,
                 "idle" => idle::run(&server, size).await,
                 _ => unreachable!("filtered against SCENARIOS"),
             }

@@ -23,6 +23,8 @@ pub enum Acquisition {
         ahead: u64,
         /// How long the key is typically held, from its recent releases; `None` before any.
         typical_hold: Option<Duration>,
+        /// The key is reserved for the first in line (being handed over), not held.
+        reserved: bool,
     },
 }
 

@@ -59,13 +59,14 @@ where
                 .store
                 .try_acquire_in_line(&key, token, shared.ttl, me)
                 .await;
-            let (remaining, ahead, typical_hold) = match acquisition {
+            let (remaining, ahead, typical_hold, reserved) = match acquisition {
                 Ok(Acquisition::Acquired(fence)) => break (fence, sent),
                 Ok(Acquisition::Held {
                     remaining,
                     ahead,
                     typical_hold,
-                }) => (remaining, ahead, typical_hold),
+                    reserved,
+                }) => (remaining, ahead, typical_hold, reserved),
                 Err(error) => {
                     // Not knowing whether the acquire took effect, the guard stays armed and
                     // releases by token on its way out (and leaves the line).
@@ -79,6 +80,7 @@ where
                 attempt,
                 waited: started.elapsed(),
                 remaining,
+                reserved,
                 ahead,
                 retry_after: estimate_wait(remaining, ahead, typical_hold, shared.ttl),
             };
@@ -107,7 +109,9 @@ where
                     match &job_waiter {
                         // A job waits in line: its scheduler puts it back to wait for its turn.
                         Some(me) => {
-                            crate::scheduler::lock_met(remaining);
+                            // A holder's TTL bounds its lock should it die; a reservation's
+                            // runs out into the next handoff, not into a free key.
+                            crate::scheduler::lock_met(remaining.filter(|_| !reserved));
                             if let Err(error) = shared.store.join(&key, me, line.place.as_ref()).await {
                                 return Err(Error::Store(error));
                             }

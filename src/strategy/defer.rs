@@ -131,10 +131,12 @@ where
             .unwrap_or_else(JobId::random);
         let encoded = self.queue.encode_new(id, request);
         let queue = self.queue.clone();
-        let fallback =
-            queue
-                .policy()
-                .lock_wait_fallback(conflict.retry_after, conflict.remaining, Duration::ZERO);
+        let fallback = queue.policy().lock_wait_fallback(
+            conflict.retry_after,
+            // A reservation's end is the next handoff, not a free key.
+            conflict.remaining.filter(|_| !conflict.reserved),
+            Duration::ZERO,
+        );
         Either::Right(async move {
             let (id, bytes) = encoded?;
             let shard = queue.shard_of(&id).clone();

@@ -34,8 +34,11 @@ pub struct Conflict {
     pub attempt: u32,
     /// How long this call has already waited on the lock.
     pub waited: Duration,
-    /// How long the holder's lock still lives, if it has a TTL.
+    /// How long the holder's lock still lives, if it has a TTL (or the reservation, while the
+    /// key is handed to the first in line).
     pub remaining: Option<Duration>,
+    /// The key is being handed to the first in line (reserved), not held by a holder.
+    pub reserved: bool,
     /// How many wait in the key's line before this request.
     pub ahead: u64,
     /// When the key may be this request's: the holder's expected rest and a typical hold for

@@ -128,11 +128,18 @@ impl LockState {
         }
     }
 
-    fn held(&mut self, key: &LockKey, remaining: Duration, waiter: Option<&Waiter>) -> Acquisition {
+    fn held(
+        &mut self,
+        key: &LockKey,
+        remaining: Duration,
+        waiter: Option<&Waiter>,
+        reserved: bool,
+    ) -> Acquisition {
         Acquisition::Held {
             remaining: Some(remaining),
             ahead: self.lines.get(key).map_or(0, |line| line.ahead_of(waiter)),
             typical_hold: self.holds.get(key).map(|ms| Duration::from_millis(*ms as u64)),
+            reserved,
         }
     }
 
@@ -193,7 +200,7 @@ impl LockStore for MemoryStore {
                 }) => {
                     if *holder != token {
                         let remaining = *expires - now;
-                        return state.held(key, remaining, waiter);
+                        return state.held(key, remaining, waiter, false);
                     }
                     // A re-sent acquire: the lock is already ours.
                     *expires = now + ttl;
@@ -205,7 +212,7 @@ impl LockStore for MemoryStore {
                 }) => {
                     if waiter != Some(&*for_whom) {
                         let remaining = *expires - now;
-                        return state.held(key, remaining, waiter);
+                        return state.held(key, remaining, waiter, true);
                     }
                     metric_names::handoff_taken(now - *since);
                 }
@@ -214,7 +221,7 @@ impl LockStore for MemoryStore {
                     if head.is_some() && head.as_ref() != waiter {
                         handed = state.hand_to_head(key, true, now, reservation);
                         if handed.reserved.as_ref() != waiter {
-                            return state.held(key, reservation, waiter);
+                            return state.held(key, reservation, waiter, true);
                         }
                         handed.reserved = None; // handed to the caller, who takes it now
                     }

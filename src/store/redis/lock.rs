@@ -17,8 +17,9 @@ use crate::store::handover::{HandOver, Promotion, hand_over, hand_over_with_runn
 use crate::store::time::{millis, ttl_millis};
 
 /// The acquire script's reply: status, then (acquired) fence, ms the reservation waited, or
-/// (held) remaining ms, waiters ahead, typical hold ms, waiter handed to, waiter dropped.
-type AcquireReply = (i64, i64, i64, Option<i64>, Option<String>, Option<String>);
+/// (held) remaining ms, waiters ahead, typical hold ms, waiter handed to, waiter dropped,
+/// whether reserved.
+type AcquireReply = (i64, i64, i64, Option<i64>, Option<String>, Option<String>, i64);
 
 /// A duration from a script's milliseconds; `None` for the -1 (or -2) of "none".
 fn duration(ms: i64) -> Option<Duration> {
@@ -71,7 +72,7 @@ where
         ttl: Duration,
         waiter: Option<&Waiter>,
     ) -> Result<Acquisition, StoreError> {
-        let (status, first, second, hold, handed, dropped): AcquireReply = self
+        let (status, first, second, hold, handed, dropped, reserved): AcquireReply = self
             .lock_script(&LOCK_ACQUIRE, key)
             .arg(token)
             .arg(ttl_millis(ttl))
@@ -95,6 +96,7 @@ where
                     remaining: duration(first),
                     ahead: u64::try_from(second).unwrap_or(0),
                     typical_hold: hold.and_then(duration),
+                    reserved: reserved == 1,
                 })
             }
             other => Err(StoreError::Protocol(format!("acquire answered status {other}"))),

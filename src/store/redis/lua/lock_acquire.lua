@@ -4,17 +4,17 @@
 -- refused first, so that deferred work can still drain (see scripts.rs).
 -- ARGV[3] the holder's token, ARGV[4] the TTL in ms, ARGV[5] the caller's place in line
 -- ('' when it is not in line).
--- Returns {1, fencing token, ms the reservation waited for us (-1: none), -1, '', ''} when the
--- lock is ours; {0, remaining ms (-1: no TTL), waiters ahead, typical hold ms (-1: unknown),
--- waiter the key was just handed to (''), waiter dropped for an expired reservation ('')}
--- when held.
+-- Returns {1, fencing token, ms the reservation waited for us (-1: none), -1, '', '', 0} when
+-- the lock is ours; {0, remaining ms (-1: no TTL), waiters ahead, typical hold ms (-1: unknown),
+-- waiter the key was just handed to (''), waiter dropped for an expired reservation (''),
+-- 1 when the key is reserved for a waiter rather than held} when held.
 local token, ttl, waiter = ARGV[3], ARGV[4], ARGV[5]
 local current = redis.call('GET', LOCK)
 if current == token then
   -- A re-sent acquire whose first reply was lost: the lock is already ours, and nobody can
   -- have moved the counter since we took it.
   redis.call('PEXPIRE', LOCK, ttl)
-  return {1, tonumber(redis.call('GET', FENCE)) or 0, -1, -1, '', ''}
+  return {1, tonumber(redis.call('GET', FENCE)) or 0, -1, -1, '', '', 0}
 end
 local waited = -1
 if not current then
@@ -25,14 +25,15 @@ if not current then
     local reserved, dropped = hand_to_head(true)
     if reserved ~= waiter then
       local hold = tonumber(redis.call('GET', HOLDS)) or -1
-      return {0, tonumber(RESERVATION_MS), ahead_of(waiter), hold, reserved, dropped}
+      return {0, tonumber(RESERVATION_MS), ahead_of(waiter), hold, reserved, dropped, 1}
     end
   end
 elseif waiter ~= '' and current == '@' .. waiter then
   waited = tonumber(RESERVATION_MS) - redis.call('PTTL', LOCK)
 else
   local hold = tonumber(redis.call('GET', HOLDS)) or -1
-  return {0, redis.call('PTTL', LOCK), ahead_of(waiter), hold, '', ''}
+  local reserved = string.sub(current, 1, 1) == '@' and 1 or 0
+  return {0, redis.call('PTTL', LOCK), ahead_of(waiter), hold, '', '', reserved}
 end
 redis.call('SET', LOCK, token, 'PX', ttl)
 if waiter ~= '' then
@@ -41,4 +42,4 @@ if waiter ~= '' then
     redis.call('DEL', HANDOFF)
   end
 end
-return {1, redis.call('INCR', FENCE), waited, -1, '', ''}
+return {1, redis.call('INCR', FENCE), waited, -1, '', '', 0}
