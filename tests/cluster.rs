@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ::redis::cluster_async::ClusterConnection;
 use redefer::lock::{Acquisition, LockStore};
 use redefer::queue::DelayQueue;
 use redefer::queue::QueueStats;
@@ -17,12 +18,11 @@ use redefer::strategy::{Defer, Retry};
 use redefer::{
     Backoff, LockKey, LockLayer, LockToken, Outcome, RedisStore, Scheduler, SchedulerOptions, current_lock,
 };
-use redis::cluster_async::ClusterConnection;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt, service_fn};
 
-use support::{RedisCluster, eventually, unique_prefix};
+use support::{RedisCluster, Server, eventually, for_each_server, unique_prefix};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Charge {
@@ -54,9 +54,8 @@ fn quick() -> SchedulerOptions {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lock_layer_and_a_deferral_work_on_a_cluster() {
-    let cluster = RedisCluster::start(3, 0);
+async fn the_lock_layer_and_a_deferral_work_on_a_cluster(kind: Server) {
+    let cluster = RedisCluster::start_of(kind, 3, 0);
     let store = cluster_store(&cluster).await;
 
     // Mutual exclusion and fencing through the layer.
@@ -147,9 +146,8 @@ async fn the_lock_layer_and_a_deferral_work_on_a_cluster() {
     assert_eq!(scheduler.shutdown().await.acked, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_shards_of_a_queue_land_on_different_masters() {
-    let cluster = RedisCluster::start(3, 0);
+async fn the_shards_of_a_queue_land_on_different_masters(kind: Server) {
+    let cluster = RedisCluster::start_of(kind, 3, 0);
     let store = cluster_store(&cluster).await;
     let queue = DelayQueue::<u64, _>::new(store.clone(), "orders")
         .unwrap()
@@ -167,10 +165,9 @@ async fn the_shards_of_a_queue_land_on_different_masters() {
     assert_eq!(queue.stats().await.unwrap().waiting, 300);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_claimers_on_a_sharded_cluster_queue_receive_each_job_once() {
+async fn concurrent_claimers_on_a_sharded_cluster_queue_receive_each_job_once(kind: Server) {
     const JOBS: usize = 3000;
-    let cluster = RedisCluster::start(3, 0);
+    let cluster = RedisCluster::start_of(kind, 3, 0);
     let store = cluster_store(&cluster).await;
     let queue = DelayQueue::<u64, _>::new(store, "claims")
         .unwrap()
@@ -207,10 +204,9 @@ async fn concurrent_claimers_on_a_sharded_cluster_queue_receive_each_job_once() 
     assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_scheduler_carries_on_through_a_master_failover() {
+async fn a_scheduler_carries_on_through_a_master_failover(kind: Server) {
     const JOBS: u64 = 300;
-    let mut cluster = RedisCluster::start(3, 1);
+    let mut cluster = RedisCluster::start_of(kind, 3, 1);
     let store = cluster_store(&cluster).await;
     let queue = DelayQueue::<Charge, _>::new(store.clone(), "failover")
         .unwrap()
@@ -229,7 +225,7 @@ async fn a_scheduler_carries_on_through_a_master_failover() {
         "every master's replica has the jobs",
         || async {
             let mut conn = store.connection();
-            let acked: Result<i64, _> = redis::cmd("WAIT").arg(1).arg(200).query_async(&mut conn).await;
+            let acked: Result<i64, _> = ::redis::cmd("WAIT").arg(1).arg(200).query_async(&mut conn).await;
             acked.ok().filter(|&acked| acked >= 1)
         },
     )
@@ -268,3 +264,10 @@ async fn a_scheduler_carries_on_through_a_master_failover() {
     .await;
     scheduler.shutdown().await;
 }
+
+for_each_server!(
+    the_lock_layer_and_a_deferral_work_on_a_cluster,
+    the_shards_of_a_queue_land_on_different_masters,
+    concurrent_claimers_on_a_sharded_cluster_queue_receive_each_job_once,
+    a_scheduler_carries_on_through_a_master_failover,
+);

@@ -12,7 +12,7 @@ use redefer::{Error, KeyError, LockLayer, LossReason, RedisStore, StoreError};
 use tokio::sync::oneshot;
 use tower::{Layer, ServiceExt, service_fn};
 
-use support::{RedisServer, eventually};
+use support::{RedisServer, Server, eventually, for_each_server};
 
 fn by_order(order: &u32) -> Option<String> {
     Some(format!("order:{order}"))
@@ -51,9 +51,8 @@ fn endless_handler() -> (
     (handler, entered_rx, dropped)
 }
 
-#[tokio::test]
-async fn a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost() {
-    let server = RedisServer::start();
+async fn a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost(kind: Server) {
+    let server = RedisServer::start_of(kind);
     let store = server.store().await;
     let lock_key = store.lock_redis_key(&redefer::LockKey::new("order:1").unwrap());
     let (handler, entered, dropped) = endless_handler();
@@ -63,7 +62,7 @@ async fn a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost() {
     let call = tokio::spawn(service.oneshot(1));
     entered.await.unwrap();
 
-    let deleted: i64 = server.cmd(redis::cmd("DEL").arg(&lock_key)).await;
+    let deleted: i64 = server.cmd(::redis::cmd("DEL").arg(&lock_key)).await;
     assert_eq!(deleted, 1, "the lock was in Redis under {lock_key}");
 
     match call.await.unwrap() {
@@ -76,9 +75,8 @@ async fn a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost() {
     assert!(dropped.load(Ordering::SeqCst), "the handler's future was dropped");
 }
 
-#[tokio::test]
-async fn a_server_killed_under_a_running_handler_ends_the_call_before_the_ttl_runs_out() {
-    let mut server = RedisServer::start();
+async fn a_server_killed_under_a_running_handler_ends_the_call_before_the_ttl_runs_out(kind: Server) {
+    let mut server = RedisServer::start_of(kind);
     let store = RedisStore::builder()
         .response_timeout(Duration::from_millis(100))
         .connect(&server.url())
@@ -101,10 +99,9 @@ async fn a_server_killed_under_a_running_handler_ends_the_call_before_the_ttl_ru
     assert!(dropped.load(Ordering::SeqCst));
 }
 
-#[tokio::test]
-async fn an_unreachable_server_is_a_typed_error() {
+async fn an_unreachable_server_is_a_typed_error(kind: Server) {
     let closed_port = {
-        let server = RedisServer::start();
+        let server = RedisServer::start_of(kind);
         server.port()
     };
     match RedisStore::connect(&format!("redis://127.0.0.1:{closed_port}")).await {
@@ -120,8 +117,7 @@ async fn an_unreachable_server_is_a_typed_error() {
     ));
 }
 
-#[tokio::test]
-async fn a_prefix_with_braces_is_rejected() {
+async fn a_prefix_with_braces_is_rejected(_kind: Server) {
     assert!(matches!(
         RedisStore::builder().prefix("app:{1}"),
         Err(KeyError::BraceInPrefix { .. })
@@ -132,9 +128,8 @@ async fn a_prefix_with_braces_is_rejected() {
     ));
 }
 
-#[tokio::test]
-async fn calls_fail_while_redis_is_down_and_succeed_once_it_is_back() {
-    let mut server = RedisServer::start();
+async fn calls_fail_while_redis_is_down_and_succeed_once_it_is_back(kind: Server) {
+    let mut server = RedisServer::start_of(kind);
     let store = server.fast_failing_store().await;
     let service =
         LockLayer::new(store, by_order).layer(service_fn(|_: u32| async { Ok::<_, Infallible>("handled") }));
@@ -273,7 +268,7 @@ mod stack {
 
     /// How many connections the server has accepted so far.
     pub(super) async fn connections_received(server: &RedisServer) -> u64 {
-        let info: String = server.cmd(redis::cmd("INFO").arg("stats")).await;
+        let info: String = server.cmd(::redis::cmd("INFO").arg("stats")).await;
         info.lines()
             .find_map(|line| line.strip_prefix("total_connections_received:"))
             .and_then(|n| n.trim().parse().ok())
@@ -287,17 +282,16 @@ mod stack {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_client_connections_surface_as_errors_and_both_loops_recover() {
-    let server = RedisServer::start();
+async fn killed_client_connections_surface_as_errors_and_both_loops_recover(kind: Server) {
+    let server = RedisServer::start_of(kind);
     let mut stack = stack::stack(&server, Duration::from_millis(200)).await;
     stack.recovers(1).await;
     let before = stack::connections_received(&server).await;
     let killed: i64 = server
-        .cmd(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"))
+        .cmd(::redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"))
         .await;
     let _: i64 = server
-        .cmd(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"))
+        .cmd(::redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"))
         .await;
     assert!(killed >= 1, "the crate's connections were killed ({killed})");
     stack.recovers(2).await;
@@ -309,9 +303,8 @@ async fn killed_client_connections_surface_as_errors_and_both_loops_recover() {
     stack.scheduler.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_timeout_that_drops_idle_connections_is_survived() {
-    let server = RedisServer::start_with(&["--save", "", "--appendonly", "no", "--timeout", "1"]);
+async fn a_server_timeout_that_drops_idle_connections_is_survived(kind: Server) {
+    let server = RedisServer::start_with_of(kind, &["--save", "", "--appendonly", "no", "--timeout", "1"]);
     // The scheduler looks at the idle queue every 3 s: longer than the server waits.
     let mut stack = stack::stack(&server, Duration::from_secs(3)).await;
     stack.recovers(1).await;
@@ -326,27 +319,29 @@ async fn a_server_timeout_that_drops_idle_connections_is_survived() {
     stack.scheduler.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers() {
-    let server = RedisServer::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--enable-debug-command",
-        "yes",
-    ]);
+async fn a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers(kind: Server) {
+    let server = RedisServer::start_with_of(
+        kind,
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--enable-debug-command",
+            "yes",
+        ],
+    );
     let mut stack = stack::stack(&server, Duration::from_millis(200)).await;
     stack.recovers(1).await;
     let url = server.url();
     let stall = tokio::spawn(async move {
-        let client = redis::Client::open(url).unwrap();
-        let no_timeout = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        let client = ::redis::Client::open(url).unwrap();
+        let no_timeout = ::redis::AsyncConnectionConfig::new().set_response_timeout(None);
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&no_timeout)
             .await
             .unwrap();
-        let _: () = redis::cmd("DEBUG")
+        let _: () = ::redis::cmd("DEBUG")
             .arg("SLEEP")
             .arg("1.5")
             .query_async(&mut conn)
@@ -371,12 +366,11 @@ async fn a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers
     stack.scheduler.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_required() {
+async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_required(kind: Server) {
     use redefer::lock::{Acquisition, LockStore};
     use redefer::{LockKey, LockToken};
 
-    let server = RedisServer::start(); // no replicas at all
+    let server = RedisServer::start_of(kind); // no replicas at all
     let store = server
         .store()
         .await
@@ -399,3 +393,15 @@ async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_requir
         Acquisition::Acquired(_)
     ));
 }
+
+for_each_server!(
+    a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost,
+    a_server_killed_under_a_running_handler_ends_the_call_before_the_ttl_runs_out,
+    an_unreachable_server_is_a_typed_error,
+    a_prefix_with_braces_is_rejected,
+    calls_fail_while_redis_is_down_and_succeed_once_it_is_back,
+    killed_client_connections_surface_as_errors_and_both_loops_recover,
+    a_server_timeout_that_drops_idle_connections_is_survived,
+    a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers,
+    a_lock_no_replica_acknowledged_is_given_back_when_replication_is_required,
+);

