@@ -55,8 +55,10 @@ impl Default for RetryPolicy {
     }
 }
 
-/// The shortest and longest fallback of a job waiting in a key's line.
-const FALLBACK_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+/// The shortest and longest fallback of a job waiting in a key's line. The longest bounds the
+/// wait of a job that could not join the line (the store failed between storing it and
+/// putting it in line): nothing but its fallback wakes it.
+const FALLBACK_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(10));
 
 /// How long after a lock's TTL ran out a waiting job looks again.
 const FREED_MARGIN: Duration = Duration::from_millis(50);
@@ -65,7 +67,7 @@ impl RetryPolicy {
     /// When a job waiting in a key's line runs anyway, should its turn not be announced (a
     /// releaser that crashed before waking it, a holder that died with the lock): twice the
     /// expected wait, but no later than the lock's `remaining` TTL (a dead holder's lock frees
-    /// then, with nobody to hand it over); within 1 s and 1 min, and no later than the job's
+    /// then, with nobody to hand it over); within 1 s and 10 s, and no later than the job's
     /// `max_lock_wait` (it has `waited` so far). Its turn normally comes sooner: the release
     /// makes it due at once.
     pub fn lock_wait_fallback(
