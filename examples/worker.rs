@@ -13,7 +13,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use redefer::{Config, RedisStore, Scheduler, current_job, current_lock};
+use redefer::{Config, Scheduler, current_job, current_lock};
 use serde::{Deserialize, Serialize};
 use tower::{Layer, service_fn};
 
@@ -36,10 +36,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(_) => Config::default(),
     };
     config.validate()?;
-    let store = RedisStore::builder()
-        .prefix(config.prefix.clone())?
-        .connect(&url)
-        .await?;
+    // Under the configured prefix: the app, every worker and the command see the same keys.
+    let store = config.connect(&url).await?;
     let queue = config.queue::<Task, _>(store.clone())?;
 
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -72,15 +72,28 @@ impl Backoff {
         Backoff { jitter, ..self }
     }
 
-    /// Why this backoff cannot work as written, if it cannot: `factor` must be finite and at
-    /// least 1, `jitter` within `[0, 1]`. ([`delay`](Self::delay) clamps such values; a
-    /// configuration should say what it means.)
-    pub fn problem(&self) -> Option<&'static str> {
+    /// Why this backoff cannot work as written, if it cannot: the field at fault and the
+    /// problem. `factor` must be finite and at least 1, `jitter` within `[0, 1]`, `initial` no
+    /// more than `cap`. ([`delay`](Self::delay) clamps such values; a configuration should say
+    /// what it means.)
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redefer::Backoff;
+    ///
+    /// let backwards = Backoff::exponential(Duration::from_secs(5), Duration::from_secs(1));
+    /// assert_eq!(backwards.problem(), Some(("initial", "must not exceed cap")));
+    /// assert_eq!(Backoff::default().problem(), None);
+    /// ```
+    pub fn problem(&self) -> Option<(&'static str, &'static str)> {
         if !self.factor.is_finite() || self.factor < 1.0 {
-            return Some("factor must be a finite number of at least 1");
+            return Some(("factor", "must be a finite number of at least 1"));
         }
         if !(0.0..=1.0).contains(&self.jitter) {
-            return Some("jitter must be within 0 and 1");
+            return Some(("jitter", "must be within 0 and 1"));
+        }
+        if self.initial > self.cap {
+            return Some(("initial", "must not exceed cap"));
         }
         None
     }

@@ -10,6 +10,7 @@ use thiserror::Error;
 
 use crate::error::{BoxError, KeyError};
 use crate::key::{DEFAULT_PREFIX, Prefix};
+use crate::lock::LockStore;
 use crate::middleware::LockLayer;
 use crate::queue::QueueStore;
 use crate::queue::{DEFAULT_MAX_PAYLOAD, DelayQueue, Json, RetryPolicy};
@@ -164,8 +165,8 @@ pub enum ConfigError {
     /// A value is out of range.
     #[error("{field}: {problem}")]
     OutOfRange {
-        /// The field, as `section.name`.
-        field: &'static str,
+        /// The field, in full: `section.name`, `strategy.retry.backoff.jitter`.
+        field: String,
         /// What is wrong.
         problem: &'static str,
     },
@@ -174,7 +175,12 @@ pub enum ConfigError {
 impl Config {
     /// Checks what serde cannot: names, and values that would not work.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let out_of_range = |field, problem| Err(ConfigError::OutOfRange { field, problem });
+        let out_of_range = |field: &str, problem| {
+            Err(ConfigError::OutOfRange {
+                field: field.to_string(),
+                problem,
+            })
+        };
         Prefix::new(self.prefix.as_str())?;
         crate::queue::QueueName::new(self.queue.name.as_str())?;
         if !(1..=crate::queue::MAX_SHARDS).contains(&self.queue.shards) {
@@ -198,9 +204,18 @@ impl Config {
             ("scheduler.error_backoff", self.scheduler.error_backoff),
         ];
         for (field, backoff) in backoffs {
-            if let Some(problem) = backoff.problem() {
-                return out_of_range(field, problem);
+            if let Some((part, problem)) = backoff.problem() {
+                return out_of_range(&format!("{field}.{part}"), problem);
             }
+        }
+        if self.queue.max_payload == 0 {
+            return out_of_range("queue.max_payload", "must be at least 1 byte");
+        }
+        if self.scheduler.max_idle.is_zero() {
+            return out_of_range(
+                "scheduler.max_idle",
+                "must be more than zero (zero would poll without pause)",
+            );
         }
         if self.scheduler.lease < Duration::from_millis(3) {
             return out_of_range("scheduler.lease", "must be at least 3 ms, to be renewed");
@@ -219,22 +234,46 @@ impl Config {
         Ok(Prefix::new(self.prefix.as_str())?)
     }
 
-    /// The configured queue of `T`s in `store`.
-    pub fn queue<T, St>(&self, store: St) -> Result<DelayQueue<T, St>, ConfigError> {
+    /// Connects to the Redis server at `url` under the configured prefix.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config: redefer::Config = toml::from_str("prefix = \"billing\"")?;
+    /// let store = config.connect("redis://127.0.0.1:6379").await?;
+    /// assert_eq!(store.prefix().as_str(), "billing");
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(
+        &self,
+        url: &str,
+    ) -> Result<crate::RedisStore, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(crate::RedisStore::builder()
+            .prefix(self.prefix.as_str())?
+            .connect(url)
+            .await?)
+    }
+
+    /// The configured queue of `T`s in `store`, under the configured prefix (a Redis store
+    /// connected under another prefix is moved to this one: the app, its workers and the
+    /// command must look at the same keys).
+    pub fn queue<T, St: QueueStore>(&self, store: St) -> Result<DelayQueue<T, St>, ConfigError> {
+        let store = store.under_prefix(self.prefix()?);
         Ok(DelayQueue::new(store, self.queue.name.as_str())?
             .shards(self.queue.shards)?
             .retry_policy(self.queue.retry)
             .max_payload(self.queue.max_payload))
     }
 
-    /// The configured lock layer: `store` holds the locks, `queue` takes deferred requests.
-    pub fn lock_layer<St, X, Req, Q>(
+    /// The configured lock layer: `store` holds the locks (under the configured prefix),
+    /// `queue` takes deferred requests.
+    pub fn lock_layer<St: LockStore, X, Req, Q>(
         &self,
         store: St,
         extractor: X,
         queue: DelayQueue<Req, Q>,
     ) -> Result<LockLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
         self.validate()?;
+        let store = store.under_prefix(self.prefix()?);
         let then = match self.strategy.then {
             FallThrough::FailFast => Fallback::FailFast,
             FallThrough::Defer => Fallback::Defer(Defer::new(queue)),
@@ -313,19 +352,42 @@ mod tests {
             ("[scheduler]\nbatch = 1000000", "batch"),
             (
                 "[strategy.retry.backoff]\njitter = -2.0",
-                "strategy.retry.backoff",
+                "strategy.retry.backoff.jitter: ",
             ),
-            ("[queue.retry.backoff]\nfactor = 0.5", "queue.retry.backoff"),
+            (
+                "[queue.retry.backoff]\nfactor = 0.5",
+                "queue.retry.backoff.factor: ",
+            ),
             (
                 "[scheduler.error_backoff]\nfactor = nan",
-                "scheduler.error_backoff",
+                "scheduler.error_backoff.factor: ",
+            ),
+            (
+                "[strategy.retry.backoff]\ninitial = \"10s\"\ncap = \"1s\"",
+                "strategy.retry.backoff.initial: must not exceed cap",
             ),
             ("[scheduler]\nlease = \"0s\"", "scheduler.lease"),
+            ("[scheduler]\nmax_idle = \"0s\"", "scheduler.max_idle: "),
+            ("[scheduler]\ntime_limit = \"0s\"", "scheduler.time_limit: "),
+            ("[queue]\nmax_payload = 0", "queue.max_payload: "),
         ];
         for (text, mentions) in invalid {
             let error = parsed(text).validate().unwrap_err().to_string();
             assert!(error.contains(mentions), "{text:?}: {error}");
         }
+    }
+
+    /// A partial table keeps the documented defaults for what it leaves out.
+    #[test]
+    fn a_partial_table_gets_the_defaults() {
+        let config = parsed("[strategy]\nretry = { max_attempts = 3, backoff = { initial = \"20ms\" } }");
+        config.validate().unwrap();
+        let defaults = RetryLimits::default();
+        assert_eq!(config.strategy.retry.max_attempts, 3);
+        assert_eq!(config.strategy.retry.max_wait, defaults.max_wait);
+        assert_eq!(config.strategy.retry.backoff.initial, Duration::from_millis(20));
+        assert_eq!(config.strategy.retry.backoff.cap, defaults.backoff.cap);
+        assert_eq!(config.strategy.retry.backoff.factor, defaults.backoff.factor);
     }
 
     #[test]

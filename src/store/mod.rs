@@ -25,10 +25,18 @@ pub(crate) use self::sealed::Sealed;
 pub const DEFAULT_RESERVATION: std::time::Duration = std::time::Duration::from_secs(2);
 
 mod sealed {
+    use crate::key::Prefix;
+
     /// The supertrait that seals the store traits: public, so it can bound them, in a private
     /// module, so no other crate can name it to implement it.
-    pub trait Sealed {}
+    pub trait Sealed: Sized {
+        /// The same store with its keys under `prefix` (a store without key names ignores it).
+        fn under_prefix(self, prefix: Prefix) -> Self;
+    }
 
-    impl Sealed for super::MemoryStore {}
-    impl<Conn> Sealed for super::RedisStore<Conn> {}
+    impl Sealed for super::MemoryStore {
+        fn under_prefix(self, _prefix: Prefix) -> Self {
+            self
+        }
+    }
 }

@@ -173,6 +173,12 @@ where
     }
 }
 
+impl<Conn> crate::store::Sealed for RedisStore<Conn> {
+    fn under_prefix(self, prefix: Prefix) -> Self {
+        RedisStore { prefix, ..self }
+    }
+}
+
 /// Settings for [`RedisStore::connect`].
 ///
 /// ```no_run
