@@ -162,6 +162,9 @@ pub enum ConfigError {
     /// The prefix or queue name is rejected.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// The configured store could not be reached ([`Config::connect`]).
+    #[error(transparent)]
+    Store(#[from] crate::error::StoreError),
     /// A value is out of range.
     #[error("{field}: {problem}")]
     OutOfRange {
