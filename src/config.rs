@@ -246,10 +246,7 @@ impl Config {
     /// assert_eq!(store.prefix().as_str(), "billing");
     /// # Ok(()) }
     /// ```
-    pub async fn connect(
-        &self,
-        url: &str,
-    ) -> Result<crate::RedisStore, Box<dyn std::error::Error + Send + Sync>> {
+    pub async fn connect(&self, url: &str) -> Result<crate::RedisStore, ConfigError> {
         Ok(crate::RedisStore::builder()
             .prefix(self.prefix.as_str())?
             .connect(url)
