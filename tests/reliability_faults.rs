@@ -92,11 +92,12 @@ async fn queued_work_drains_behind_locks_when_redis_is_full(kind: Server) {
         ],
     );
     let store = server.store().await;
-    let queue = DelayQueue::<String, _>::new(store.clone(), "full").unwrap();
-    let payload = "x".repeat(1000);
+    // (order, padding): a job's lock key is its order's, the same on every run.
+    let queue = DelayQueue::<(u64, String), _>::new(store.clone(), "full").unwrap();
+    let padding = "x".repeat(1000);
     let mut pushed = 0u64;
     let refused = loop {
-        match queue.push(&payload, Duration::ZERO).await {
+        match queue.push(&(pushed % 256, padding.clone()), Duration::ZERO).await {
             Ok(_) => pushed += 1,
             Err(error) => break error,
         }
@@ -110,11 +111,11 @@ async fn queued_work_drains_behind_locks_when_redis_is_full(kind: Server) {
 
     let handled = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&handled);
-    let service = LockLayer::new(store.clone(), |_: &String| {
-        Some(format!("order:{}", rand::random::<u8>()))
+    let service = LockLayer::new(store.clone(), |(order, _): &(u64, String)| {
+        Some(format!("order:{order}"))
     })
     .on_conflict(FailFast)
-    .layer(service_fn(move |_: String| {
+    .layer(service_fn(move |_: (u64, String)| {
         let counter = Arc::clone(&counter);
         async move {
             counter.fetch_add(1, Ordering::Relaxed);
@@ -131,7 +132,7 @@ async fn queued_work_drains_behind_locks_when_redis_is_full(kind: Server) {
     assert_eq!(report.acked, pushed, "{report:?}");
     assert_eq!(handled.load(Ordering::Relaxed) as u64, pushed);
     // Room is back: pushes work again.
-    queue.push(&payload, Duration::ZERO).await.unwrap();
+    queue.push(&(0, padding), Duration::ZERO).await.unwrap();
 }
 
 async fn an_in_flight_entry_with_an_infinite_deadline_is_recovered(kind: Server) {

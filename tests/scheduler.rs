@@ -389,7 +389,7 @@ async fn shutdown_gives_unfinished_jobs_back_for_another_scheduler<St: LockStore
 }
 
 async fn a_configured_stack_retries_then_defers<St: LockStore + QueueStore>(store: St) {
-    let config: redefer::Config = toml::from_str(
+    let mut config: redefer::Config = toml::from_str(
         r#"
         [strategy]
         then = "defer"
@@ -402,7 +402,10 @@ async fn a_configured_stack_retries_then_defers<St: LockStore + QueueStore>(stor
         "#,
     )
     .unwrap();
-    let queue = config.queue::<Charge, _>(store.clone()).unwrap();
+    // A prefix of this test's own; the configured stack moves the store to it.
+    config.prefix = format!("configured-{:08x}", rand::random::<u32>());
+    let queue = config.queue::<Charge, _>(store).unwrap();
+    let store = queue.store().clone();
     let (handled_tx, mut handled) = mpsc::unbounded_channel();
     let handler = service_fn(move |charge: Charge| {
         let handled_tx = handled_tx.clone();

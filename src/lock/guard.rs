@@ -59,11 +59,8 @@ impl<St: LockStore> ReleaseOnDrop<St> {
 
     /// Releases now. The guard stays armed until the store answered, so a release that is
     /// itself cancelled is still retried from `drop`.
-    pub(crate) async fn release_after(&mut self, held_for: Duration) -> Result<bool, StoreError> {
-        let released = self
-            .store
-            .release_after(&self.key, self.token, Some(held_for))
-            .await;
+    pub(crate) async fn release_after(&mut self, held_for: Option<Duration>) -> Result<bool, StoreError> {
+        let released = self.store.release_after(&self.key, self.token, held_for).await;
         self.armed = false;
         released
     }

@@ -20,7 +20,7 @@ pub(super) struct LockState {
     /// Per-key fencing counters; like Redis's, they outlive the locks.
     fences: HashMap<LockKey, u64>,
     lines: HashMap<LockKey, Line>,
-    /// Per-key typical hold, in ms.
+    /// Per-key last hold, in ms.
     holds: HashMap<LockKey, f64>,
     announcements: HashMap<LockKey, broadcast::Sender<String>>,
 }

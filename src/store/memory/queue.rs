@@ -1,7 +1,7 @@
 //! The delay-queue operations of the in-memory store: the same steps as the Lua scripts, under
 //! one mutex instead of Redis's single thread.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
@@ -29,6 +29,8 @@ pub(super) struct QueueState {
     expiries: HashMap<JobId, u32>,
     /// The last job fencing token a claim handed out.
     fence: u64,
+    /// Jobs whose lock was handed to them while they were in flight.
+    handed: HashSet<JobId>,
     wake: watch::Sender<u64>,
 }
 
@@ -43,6 +45,7 @@ impl Default for QueueState {
             dead: HashMap::new(),
             expiries: HashMap::new(),
             fence: 0,
+            handed: HashSet::new(),
             wake: watch::Sender::new(0),
         }
     }
@@ -119,6 +122,8 @@ impl MemoryStore {
                 }
                 Promotion::Promoted
             } else if q.leases.contains_key(id) {
+                // Its run may be on its way back to wait: it comes back due at once.
+                q.handed.insert(id.clone());
                 Promotion::Running
             } else {
                 Promotion::Gone
@@ -239,6 +244,7 @@ impl QueueStore for MemoryStore {
                     if ended {
                         q.jobs.remove(*id);
                         q.expiries.remove(*id);
+                        q.handed.remove(*id);
                     }
                     ended
                 })
@@ -261,7 +267,12 @@ impl QueueStore for MemoryStore {
             if let Some(envelope) = envelope {
                 q.jobs.insert(id.clone(), envelope);
             }
-            let due = after_epoch_ms(now_ms(), delay);
+            // Its lock was handed to it while it ran: its turn is now.
+            let due = if q.handed.remove(id) {
+                now_ms()
+            } else {
+                after_epoch_ms(now_ms(), delay)
+            };
             q.schedule(id.clone(), due);
             Some(from_epoch_ms(due))
         }))
@@ -284,6 +295,7 @@ impl QueueStore for MemoryStore {
             }
             q.dead.insert(id.clone(), (now_ms(), reason.to_string()));
             q.expiries.remove(id);
+            q.handed.remove(id);
             true
         }))
     }
@@ -413,6 +425,7 @@ impl QueueStore for MemoryStore {
                 q.dead.remove(id);
                 q.jobs.remove(id);
                 q.expiries.remove(id);
+                q.handed.remove(id);
             }
             ids.len()
         }))

@@ -93,6 +93,8 @@ pub(crate) struct QueueKeys {
     pub(crate) expiries: String,
     /// counter: the last job fencing token a claim handed out.
     pub(crate) fence: String,
+    /// hash: job id -> 1, when its lock was handed to it while it was in flight.
+    pub(crate) handed: String,
     /// pub/sub channel: a job became the first due. Not a key: scripts get it in `ARGV[1]`.
     pub(crate) wake: String,
 }
@@ -109,12 +111,13 @@ impl QueueKeys {
             errors: key(":errors"),
             expiries: key(":expiries"),
             fence: key(":fence"),
+            handed: key(":handed"),
             wake: key(":wake"),
         }
     }
 
     /// The keys in the order of the scripts' `KEYS`.
-    pub(crate) fn in_script_order(&self) -> [&str; 8] {
+    pub(crate) fn in_script_order(&self) -> [&str; 9] {
         [
             &self.delayed,
             &self.inflight,
@@ -124,6 +127,7 @@ impl QueueKeys {
             &self.errors,
             &self.expiries,
             &self.fence,
+            &self.handed,
         ]
     }
 
@@ -193,7 +197,7 @@ mod tests {
         assert_declares(
             prelude,
             &[
-                "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES", "FENCE",
+                "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES", "FENCE", "HANDED",
             ],
         );
         for set in [JobSet::Waiting, JobSet::InFlight, JobSet::Dead] {

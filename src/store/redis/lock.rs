@@ -18,8 +18,30 @@ use crate::store::time::{millis, ttl_millis};
 
 /// The acquire script's reply: status, then (acquired) fence, ms the reservation waited, or
 /// (held) remaining ms, waiters ahead, typical hold ms, waiter handed to, waiter dropped,
-/// whether reserved.
-type AcquireReply = (i64, i64, i64, Option<i64>, Option<String>, Option<String>, i64);
+/// whether reserved. The acquired reply is short: it is the common one.
+type AcquireReply = (i64, i64, i64, Option<(i64, String, String, i64)>);
+
+/// The acquire script's reply, as its parts.
+fn acquire_reply(reply: Vec<redis::Value>) -> Result<AcquireReply, StoreError> {
+    let int = |at: usize| -> Result<i64, StoreError> {
+        redis::from_redis_value_ref(reply.get(at).unwrap_or(&redis::Value::Nil))
+            .map_err(|error| StoreError::Redis(error.into()))
+    };
+    let text = |at: usize| -> Result<String, StoreError> {
+        match reply.get(at) {
+            None | Some(redis::Value::Nil) => Ok(String::new()),
+            Some(value) => {
+                redis::from_redis_value_ref(value).map_err(|error| StoreError::Redis(error.into()))
+            }
+        }
+    };
+    let held = if reply.len() >= 7 {
+        Some((int(3)?, text(4)?, text(5)?, int(6)?))
+    } else {
+        None
+    };
+    Ok((int(0)?, int(1)?, int(2)?, held))
+}
 
 /// A duration from a script's milliseconds; `None` for the -1 (or -2) of "none".
 fn duration(ms: i64) -> Option<Duration> {
@@ -72,15 +94,16 @@ where
         ttl: Duration,
         waiter: Option<&Waiter>,
     ) -> Result<Acquisition, StoreError> {
-        let (status, first, second, hold, handed, dropped, reserved): AcquireReply = self
+        let reply: Vec<redis::Value> = self
             .lock_script(&LOCK_ACQUIRE, key)
             .arg(token)
             .arg(ttl_millis(ttl))
             .arg(waiter.map_or("", Waiter::as_str))
             .invoke_async(&mut self.conn.clone())
             .await?;
-        match status {
-            1 => {
+        let (status, first, second, held) = acquire_reply(reply)?;
+        match (status, held) {
+            (1, _) => {
                 let fence = u64::try_from(first)
                     .map_err(|_| StoreError::Protocol(format!("negative fencing token {first}")))?;
                 if let Some(waited) = duration(second) {
@@ -89,17 +112,17 @@ where
                 self.await_replicas(key, token).await?;
                 Ok(Acquisition::Acquired(FencingToken(fence)))
             }
-            0 => {
-                reservation_expired(key, dropped.and_then(Waiter::from_stored).as_ref());
-                hand_over(self, key, handed.and_then(Waiter::from_stored)).await;
+            (0, Some((hold, handed, dropped, reserved))) => {
+                reservation_expired(key, Waiter::from_stored(dropped).as_ref());
+                hand_over(self, key, Waiter::from_stored(handed)).await;
                 Ok(Acquisition::Held {
                     remaining: duration(first),
                     ahead: u64::try_from(second).unwrap_or(0),
-                    typical_hold: hold.and_then(duration),
+                    typical_hold: duration(hold),
                     reserved: reserved == 1,
                 })
             }
-            other => Err(StoreError::Protocol(format!("acquire answered status {other}"))),
+            (other, _) => Err(StoreError::Protocol(format!("acquire answered status {other}"))),
         }
     }
 

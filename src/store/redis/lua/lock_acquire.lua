@@ -4,17 +4,24 @@
 -- refused first, so that deferred work can still drain (see scripts.rs).
 -- ARGV[3] the holder's token, ARGV[4] the TTL in ms, ARGV[5] the caller's place in line
 -- ('' when it is not in line).
--- Returns {1, fencing token, ms the reservation waited for us (-1: none), -1, '', '', 0} when
--- the lock is ours; {0, remaining ms (-1: no TTL), waiters ahead, typical hold ms (-1: unknown),
+-- Returns {1, fencing token, ms the reservation waited for us (-1: none)} when the lock is ours; {0, remaining ms (-1: no TTL), waiters ahead, typical hold ms (-1: unknown),
 -- waiter the key was just handed to (''), waiter dropped for an expired reservation (''),
 -- 1 when the key is reserved for a waiter rather than held} when held.
 local token, ttl, waiter = ARGV[3], ARGV[4], ARGV[5]
+-- The common case first, in the fewest calls: a free key with nobody in line.
+if redis.call('SET', LOCK, token, 'NX', 'PX', ttl) then
+  if redis.call('EXISTS', WAITERS) == 0 then
+    return {1, redis.call('INCR', FENCE), -1}
+  end
+  -- Free, but with a line (a holder's TTL ran out): the rules below decide whose it is.
+  redis.call('DEL', LOCK)
+end
 local current = redis.call('GET', LOCK)
 if current == token then
   -- A re-sent acquire whose first reply was lost: the lock is already ours, and nobody can
   -- have moved the counter since we took it.
   redis.call('PEXPIRE', LOCK, ttl)
-  return {1, tonumber(redis.call('GET', FENCE)) or 0, -1, -1, '', '', 0}
+  return {1, tonumber(redis.call('GET', FENCE)) or 0, -1}
 end
 local waited = -1
 if not current then
@@ -42,4 +49,4 @@ if waiter ~= '' then
     redis.call('DEL', HANDOFF)
   end
 end
-return {1, redis.call('INCR', FENCE), waited, -1, '', '', 0}
+return {1, redis.call('INCR', FENCE), waited}

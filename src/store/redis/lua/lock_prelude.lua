@@ -8,7 +8,7 @@ local LOCK, FENCE, WAITERS, HANDOFF, HOLDS =
 -- FENCE    counter: the last fencing token handed out
 -- WAITERS  zset: waiter -> arrival order; the line, first come first served
 -- HANDOFF  string: the waiter the key was last reserved for, until it takes it
--- HOLDS    string: the key's typical hold in ms (moving average; expires after an hour)
+-- HOLDS    string: the key's last hold in ms (expires an hour after the last release)
 
 -- The pub/sub channel that tells the line who the key was handed to, and how long a
 -- reservation lasts: every lock script gets them in ARGV[1] and ARGV[2], its own arguments

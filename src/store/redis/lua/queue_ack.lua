@@ -24,5 +24,6 @@ if #done > 0 then
   redis.call('HDEL', JOBS, unpack(done))
   redis.call('HDEL', LEASES, unpack(done))
   redis.call('HDEL', EXPIRIES, unpack(done))
+  redis.call('HDEL', HANDED, unpack(done))
 end
 return acked

@@ -14,4 +14,5 @@ end
 redis.call('ZADD', DEAD, now_ms(), id)
 redis.call('HSET', ERRORS, id, ARGV[4])
 redis.call('HDEL', EXPIRIES, id)
+redis.call('HDEL', HANDED, id)
 return 1

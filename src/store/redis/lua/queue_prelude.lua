@@ -1,8 +1,8 @@
 -- The prelude of every queue script, prepended to it when the scripts are loaded
 -- (src/store/redis/scripts.rs). It names the queue's keys, which every queue script receives
 -- in this order (src/store/redis/keys.rs builds the list), and the steps several scripts share.
-local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 -- DELAYED  zset: job id -> due time (ms since the epoch, server clock)
 -- INFLIGHT zset: job id -> lease deadline (ms)
 -- JOBS     hash: job id -> envelope bytes
@@ -11,6 +11,8 @@ local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE =
 -- ERRORS   hash: job id -> why it was buried
 -- EXPIRIES hash: job id -> how many of its leases ran out
 -- FENCE    counter: the last job fencing token handed out by a claim
+-- HANDED   hash: job id -> 1 when the lock it waits for was handed to it while it was in
+--          flight (its run met the lock and is on its way back): it goes back due at once
 
 -- The pub/sub channel that wakes sleeping schedulers; every queue script gets it in ARGV[1],
 -- and its own arguments from ARGV[2].

@@ -15,6 +15,9 @@ if due then
   return 1
 end
 if redis.call('ZSCORE', INFLIGHT, id) then
+  -- Its run may be on its way back to wait (it met the lock just before the handoff): mark
+  -- it, so that it comes back due at once rather than at its fallback.
+  redis.call('HSET', HANDED, id, 1)
   return 2
 end
 return 0

@@ -15,4 +15,5 @@ redis.call('HDEL', JOBS, unpack(ids))
 redis.call('HDEL', ERRORS, unpack(ids))
 redis.call('HDEL', LEASES, unpack(ids))
 redis.call('HDEL', EXPIRIES, unpack(ids))
+redis.call('HDEL', HANDED, unpack(ids))
 return #ids

@@ -13,5 +13,9 @@ if ARGV[4] ~= '' then
   redis.call('HSET', JOBS, id, ARGV[4])
 end
 local due = now_ms() + tonumber(ARGV[5])
+if redis.call('HDEL', HANDED, id) == 1 then
+  -- Its lock was handed to it while it ran: its turn is now.
+  due = now_ms()
+end
 schedule(id, due)
 return due
