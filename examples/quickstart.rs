@@ -150,8 +150,8 @@ async fn run<S: LockStore + QueueStore>(store: S) -> Result<(), Box<dyn std::err
     }
     let report = scheduler.shutdown().await;
     log(format!(
-        "scheduler: {} handled, {} re-deferred (lock still held), {} buried",
-        report.acked, report.retried, report.buried
+        "scheduler: {} handled, {} back in line (lock still held), {} failed attempts, {} buried",
+        report.acked, report.waited, report.retried, report.buried
     ));
     Ok(())
 }
