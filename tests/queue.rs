@@ -575,7 +575,63 @@ async fn entries_that_cannot_be_jobs_are_buried_with_their_reasons<St: QueueStor
     assert!(reason(garbage).await.starts_with("cannot decode the envelope"));
 }
 
+/// A bulk push stores every item once, over several pages; an id already taken, or twice in one
+/// batch, is stored once.
+async fn a_bulk_push_stores_each_job_once<St: QueueStore>(store: St) {
+    let q = DelayQueue::<u64, _>::new(store.clone(), "bulk").unwrap();
+    let items: Vec<u64> = (0..2500).collect();
+    let scheduled = q.push_many(&items, Duration::ZERO).await.unwrap();
+    assert_eq!(scheduled.len(), 2500);
+    assert_eq!(
+        scheduled.iter().map(|s| &s.id).collect::<HashSet<_>>().len(),
+        2500,
+        "one id each"
+    );
+    assert_eq!(q.stats().await.unwrap(), stats(2500, 2500, 0, 0));
+    let mut seen = HashSet::new();
+    loop {
+        let claimed = q.claim(1000, LEASE).await.unwrap();
+        if claimed.jobs.is_empty() {
+            break;
+        }
+        for job in &claimed.jobs {
+            assert!(
+                seen.insert(job.envelope.payload),
+                "{} twice",
+                job.envelope.payload
+            );
+        }
+        let leases: Vec<_> = claimed.jobs.iter().map(|job| &job.lease).collect();
+        assert!(q.ack_many(&leases).await.unwrap().into_iter().all(|acked| acked));
+    }
+    assert_eq!(seen, items.into_iter().collect::<HashSet<_>>());
+
+    let name = redefer::queue::QueueName::new("bulk").unwrap();
+    let taken = JobId::new("taken").unwrap();
+    store
+        .push(&name, &taken, b"x".to_vec(), Due::In(LEASE))
+        .await
+        .unwrap();
+    let twice = JobId::new("twice").unwrap();
+    let batch = [
+        (taken.clone(), b"y".to_vec()),
+        (twice.clone(), b"first".to_vec()),
+        (twice.clone(), b"second".to_vec()),
+    ];
+    let (_, stored) = store.push_many(&name, &batch, Due::In(LEASE)).await.unwrap();
+    assert_eq!(stored, [false, true, false]);
+    assert_eq!(
+        store.inspect(&name, &taken).await.unwrap().envelope.as_deref(),
+        Some(&b"x"[..])
+    );
+    assert_eq!(
+        store.inspect(&name, &twice).await.unwrap().envelope.as_deref(),
+        Some(&b"first"[..])
+    );
+}
+
 for_each_store!(
+    a_bulk_push_stores_each_job_once,
     entries_that_cannot_be_jobs_are_buried_with_their_reasons,
     a_pushed_job_is_claimed_once_and_acked,
     only_due_jobs_are_claimed_in_due_order,

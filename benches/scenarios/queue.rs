@@ -21,6 +21,22 @@ pub async fn run(server: &RedisServer, size: Size) {
     let jobs = size.pick(20_000, 500);
 
     let mut push = Table::new("Delay queue: push", &["producers", "jobs/s"]);
+    // Bulk: one producer, batches of 1,000 in one script call each, against one push per job.
+    for batch in [1usize, 1000] {
+        let queue = DelayQueue::<u64, _>::new(store.clone(), format!("bulk-{batch}")).expect("queue");
+        let items: Vec<u64> = (0..jobs as u64).collect();
+        let start = Instant::now();
+        for page in items.chunks(batch) {
+            queue
+                .push_many(page, Duration::from_secs(3600))
+                .await
+                .expect("bulk push");
+        }
+        push.row(vec![
+            format!("1, push_many in batches of {batch}"),
+            per_s(rate(jobs, start.elapsed())),
+        ]);
+    }
     for producers in [1usize, 16] {
         let queue = DelayQueue::<u64, _>::new(store.clone(), format!("push-{producers}")).expect("queue");
         let start = Instant::now();

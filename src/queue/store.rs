@@ -154,6 +154,16 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
         due: Due,
     ) -> impl Future<Output = Result<Option<SystemTime>, StoreError>> + Send;
 
+    /// Stores new jobs (at most [`MAX_PAGE`](super::MAX_PAGE)), all due at `due`, in one round
+    /// trip; for each, in order, whether it was stored (`false`: its id was taken, before or
+    /// earlier in the batch). The due time, by the store's clock.
+    fn push_many(
+        &self,
+        queue: &QueueName,
+        jobs: &[(JobId, Vec<u8>)],
+        due: Due,
+    ) -> impl Future<Output = Result<(SystemTime, Vec<bool>), StoreError>> + Send;
+
     /// Claims up to `max` due jobs for `lease` (at most [`MAX_LEASE`](super::MAX_LEASE)),
     /// first making due again the jobs whose lease ran out (or whose deadline is beyond
     /// `MAX_LEASE`), or burying those whose lease ran out `max_expiries` times (0: never). A due

@@ -55,6 +55,14 @@ fn now_ms() -> i64 {
     to_epoch_ms(SystemTime::now())
 }
 
+/// When a job pushed `due` is due, in ms since the epoch.
+fn due_ms(due: Due) -> i64 {
+    match due {
+        Due::In(delay) => after_epoch_ms(now_ms(), delay),
+        Due::At(at) => to_epoch_ms(at),
+    }
+}
+
 impl QueueState {
     fn schedule(&mut self, id: JobId, due: i64) {
         if let Some(old) = self.due_of.insert(id.clone(), due) {
@@ -144,13 +152,34 @@ impl QueueStore for MemoryStore {
             if q.jobs.contains_key(id) {
                 return None;
             }
-            let due = match due {
-                Due::In(delay) => after_epoch_ms(now_ms(), delay),
-                Due::At(at) => to_epoch_ms(at),
-            };
+            let due = due_ms(due);
             q.jobs.insert(id.clone(), envelope);
             q.schedule(id.clone(), due);
             Some(from_epoch_ms(due))
+        }))
+    }
+
+    async fn push_many(
+        &self,
+        queue: &QueueName,
+        jobs: &[(JobId, Vec<u8>)],
+        due: Due,
+    ) -> Result<(SystemTime, Vec<bool>), StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            let due = due_ms(due);
+            let stored = jobs
+                .iter()
+                .take(MAX_PAGE)
+                .map(|(id, envelope)| {
+                    if q.jobs.contains_key(id) {
+                        return false;
+                    }
+                    q.jobs.insert(id.clone(), envelope.clone());
+                    q.schedule(id.clone(), due);
+                    true
+                })
+                .collect();
+            (from_epoch_ms(due), stored)
         }))
     }
 

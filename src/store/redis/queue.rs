@@ -10,7 +10,7 @@ use super::RedisStore;
 use super::keys::QueueKeys;
 use super::scripts::{
     QUEUE_ACK, QUEUE_BURY, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PURGE,
-    QUEUE_PUSH, QUEUE_REQUEUE, QUEUE_RETRY, QUEUE_STATS,
+    QUEUE_PUSH, QUEUE_PUSH_MANY, QUEUE_REQUEUE, QUEUE_RETRY, QUEUE_STATS,
 };
 use super::wake::forward_wakeups;
 use crate::error::StoreError;
@@ -63,6 +63,14 @@ impl<Conn> RedisStore<Conn> {
     }
 }
 
+/// How a push script reads a due time: `in` a delay, or `at` an epoch time, in ms.
+fn due_args(due: Due) -> (&'static str, u64) {
+    match due {
+        Due::In(delay) => ("in", millis(delay)),
+        Due::At(at) => ("at", u64::try_from(to_epoch_ms(at)).unwrap_or(0)),
+    }
+}
+
 /// One entry of the list script's reply: id bytes, time ms, envelope, bury reason.
 type ListReply = (Vec<u8>, i64, Option<Vec<u8>>, Option<String>);
 
@@ -87,10 +95,7 @@ where
         envelope: Vec<u8>,
         due: Due,
     ) -> Result<Option<SystemTime>, StoreError> {
-        let (mode, at) = match due {
-            Due::In(delay) => ("in", millis(delay)),
-            Due::At(at) => ("at", u64::try_from(to_epoch_ms(at)).unwrap_or(0)),
-        };
+        let (mode, at) = due_args(due);
         let (stored, due_ms): (i64, i64) = self
             .queue_script(&QUEUE_PUSH, queue)
             .arg(id.as_str())
@@ -100,6 +105,22 @@ where
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok((stored == 1).then(|| from_epoch_ms(due_ms)))
+    }
+
+    async fn push_many(
+        &self,
+        queue: &QueueName,
+        jobs: &[(JobId, Vec<u8>)],
+        due: Due,
+    ) -> Result<(SystemTime, Vec<bool>), StoreError> {
+        let (mode, at) = due_args(due);
+        let mut invocation = self.queue_script(&QUEUE_PUSH_MANY, queue);
+        invocation.arg(mode).arg(at);
+        for (id, envelope) in jobs.iter().take(MAX_PAGE) {
+            invocation.arg(id.as_str()).arg(envelope.as_slice());
+        }
+        let (due_ms, stored): (i64, Vec<bool>) = invocation.invoke_async(&mut self.conn.clone()).await?;
+        Ok((from_epoch_ms(due_ms), stored))
     }
 
     async fn claim(

@@ -43,6 +43,7 @@ script!(LOCK_RELEASE, LOCK_PRELUDE, "lock_release.lua");
 script!(LOCK_JOIN, LOCK_PRELUDE, "lock_join.lua");
 script!(LOCK_LEAVE, LOCK_PRELUDE, "lock_leave.lua");
 script!(QUEUE_PUSH, QUEUE_PRELUDE, "queue_push.lua");
+script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
 script!(QUEUE_CLAIM, QUEUE_PRELUDE, "queue_claim.lua");
 script!(QUEUE_ACK, QUEUE_PRELUDE, "queue_ack.lua");
 script!(QUEUE_RETRY, QUEUE_PRELUDE, "queue_retry.lua");
@@ -68,13 +69,14 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 18] = [
+    const SCRIPTS: [(&str, &str); 19] = [
         ("lock_acquire", include_str!("lua/lock_acquire.lua")),
         ("lock_extend", include_str!("lua/lock_extend.lua")),
         ("lock_release", include_str!("lua/lock_release.lua")),
         ("lock_join", include_str!("lua/lock_join.lua")),
         ("lock_leave", include_str!("lua/lock_leave.lua")),
         ("queue_promote", include_str!("lua/queue_promote.lua")),
+        ("queue_push_many", include_str!("lua/queue_push_many.lua")),
         ("queue_push", include_str!("lua/queue_push.lua")),
         ("queue_claim", include_str!("lua/queue_claim.lua")),
         ("queue_ack", include_str!("lua/queue_ack.lua")),
@@ -95,7 +97,7 @@ mod tests {
         for (name, text) in SCRIPTS {
             let flags = text.lines().next().unwrap_or_default();
             let expected = match name {
-                "queue_push" => "#!lua",
+                "queue_push" | "queue_push_many" => "#!lua",
                 "queue_inspect" | "queue_stats" | "queue_list" => "#!lua flags=no-writes",
                 _ => "#!lua flags=allow-oom",
             };
