@@ -348,9 +348,4 @@ impl MemoryStore {
             }
         })
     }
-
-    /// How many wait in `key`'s line (for operators).
-    pub fn waiters(&self, key: &LockKey) -> u64 {
-        self.with_locks(|state, _, _| state.lines.get(key).map_or(0, |line| line.order.len() as u64))
-    }
 }
