@@ -31,6 +31,24 @@ impl Handoffs {
 
     /// Resolves with the next waiter the key is handed to, or `None` when some announcements
     /// were missed (look at the key again); never, when the store can announce nothing more.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redefer::{LockKey, LockToken, MemoryStore};
+    /// use redefer::lock::{LockStore, Waiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let key = LockKey::new("doc:1")?;
+    /// let holder = LockToken::random();
+    /// store.try_acquire(&key, holder, Duration::from_secs(10)).await?;
+    /// let me = Waiter::caller(LockToken::random());
+    /// let mut handoffs = store.handoffs(&key);
+    /// store.join(&key, &me, None).await?;
+    /// store.release(&key, holder).await?;
+    /// assert_eq!(handoffs.next().await, Some(me));
+    /// # Ok(()) }
+    /// ```
     pub async fn next(&mut self) -> Option<Waiter> {
         loop {
             match self.announcements.recv().await {

@@ -585,6 +585,20 @@ where
     /// Puts a claimed job back to wait `delay`, its attempt unchanged: for a run that the
     /// store, not the job, failed (Redis unreachable or out of memory). `false` when the lease
     /// ran out.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redefer::MemoryStore;
+    /// use redefer::queue::DelayQueue;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let queue = DelayQueue::<u64, _>::new(MemoryStore::new(), "jobs")?;
+    /// queue.push(&7, Duration::ZERO).await?;
+    /// let job = queue.claim(1, Duration::from_secs(30)).await?.jobs.remove(0);
+    /// assert!(queue.postpone(&job.lease, Duration::from_secs(1)).await?);
+    /// assert_eq!(queue.claim(1, Duration::from_secs(30)).await?.jobs.len(), 0, "not due yet");
+    /// # Ok(()) }
+    /// ```
     pub async fn postpone(&self, lease: &Lease, delay: Duration) -> Result<bool, QueueError> {
         let due = self
             .store

@@ -62,6 +62,14 @@ impl MemoryStore {
 
     /// How long a released key stays reserved for the first in its line (default 2 s): the
     /// time its job has to be claimed and take the key before the next in line gets it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redefer::MemoryStore;
+    ///
+    /// let store = MemoryStore::new().with_reservation(Duration::from_millis(500));
+    /// # let _ = store;
+    /// ```
     pub fn with_reservation(self, reservation: Duration) -> Self {
         MemoryStore { reservation, ..self }
     }

@@ -94,6 +94,18 @@ where
 
     /// How long a released key stays reserved for the first in its line (default 2 s): the
     /// time its job has to be claimed and take the key before the next in line gets it.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redefer::RedisStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), redefer::StoreError> {
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379")
+    ///     .await?
+    ///     .with_reservation(Duration::from_millis(500));
+    /// # let _ = store;
+    /// # Ok(()) }
+    /// ```
     pub fn with_reservation(self, reservation: Duration) -> Self {
         RedisStore { reservation, ..self }
     }
@@ -247,6 +259,19 @@ impl RedisStoreBuilder {
     /// server's `maxmemory-policy` can evict keys (anything but `noeviction`); by default it
     /// connects and logs the danger at error level. Either way the policy is read once, at
     /// connect, with `CONFIG GET`; a server whose ACL forbids that is not checked.
+    ///
+    /// ```no_run
+    /// use redefer::{RedisStore, StoreError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// match RedisStore::builder().refuse_eviction(true).connect("redis://127.0.0.1:6379").await {
+    ///     // maxmemory-policy is noeviction (or could not be read).
+    ///     Ok(store) => drop(store),
+    ///     Err(StoreError::EvictionPolicy { policy }) => eprintln!("refusing to run on {policy}"),
+    ///     Err(other) => eprintln!("cannot connect: {other}"),
+    /// }
+    /// # }
+    /// ```
     pub fn refuse_eviction(mut self, refuse: bool) -> Self {
         self.refuse_eviction = refuse;
         self
