@@ -327,18 +327,15 @@ where
     /// # Ok(()) }
     /// ```
     pub async fn push_many(&self, items: &[T], delay: Duration) -> Result<Vec<Scheduled>, QueueError> {
-        let mut encoded: Vec<(JobId, Vec<u8>)> = Vec::with_capacity(items.len());
+        // Encoded straight into their shards' batches: no copy of the bytes.
+        let mut by_shard: Vec<Vec<(JobId, Vec<u8>)>> = vec![Vec::new(); self.shards.names().len()];
         for item in items {
-            encoded.push(self.encode_new(JobId::random(), item)?);
+            let (id, bytes) = self.encode_new(JobId::random(), item)?;
+            by_shard[self.shards.index_of(&id)].push((id, bytes));
         }
-        let mut scheduled = Vec::with_capacity(encoded.len());
-        for shard in self.shards.names() {
-            let here: Vec<(JobId, Vec<u8>)> = encoded
-                .iter()
-                .filter(|(id, _)| self.shards.of(id) == shard)
-                .cloned()
-                .collect();
-            for page in here.chunks(MAX_PAGE) {
+        let mut scheduled = Vec::with_capacity(items.len());
+        for (shard, jobs) in self.shards.names().iter().zip(&by_shard) {
+            for page in jobs.chunks(MAX_PAGE) {
                 let (due, stored) = match self.store.push_many(shard, page, Due::In(delay)).await {
                     Ok(pushed) => pushed,
                     Err(error) => return Err(push_error(error)),

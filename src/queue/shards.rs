@@ -65,10 +65,15 @@ impl Shards {
 
     /// The shard a job lives on: a stable hash of its id (FNV-1a), the same in every process.
     pub(crate) fn of(&self, id: &JobId) -> &QueueName {
+        &self.names[self.index_of(id)]
+    }
+
+    /// The position in [`names`](Self::names) of the shard a job lives on.
+    pub(crate) fn index_of(&self, id: &JobId) -> usize {
         let hash = id.as_str().bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
             (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
         });
-        &self.names[(hash % self.names.len() as u64) as usize]
+        (hash % self.names.len() as u64) as usize
     }
 
     /// The shards in the order the next claim round visits them: each round starts one shard
