@@ -48,11 +48,8 @@ pub fn key_encoding(data: &[u8]) {
     let prefix = Prefix::default();
     let lock_keys = |name: &str| {
         LockKey::new(name).ok().map(|key| {
-            let all = redis_keys::LockKeys::new(&prefix, &key);
-            let keys: Vec<String> = all
-                .in_script_order()
-                .into_iter()
-                .chain([all.wake.as_str()])
+            let keys: Vec<String> = redis_keys::LockKeys::new(&prefix, &key)
+                .all()
                 .map(str::to_string)
                 .collect();
             assert!(
@@ -73,11 +70,8 @@ pub fn key_encoding(data: &[u8]) {
     };
     let queue_keys = |name: &str| {
         QueueName::new(name).ok().map(|queue| {
-            let keys = QueueKeys::new(&prefix, &queue);
-            let all: Vec<String> = keys
-                .in_script_order()
-                .into_iter()
-                .chain([keys.wake.as_str()])
+            let all: Vec<String> = QueueKeys::new(&prefix, &queue)
+                .all()
                 .map(str::to_string)
                 .collect();
             let slot = Slot::for_key(&all[0]);

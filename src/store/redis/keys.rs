@@ -66,6 +66,11 @@ impl LockKeys {
     pub(crate) fn in_script_order(&self) -> [&str; 5] {
         [&self.lock, &self.fence, &self.waiters, &self.handoff, &self.holds]
     }
+
+    /// Every name of the lock: its keys, then its channel.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &str> {
+        self.in_script_order().into_iter().chain([self.wake.as_str()])
+    }
 }
 
 /// The start of every lock key under `prefix`, before its hash tag (`<prefix>:lock:`).
@@ -131,6 +136,11 @@ impl QueueKeys {
         ]
     }
 
+    /// Every name of the queue: its keys, then its channel.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &str> {
+        self.in_script_order().into_iter().chain([self.wake.as_str()])
+    }
+
     /// How the scripts name the sorted set that holds `set` (see the prelude's `SETS`).
     pub(crate) fn set_name(set: JobSet) -> &'static str {
         match set {
@@ -153,7 +163,7 @@ mod tests {
         let keys = LockKeys::new(&prefix, &LockKey::new("}{a}").unwrap());
         assert_eq!(keys.lock, "redefer:lock:{%7D%7Ba%7D}");
         assert_eq!(keys.fence, "redefer:fence:{%7D%7Ba%7D}");
-        for key in keys.in_script_order().into_iter().chain([keys.wake.as_str()]) {
+        for key in keys.all() {
             assert!(key.ends_with(":{%7D%7Ba%7D}"), "{key}");
         }
     }
@@ -162,7 +172,7 @@ mod tests {
     fn every_key_of_a_queue_shares_one_hash_tag() {
         let keys = QueueKeys::new(&Prefix::default(), &QueueName::new("or{d}ers").unwrap());
         assert_eq!(keys.delayed, "redefer:q:{or%7Bd%7Ders}:delayed");
-        for key in keys.in_script_order().into_iter().chain([keys.wake.as_str()]) {
+        for key in keys.all() {
             assert!(key.starts_with("redefer:q:{or%7Bd%7Ders}:"), "{key}");
         }
     }
@@ -224,13 +234,7 @@ mod tests {
         let prefix = Prefix::new("<prefix>").unwrap();
         let queue = QueueKeys::new(&prefix, &QueueName::new("<queue>").unwrap());
         let lock = LockKeys::new(&prefix, &LockKey::new("<key>").unwrap());
-        let built: Vec<String> = queue
-            .in_script_order()
-            .into_iter()
-            .chain(lock.in_script_order())
-            .chain([queue.wake.as_str(), lock.wake.as_str()])
-            .map(str::to_string)
-            .collect();
+        let built: Vec<String> = queue.all().chain(lock.all()).map(str::to_string).collect();
         let built: BTreeSet<&str> = built
             .iter()
             .map(|name| name.strip_prefix("<prefix>:").expect("built under the prefix"))
