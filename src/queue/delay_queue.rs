@@ -411,7 +411,7 @@ where
             next_in: None,
         };
         for shard in self.shards.claim_order() {
-            let room = per_shard.min(max - claimed.jobs.len());
+            let room = per_shard.min(max.saturating_sub(claimed.jobs.len()));
             if room == 0 {
                 // Shards left unvisited may have due jobs: claim again at once.
                 claimed.next_in = Some(Duration::ZERO);

@@ -22,11 +22,6 @@ pub(crate) fn is_job_id_byte(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-')
 }
 
-/// The Lua pattern that finds a byte [`is_job_id_byte`] refuses (`%w` is `[A-Za-z0-9]` in the
-/// C locale Redis runs its scripts in).
-#[cfg(test)]
-pub(crate) const JOB_ID_LUA_PATTERN: &str = "[^%w_%.%-]";
-
 /// Why an entry whose id no job of ours can have was buried.
 pub(crate) const NOT_A_JOB_ID: &str = "not a job id: up to 128 of A-Z a-z 0-9 _ . -";
 

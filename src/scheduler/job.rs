@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::Service;
@@ -92,8 +93,14 @@ where
     St: QueueStore,
     Enc: Codec,
 {
-    /// Runs `job`, claimed by a request sent at `claimed_at`, to its end.
-    pub(super) async fn run(self, job: ClaimedJob<T>, claimed_at: Instant) -> JobEnd {
+    /// Runs `job`, claimed by a request sent at `claimed_at`, to its end; `slot` is freed as
+    /// soon as the handler returns, before the job is settled.
+    pub(super) async fn run(
+        self,
+        job: ClaimedJob<T>,
+        claimed_at: Instant,
+        slot: OwnedSemaphorePermit,
+    ) -> JobEnd {
         let ClaimedJob { envelope, due, lease } = job;
         let span = tracing::info_span!(
             "redefer.job",
@@ -196,6 +203,8 @@ where
                     };
                 }
             };
+            // The handler is done: another job may run while this one is settled.
+            drop(slot);
             match &ran {
                 Ran::StoreFailed(error) => {
                     metrics.store_errors.increment(1);

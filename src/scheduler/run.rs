@@ -1,11 +1,17 @@
 //! The claim loop: claim due jobs while there are free slots, sleep until the next is due.
+//!
+//! A slot is a handler running: it is taken when the job is claimed and freed when the handler
+//! returns, while the job's ack goes on in the background (in a batch with others, and on its
+//! own should the batch fail). So a claim is never held back by acks on their way, and it is
+//! sent while the jobs of the previous claim still run.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
@@ -54,6 +60,9 @@ where
         let mut failures = 0;
         tracing::info!(queue = %queue.name(), concurrency, "scheduler started");
 
+        // A claim asks for at least half the slots a batch can fill, so that one batch runs
+        // while the next claim is on its way; fewer only when no slot frees within the window.
+        let gather = min_claim(concurrency, batch);
         loop {
             while let Some(ended) = running.try_join_next() {
                 report.record(job_end(ended));
@@ -65,30 +74,29 @@ where
                     Err(error) => tracing::debug!(%error, "cannot count the queue's jobs"),
                 }
             }
-            let free = slots.available_permits().min(batch.max(1));
-            if free == 0 {
-                // Every slot is busy: wait for one (or the stop) before claiming more.
-                tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => break,
-                    Some(ended) = running.join_next() => report.record(job_end(ended)),
-                }
-                continue;
-            }
+            let mut taken = tokio::select! {
+                biased;
+                _ = stop.cancelled() => break,
+                taken = free_slots(&slots, gather, batch) => taken,
+            };
             let claimed_at = Instant::now();
             let claimed = tokio::select! {
                 biased;
                 _ = stop.cancelled() => break,
-                claimed = queue.claim(free, lease) => claimed,
+                claimed = queue.claim(taken.num_permits(), lease) => claimed,
             };
             let pause = match claimed {
                 Ok(claimed) => {
                     failures = 0;
                     for job in claimed.jobs {
-                        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                            unreachable!(
-                                "claimed no more jobs than free slots, and only this loop takes slots"
-                            )
+                        // A claim returns no more jobs than it was asked for; should a store
+                        // ever return more, the extra jobs wait for slots like any other.
+                        let slot = match taken.split(1) {
+                            Some(slot) => slot,
+                            None => match Arc::clone(&slots).acquire_owned().await {
+                                Ok(slot) => slot,
+                                Err(_) => unreachable!("the scheduler's semaphore is never closed"),
+                            },
                         };
                         let run = JobRun {
                             queue: queue.clone(),
@@ -101,11 +109,7 @@ where
                             metrics: metrics.clone(),
                             acker: acker.clone(),
                         };
-                        running.spawn(async move {
-                            let end = run.run(job, claimed_at).await;
-                            drop(slot);
-                            end
-                        });
+                        running.spawn(run.run(job, claimed_at, slot));
                     }
                     claimed.next_in.map_or(max_idle, |next| next.min(max_idle))
                 }
@@ -116,6 +120,8 @@ where
                     pause
                 }
             };
+            // The slots no job came for are free again before the loop sleeps.
+            drop(taken);
             if pause.is_zero() {
                 continue;
             }
@@ -145,6 +151,40 @@ where
         tracing::info!(queue = %queue.name(), ?report, "scheduler stopped");
         report
     }
+}
+
+/// How long a claim waits for enough slots to fill half a batch before it takes what is free:
+/// long enough for a burst of short handlers to return together, short against a claim's cost
+/// when handlers are long and slots free one at a time.
+const GATHER_WINDOW: Duration = Duration::from_millis(1);
+
+/// The fewest slots a claim waits for (within [`GATHER_WINDOW`]): half of what a claim can
+/// fill. One claim per job would spend the claim's fixed cost on every job; a claim for every
+/// slot would leave the handlers idle while it is on its way.
+fn min_claim(concurrency: usize, batch: usize) -> usize {
+    (concurrency.min(batch) / 2).max(1)
+}
+
+/// Takes the free slots for the next claim, up to `batch`: as soon as `gather` are free, or
+/// what is free (at least one) once [`GATHER_WINDOW`] has passed.
+async fn free_slots(slots: &Arc<Semaphore>, gather: usize, batch: usize) -> OwnedSemaphorePermit {
+    let gather = gather.min(batch) as u32;
+    let mut taken = match timeout(GATHER_WINDOW, Arc::clone(slots).acquire_many_owned(gather)).await {
+        Ok(Ok(taken)) => taken,
+        // The window passed: any free slot will do. (The semaphore is never closed.)
+        Err(_) | Ok(Err(_)) => match Arc::clone(slots).acquire_owned().await {
+            Ok(one) => one,
+            Err(_) => unreachable!("the scheduler's semaphore is never closed"),
+        },
+    };
+    // Whatever else is free joins this claim, up to a batch.
+    let more = (batch.saturating_sub(taken.num_permits())).min(slots.available_permits());
+    if more > 0
+        && let Ok(extra) = Arc::clone(slots).try_acquire_many_owned(more as u32)
+    {
+        taken.merge(extra);
+    }
+    taken
 }
 
 /// A job task's end; a job task cannot panic (the handler's panics are caught inside it), so

@@ -31,7 +31,7 @@ impl<Conn> RedisStore<Conn> {
     async fn bury_found(
         &self,
         queue: &QueueName,
-        id: &str,
+        id: &[u8],
         token: LockToken,
         reason: &str,
         envelope: Option<Vec<u8>>,
@@ -77,11 +77,11 @@ type ListReply = (Vec<u8>, i64, Option<Vec<u8>>, Option<String>);
 /// One job of the claim script's reply: id bytes, due ms, envelope, job fencing token.
 type ClaimReply = (Vec<u8>, i64, Vec<u8>, u64);
 
-/// A job id read back from a claim. The claim script applies the same rule and buries what
-/// fails it, so this is `None` only if the two disagree.
-fn job_id(id: Vec<u8>) -> Result<JobId, String> {
-    let id = String::from_utf8(id).map_err(|error| String::from_utf8_lossy(error.as_bytes()).into_owned())?;
-    JobId::new(id.clone()).map_err(|_| id)
+/// A job id read back from a claim, or its bytes when no job of ours can have it (another
+/// client wrote the entry): the claim script leaves that check to us.
+fn job_id(id: Vec<u8>) -> Result<JobId, Vec<u8>> {
+    let id = String::from_utf8(id).map_err(|error| error.into_bytes())?;
+    JobId::new(id.clone()).map_err(|_| id.into_bytes())
 }
 
 impl<Conn> QueueStore for RedisStore<Conn>
@@ -155,7 +155,7 @@ where
                 }),
                 // Never fail the batch for one entry: the others are in flight under our token.
                 Err(found) => {
-                    tracing::error!(queue = %queue, job_id = ?found, "the claim script accepted an id the crate refuses; burying it");
+                    tracing::error!(queue = %queue, job_id = %String::from_utf8_lossy(&found), "not a job id: burying the entry");
                     if let Err(error) = self.bury_found(queue, &found, token, NOT_A_JOB_ID, None).await {
                         tracing::warn!(%error, "cannot bury it now; it returns after its lease");
                     }
@@ -207,7 +207,8 @@ where
         reason: &str,
         envelope: Option<Vec<u8>>,
     ) -> Result<bool, StoreError> {
-        self.bury_found(queue, id.as_str(), token, reason, envelope).await
+        self.bury_found(queue, id.as_str().as_bytes(), token, reason, envelope)
+            .await
     }
 
     async fn extend_lease(

@@ -26,12 +26,6 @@ local MAX_PAGE = 1000
 local MAX_JOB_ID_LEN = 128
 local MAX_LEASE_MS = 86400000
 
--- Whether `id` can be a job's: 1 to MAX_JOB_ID_LEN of A-Z a-z 0-9 _ . - (`%w` is ASCII
--- letters and digits in the C locale scripts run in).
-local function is_job_id(id)
-  return #id > 0 and #id <= MAX_JOB_ID_LEN and not string.find(id, '[^%w_%.%-]')
-end
-
 -- A lease length asked for, in ms, within 1 .. MAX_LEASE_MS: no lease ends later than that,
 -- which is what lets a claim treat a later deadline as written by someone else.
 local function lease_ms(asked)
