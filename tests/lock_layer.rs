@@ -411,3 +411,28 @@ for_each_store!(
     invalid_keys_are_rejected_before_the_store,
     the_inner_service_made_ready_is_the_one_called,
 );
+
+/// The release goes out before the response comes back, without the caller waiting for its
+/// answer: the next command on the same connection finds the key free. On a current-thread
+/// runtime nothing spawned runs before that command is sent, so a release left wholly to a
+/// task would still be behind it.
+#[tokio::test(flavor = "current_thread")]
+async fn the_release_is_on_the_connection_when_the_response_returns() {
+    let server = support::TestRedis::start();
+    let store = server.store().await;
+    let service = LockLayer::new(store.clone(), by_order)
+        .ttl(LONG)
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    for _ in 0..20 {
+        assert!(service.clone().oneshot(HOT).await.unwrap().done().is_some());
+        let next = LockToken::random();
+        assert!(
+            matches!(
+                store.try_acquire(&hot_key(), next, LONG).await.unwrap(),
+                Acquisition::Acquired(_)
+            ),
+            "the key was still held when the response returned"
+        );
+        store.release(&hot_key(), next).await.unwrap();
+    }
+}

@@ -189,11 +189,7 @@ where
         let held_for = rand::rng()
             .random_ratio(1, HOLD_SAMPLING)
             .then(|| acquired_at.elapsed());
-        match guard.release_after(held_for).await {
-            Ok(true) => tracing::debug!("lock released"),
-            Ok(false) => tracing::warn!("lock had expired before its release"),
-            Err(error) => tracing::warn!(%error, "lock release failed; it expires with its TTL"),
-        }
+        guard.release_after(held_for);
         match finished {
             Ok(Ok(response)) => Ok(Outcome::Done(response)),
             Ok(Err(error)) => Err(Error::Inner(error)),

@@ -289,6 +289,7 @@ impl RedisStoreBuilder {
             .set_max_delay(Duration::from_millis(500));
         let mut conn = ConnectionManager::new_with_config(client.clone(), config).await?;
         eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
+        scripts::load_all(&mut conn).await?;
         Ok(RedisStore::new(conn).with_prefix(self.prefix).with_pubsub(client))
     }
 
@@ -309,6 +310,7 @@ impl RedisStoreBuilder {
         let mut conn = client.get_async_connection().await?;
         // Any node's answer stands for the cluster's: the nodes of one cluster share a config.
         eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
+        scripts::load_all(&mut conn).await?;
         let pubsub = nodes
             .iter()
             .map(|node| redis::Client::open(*node))

@@ -1,7 +1,10 @@
 //! The Lua scripts, compiled into the binary from the `.lua` files beside this one.
 //!
-//! Each [`Script`] hashes its text once; calls go out as `EVALSHA`, and the redis crate loads
-//! the text only when a server answers `NOSCRIPT` (first use, or after a restart or failover).
+//! Each [`Script`] hashes its text once; calls go out as `EVALSHA`. The store loads every
+//! script when it connects ([`load_all`]), so that even the first call of each is one
+//! request (the lock's release is sent without waiting for its answer, and keeps its place
+//! on the connection only as one request); the redis crate loads the text again when a
+//! server answers `NOSCRIPT` (after a restart or failover).
 //! Every queue script starts with `queue_prelude.lua`, which names the queue's keys in the
 //! order [`QueueKeys::in_script_order`](super::keys::QueueKeys::in_script_order) passes them;
 //! every lock script with `lock_prelude.lua`, for
@@ -15,6 +18,7 @@
 use std::sync::LazyLock;
 
 use redis::Script;
+use redis::aio::ConnectionLike;
 
 /// A script of `family` ("lock" or "queue"): its file with the family's prelude.
 macro_rules! script {
@@ -56,6 +60,37 @@ script!(QUEUE_LIST, QUEUE_PRELUDE, "queue_list.lua");
 script!(QUEUE_REQUEUE, QUEUE_PRELUDE, "queue_requeue.lua");
 script!(QUEUE_PURGE, QUEUE_PRELUDE, "queue_purge.lua");
 script!(QUEUE_PROMOTE, QUEUE_PRELUDE, "queue_promote.lua");
+
+/// Every script, for [`load_all`].
+static ALL: [&LazyLock<Script>; 19] = [
+    &LOCK_ACQUIRE,
+    &LOCK_EXTEND,
+    &LOCK_RELEASE,
+    &LOCK_JOIN,
+    &LOCK_LEAVE,
+    &QUEUE_PUSH,
+    &QUEUE_PUSH_MANY,
+    &QUEUE_CLAIM,
+    &QUEUE_ACK,
+    &QUEUE_RETRY,
+    &QUEUE_BURY,
+    &QUEUE_EXTEND,
+    &QUEUE_CANCEL,
+    &QUEUE_INSPECT,
+    &QUEUE_STATS,
+    &QUEUE_LIST,
+    &QUEUE_REQUEUE,
+    &QUEUE_PURGE,
+    &QUEUE_PROMOTE,
+];
+
+/// Loads every script into the server (every primary of a cluster).
+pub(super) async fn load_all(conn: &mut impl ConnectionLike) -> Result<(), redis::RedisError> {
+    for script in ALL {
+        script.load_async(conn).await?;
+    }
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests {
