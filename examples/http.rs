@@ -109,7 +109,9 @@ fn app<S: LockStore + QueueStore>(
         let written = written.clone();
         async move {
             tokio::time::sleep(Duration::from_millis(change.work_ms.min(10_000))).await;
-            let fence = current_lock().map_or(0, |lock| lock.fence.0);
+            let fence = current_lock()
+                .and_then(|lock| lock.fence)
+                .map_or(0, |fence| fence.0);
             let state = OrderState {
                 order: change.order,
                 note: change.note,

@@ -73,7 +73,9 @@ async fn run<S: LockStore + QueueStore>(store: S) -> Result<(), Box<dyn std::err
         });
         log(format!(
             "{:<6} holds {} (fencing token {}{job})",
-            request.who, lock.key, lock.fence
+            request.who,
+            lock.key,
+            lock.fence.expect("fencing is on by default")
         ));
         tokio::time::sleep(Duration::from_millis(120)).await;
         log(format!("{:<6} done, releasing", request.who));

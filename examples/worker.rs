@@ -67,7 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 job.as_ref().map_or("-".to_string(), |job| job.id.to_string()),
                 task.resource,
                 job.map_or(0, |job| job.attempt),
-                lock.map_or(0, |lock| lock.fence.0),
+                lock.and_then(|lock| lock.fence).map_or(0, |fence| fence.0),
             );
             Ok::<_, Infallible>(())
         }

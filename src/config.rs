@@ -10,7 +10,7 @@ use thiserror::Error;
 
 use crate::error::{BoxError, KeyError};
 use crate::key::{DEFAULT_PREFIX, Prefix};
-use crate::lock::LockStore;
+use crate::lock::{Fencing, LockStore};
 use crate::middleware::LockLayer;
 use crate::queue::QueueStore;
 use crate::queue::{DEFAULT_MAX_PAYLOAD, DelayQueue, Json, RetryPolicy};
@@ -81,12 +81,16 @@ pub struct LockConfig {
     /// the handler runs.
     #[serde(with = "humantime_serde")]
     pub ttl: Duration,
+    /// Whether handlers get fencing tokens: `"on"` (default) or `"off"`, the cheapest
+    /// acquire; see [`Fencing`](crate::Fencing) for what off costs in safety.
+    pub fencing: Fencing,
 }
 
 impl Default for LockConfig {
     fn default() -> Self {
         LockConfig {
             ttl: crate::middleware::DEFAULT_TTL,
+            fencing: Fencing::On,
         }
     }
 }
@@ -280,6 +284,7 @@ impl Config {
         };
         Ok(LockLayer::new(store, extractor)
             .ttl(self.lock.ttl)
+            .fencing(self.lock.fencing)
             .on_conflict(Retry::from_limits(self.strategy.retry).then(then)))
     }
 }

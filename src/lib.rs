@@ -47,7 +47,7 @@ pub use crate::backoff::Backoff;
 pub use crate::config::{Config, ConfigError};
 pub use crate::error::{BoxError, KeyError, StoreError};
 pub use crate::key::{LockKey, Prefix};
-pub use crate::lock::{FencingToken, HeldLock, LockToken, current_lock};
+pub use crate::lock::{Fencing, FencingToken, HeldLock, LockToken, current_lock};
 pub use crate::middleware::{Deferred, Error, KeyExtractor, LockLayer, LockService, Outcome};
 pub use crate::renewal::LossReason;
 pub use crate::scheduler::{Scheduler, SchedulerHandle, SchedulerOptions, SchedulerReport, current_job};

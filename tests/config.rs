@@ -44,3 +44,25 @@ async fn the_configured_prefix_reaches_stores_queues_and_layers_built_elsewhere(
         "the layer saw the lock under the configured prefix: {refused:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configured_fencing_reaches_the_layer() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    for (toml, fenced) in [
+        ("", true),
+        ("[lock]\nfencing = \"on\"", true),
+        ("[lock]\nfencing = \"off\"", false),
+    ] {
+        let config: Config = toml::from_str(toml).unwrap();
+        let queue = config.queue::<u64, _>(store.clone()).unwrap();
+        let service = config
+            .lock_layer(store.clone(), |n: &u64| Some(format!("order:{n}")), queue)
+            .unwrap()
+            .layer(service_fn(|_: u64| async {
+                Ok::<_, Infallible>(redefer::current_lock().unwrap().fence.is_some())
+            }));
+        assert_eq!(service.oneshot(1).await.unwrap().done(), Some(fenced), "{toml:?}");
+    }
+    assert!(toml::from_str::<Config>("[lock]\nfencing = \"maybe\"").is_err());
+}

@@ -137,7 +137,7 @@ async fn the_http_example_maps_lock_outcomes_to_http() {
     })
     .await;
     assert!(
-        applied["fence"].as_u64().unwrap() > held_fence.0,
+        applied["fence"].as_u64().unwrap() > held_fence.expect("fenced").0,
         "written under a later lock"
     );
 

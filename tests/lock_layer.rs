@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use redefer::lock::{Acquisition, LockStore};
 use redefer::strategy::{Conflict, ConflictStrategy, Decision, FailFast, Retry};
-use redefer::{Backoff, BoxError, Error, FencingToken, LockKey, LockLayer, LockToken, Outcome, current_lock};
+use redefer::{
+    Backoff, BoxError, Error, Fencing, FencingToken, LockKey, LockLayer, LockToken, Outcome, current_lock,
+};
 use tokio::sync::{Mutex, oneshot};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -86,9 +88,11 @@ impl<Req, C: ConflictStrategy<Req>> ConflictStrategy<Req> for Observed<C> {
     }
 }
 
-async fn requests_on_one_key_never_overlap_and_fences_increase<S: LockStore>(store: S) {
+/// 16 tasks make 10 requests each on one key, retrying until they get it; asserts no two
+/// handlers ever overlapped, and returns the fences the handlers saw, in acquisition order.
+async fn sixteen_tasks_on_one_key<S: LockStore>(store: S, fencing: Fencing) -> Vec<Option<FencingToken>> {
     let inside = Arc::new(AtomicUsize::new(0));
-    let fences = Arc::new(Mutex::new(Vec::<FencingToken>::new()));
+    let fences = Arc::new(Mutex::new(Vec::new()));
     let handler = {
         let (inside, fences) = (inside.clone(), fences.clone());
         service_fn(move |_: u32| {
@@ -110,6 +114,7 @@ async fn requests_on_one_key_never_overlap_and_fences_increase<S: LockStore>(sto
             .max_attempts(u32::MAX)
             .max_wait(LONG);
     let service = LockLayer::new(store, by_order)
+        .fencing(fencing)
         .on_conflict(retry_forever)
         .layer(handler);
 
@@ -128,12 +133,26 @@ async fn requests_on_one_key_never_overlap_and_fences_increase<S: LockStore>(sto
     for task in tasks {
         assert_eq!(task.await.unwrap(), 0, "a handler found another inside");
     }
-    let fences = fences.lock().await;
+    let fences = fences.lock().await.clone();
     assert_eq!(fences.len(), 160);
+    fences
+}
+
+async fn requests_on_one_key_never_overlap_and_fences_increase<S: LockStore>(store: S) {
+    let fences = sixteen_tasks_on_one_key(store, Fencing::On).await;
+    assert!(
+        fences.iter().all(Option::is_some),
+        "every holding is fenced: {fences:?}"
+    );
     assert!(
         fences.windows(2).all(|w| w[0] < w[1]),
         "fences in acquisition order: {fences:?}"
     );
+}
+
+async fn without_fencing_requests_never_overlap_and_get_no_token<S: LockStore>(store: S) {
+    let fences = sixteen_tasks_on_one_key(store, Fencing::Off).await;
+    assert!(fences.iter().all(Option::is_none), "no fencing token: {fences:?}");
 }
 
 async fn released_after_success<S: LockStore>(store: S) {
@@ -397,6 +416,7 @@ async fn the_inner_service_made_ready_is_the_one_called<S: LockStore>(store: S) 
 
 for_each_store!(
     requests_on_one_key_never_overlap_and_fences_increase,
+    without_fencing_requests_never_overlap_and_get_no_token,
     released_after_success,
     released_after_inner_error,
     released_after_inner_panic,

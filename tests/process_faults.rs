@@ -154,7 +154,7 @@ async fn holder_process() {
     let service = redefer::LockLayer::new(store, |_: &()| Some("order:1".to_string()))
         .ttl(Duration::from_millis(500))
         .layer(service_fn(|()| async {
-            println!("acquired {}", redefer::current_lock().unwrap().fence);
+            println!("acquired {}", redefer::current_lock().unwrap().fence.unwrap());
             tokio::time::sleep(Duration::from_secs(30)).await;
             Ok::<_, std::convert::Infallible>(())
         }));
@@ -200,7 +200,7 @@ async fn a_holder_paused_past_its_ttl_cannot_touch_the_next_holders_lock() {
                 .await
                 .unwrap()
             {
-                Acquisition::Acquired(fence) => Some(fence),
+                Acquisition::Acquired(fence) => fence,
                 Acquisition::Held { .. } => None,
             }
         },

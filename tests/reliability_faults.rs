@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use redefer::queue::{DelayQueue, Due, JobId, QueueError, QueueStats};
 use redefer::strategy::FailFast;
-use redefer::{Backoff, LockLayer, RedisStore, Scheduler, SchedulerOptions, StoreError};
+use redefer::{
+    Backoff, Fencing, LockLayer, RedisStore, Scheduler, SchedulerOptions, StoreError, current_lock,
+};
 use tokio::sync::oneshot;
 use tower::{Layer, service_fn};
 
@@ -133,6 +135,49 @@ async fn queued_work_drains_behind_locks_when_redis_is_full(kind: Server) {
     assert_eq!(handled.load(Ordering::Relaxed) as u64, pushed);
     // Room is back: pushes work again.
     queue.push(&(0, padding), Duration::ZERO).await.unwrap();
+}
+
+/// A full Redis (noeviction) refuses a plain `SET`: the lock's acquire by `SET NX` falls back
+/// to the script, which may write when full, with fencing on and off.
+async fn locks_are_taken_on_a_full_redis(kind: Server) {
+    let server = RedisServer::start_with_of(
+        kind,
+        &[
+            "--save",
+            "",
+            "--maxmemory",
+            "2mb",
+            "--maxmemory-policy",
+            "noeviction",
+        ],
+    );
+    let store = server.store().await;
+    let filler = DelayQueue::<String, _>::new(store.clone(), "filler").unwrap();
+    let padding = "x".repeat(1000);
+    while filler.push(&padding, Duration::ZERO).await.is_ok() {}
+    let mut conn = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let refused: Result<(), ::redis::RedisError> = ::redis::cmd("SET")
+        .arg("probe")
+        .arg("x")
+        .query_async(&mut conn)
+        .await;
+    assert!(refused.is_err(), "Redis is full: a plain SET is refused");
+    for fencing in [Fencing::On, Fencing::Off] {
+        let service = LockLayer::new(store.clone(), |order: &u64| Some(format!("order:{order}")))
+            .fencing(fencing)
+            .layer(service_fn(|_: u64| async {
+                Ok::<_, std::convert::Infallible>(current_lock().map(|lock| lock.fence.is_some()))
+            }));
+        for order in 0..3 {
+            let outcome = tower::ServiceExt::oneshot(service.clone(), order).await;
+            let fenced = outcome.expect("locked on a full Redis").done().flatten();
+            assert_eq!(fenced, Some(fencing == Fencing::On), "{fencing:?}");
+        }
+    }
 }
 
 async fn an_in_flight_entry_with_an_infinite_deadline_is_recovered(kind: Server) {
@@ -295,6 +340,7 @@ async fn an_evicting_redis_is_refused_when_asked_and_accepted_with_an_error_log_
 for_each_server!(
     an_entry_with_an_empty_id_is_buried_alone_and_the_rest_of_the_batch_is_delivered,
     queued_work_drains_behind_locks_when_redis_is_full,
+    locks_are_taken_on_a_full_redis,
     an_in_flight_entry_with_an_infinite_deadline_is_recovered,
     a_handler_that_returned_is_settled_when_the_grace_runs_out_during_its_release,
     a_push_without_a_reply_is_unconfirmed_and_a_retry_with_its_id_is_safe,

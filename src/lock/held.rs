@@ -16,7 +16,8 @@ pub struct HeldLock {
     pub key: LockKey,
     /// Strictly greater than the token of every earlier holder of the key. Pass it to the
     /// systems the handler writes to, so they can reject writes from a holder that lost the lock.
-    pub fence: FencingToken,
+    /// `None` when the layer runs with [`Fencing::Off`](crate::Fencing::Off).
+    pub fence: Option<FencingToken>,
 }
 
 /// The lock the current handler runs under, when called from inside a
@@ -32,7 +33,8 @@ pub struct HeldLock {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let handler = service_fn(|order: u64| async move {
 ///     let lock = current_lock().expect("runs under the lock");
-///     Ok::<_, Infallible>(format!("order {order} under fence {}", lock.fence))
+///     let fence = lock.fence.expect("fencing is on by default");
+///     Ok::<_, Infallible>(format!("order {order} under fence {fence}"))
 /// });
 /// let service = LockLayer::new(MemoryStore::new(), |order: &u64| Some(format!("order:{order}")))
 ///     .layer(handler);

@@ -14,5 +14,5 @@ pub use self::handoffs::Handoffs;
 pub(crate) use self::held::run_holding;
 pub use self::held::{HeldLock, current_lock};
 pub use self::store::{Acquisition, LockStore};
-pub use self::token::{FencingToken, LockToken};
+pub use self::token::{Fencing, FencingToken, LockToken};
 pub use self::waiter::Waiter;

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{FencingToken, Handoffs, LockToken, Waiter};
+use super::{Fencing, FencingToken, Handoffs, LockToken, Waiter};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::store::Sealed;
@@ -11,8 +11,9 @@ use crate::store::Sealed;
 /// What an acquisition attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquisition {
-    /// The lock is ours, with the fencing token of this holding.
-    Acquired(FencingToken),
+    /// The lock is ours, with the fencing token of this holding (`None` when acquired with
+    /// [`Fencing::Off`]).
+    Acquired(Option<FencingToken>),
     /// Another holder has the lock, or it is reserved for the first in line, or others are in
     /// line first.
     Held {
@@ -33,9 +34,10 @@ pub enum Acquisition {
 /// Implementations keep these semantics, which the conformance tests pin for every store:
 /// - `try_acquire` succeeds only when no one holds the key and nobody is in line (or the
 ///   caller is first in line, or the key is reserved for it), or when the key already holds
-///   `token` (a re-sent command after a lost reply counts as acquired, with the same fencing
-///   token as the first reply);
-/// - fencing tokens strictly increase across the holders of one key;
+///   `token` (a re-sent command after a lost reply counts as acquired, with a fencing token no
+///   lower than the first reply's);
+/// - fencing tokens strictly increase across the holders of one key (with gaps: a store may
+///   count acquires that found the key taken);
 /// - `extend` and `release` act only while the key holds `token`, and say whether it did;
 /// - a release with waiters in line reserves the key for the first of them, for the store's
 ///   reservation time, makes its job due at once (a job waiter) and announces it on
@@ -52,17 +54,18 @@ pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
         token: LockToken,
         ttl: Duration,
     ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
-        self.try_acquire_in_line(key, token, ttl, None)
+        self.try_acquire_in_line(key, token, ttl, None, Fencing::On)
     }
 
     /// Takes the lock for `ttl` as `waiter`, if given: when it is first in line, or the key is
-    /// reserved for it; it then leaves the line.
+    /// reserved for it; it then leaves the line. With [`Fencing::Off`], no fencing token.
     fn try_acquire_in_line(
         &self,
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
         waiter: Option<&Waiter>,
+        fencing: Fencing,
     ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send;
 
     /// Resets the lock's TTL to `ttl` if `token` still holds it; `false` if it does not.

@@ -54,6 +54,24 @@ impl redis::ToRedisArgs for LockToken {
 #[serde(transparent)]
 pub struct FencingToken(pub u64);
 
+/// Whether a lock hands out [`FencingToken`]s: on by default.
+///
+/// Off, an uncontended acquire is one plain `SET key token NX PX ttl` (and an `EXISTS` of the
+/// key's line in the same round trip) instead of a transaction that also counts the token;
+/// handlers then get no token ([`HeldLock::fence`](crate::HeldLock::fence) is `None`). What
+/// that costs in safety: a holder paused past its TTL (a GC pause, a stalled VM) can wake up
+/// and finish writes after the next holder started, and the systems it writes to cannot tell.
+/// Leave it on unless every write under the lock is itself conditional, or idempotent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fencing {
+    /// Every holding gets a fencing token, strictly greater than every earlier holder's.
+    #[default]
+    On,
+    /// No fencing tokens: the cheapest acquire.
+    Off,
+}
+
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)

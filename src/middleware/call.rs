@@ -14,7 +14,7 @@ use tracing::Instrument;
 use super::{Error, Outcome};
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, Waiter, run_holding,
+    Acquisition, Fencing, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, Waiter, run_holding,
 };
 use crate::metric_names;
 use crate::renewal::{lease_granted, renew_until_lost, while_valid};
@@ -28,6 +28,7 @@ pub(super) struct Shared<St, X, Strat> {
     pub(super) extractor: X,
     pub(super) strategy: Strat,
     pub(super) ttl: Duration,
+    pub(super) fencing: Fencing,
 }
 
 /// The whole locked call. The lock is released on success, inner error and panic before the
@@ -58,7 +59,7 @@ where
             let me = line.place.as_ref().or(job_waiter.as_ref());
             let acquisition = shared
                 .store
-                .try_acquire_in_line(&key, token, shared.ttl, me)
+                .try_acquire_in_line(&key, token, shared.ttl, me, shared.fencing)
                 .await;
             let (remaining, ahead, typical_hold, reserved) = match acquisition {
                 Ok(Acquisition::Acquired(fence)) => break (fence, sent),
@@ -145,7 +146,9 @@ where
                 }
             }
         };
-        tracing::Span::current().record("fence", fence.0);
+        if let Some(fence) = fence {
+            tracing::Span::current().record("fence", fence.0);
+        }
         tracing::debug!(attempt, "lock acquired");
         ::metrics::counter!(metric_names::LOCK_ACQUIRED).increment(1);
 

@@ -7,6 +7,7 @@ use tower::Layer;
 
 use super::LockService;
 use super::call::Shared;
+use crate::lock::Fencing;
 use crate::strategy::FailFast;
 
 /// The default lock TTL: long enough for most handlers without renewal, short enough that a
@@ -43,6 +44,7 @@ pub struct LockLayer<St, X, Strat = FailFast> {
     extractor: X,
     strategy: Strat,
     ttl: Duration,
+    fencing: Fencing,
 }
 
 impl<St, X> LockLayer<St, X, FailFast> {
@@ -54,6 +56,7 @@ impl<St, X> LockLayer<St, X, FailFast> {
             extractor,
             strategy: FailFast,
             ttl: DEFAULT_TTL,
+            fencing: Fencing::On,
         }
     }
 }
@@ -74,6 +77,27 @@ impl<St, X, Strat> LockLayer<St, X, Strat> {
         self
     }
 
+    /// Whether handlers get a [fencing token](crate::FencingToken) (on by default). Off, an
+    /// uncontended acquire is a plain `SET NX PX`, the cheapest there is; see [`Fencing`] for
+    /// what that costs in safety.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use redefer::{current_lock, Fencing, LockLayer, MemoryStore};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let service = LockLayer::new(MemoryStore::new(), |id: &u64| Some(format!("doc:{id}")))
+    ///     .fencing(Fencing::Off)
+    ///     .layer(service_fn(|_: u64| async { Ok::<_, Infallible>(current_lock().unwrap().fence) }));
+    /// assert_eq!(service.oneshot(7).await.unwrap().done(), Some(None));
+    /// # }
+    /// ```
+    pub fn fencing(mut self, fencing: Fencing) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
     /// What a request does when its lock is held.
     pub fn on_conflict<Strat2>(self, strategy: Strat2) -> LockLayer<St, X, Strat2> {
         LockLayer {
@@ -81,6 +105,7 @@ impl<St, X, Strat> LockLayer<St, X, Strat> {
             extractor: self.extractor,
             strategy,
             ttl: self.ttl,
+            fencing: self.fencing,
         }
     }
 }
@@ -101,6 +126,7 @@ where
                 extractor: self.extractor.clone(),
                 strategy: self.strategy.clone(),
                 ttl: self.ttl,
+                fencing: self.fencing,
             }),
         )
     }

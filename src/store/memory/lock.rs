@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, FencingToken, Handoffs, LockStore, LockToken, Waiter};
+use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LockStore, LockToken, Waiter};
 use crate::metric_names;
 use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_expired};
 
@@ -190,7 +190,10 @@ impl LockStore for MemoryStore {
         token: LockToken,
         ttl: Duration,
         waiter: Option<&Waiter>,
+        fencing: Fencing,
     ) -> Result<Acquisition, StoreError> {
+        // The counter moves either way (it is free here); the token is handed out only when asked.
+        let fenced = |fence: FencingToken| (fencing == Fencing::On).then_some(fence);
         let mut handed = Handed::default();
         let acquisition = self.with_locks(|state, now, reservation| {
             match state.live(key, now) {
@@ -204,7 +207,7 @@ impl LockStore for MemoryStore {
                     }
                     // A re-sent acquire: the lock is already ours.
                     *expires = now + ttl;
-                    return Acquisition::Acquired(*fence);
+                    return Acquisition::Acquired(fenced(*fence));
                 }
                 Some(Holding {
                     holder: Holder::Reserved(for_whom, since),
@@ -227,7 +230,7 @@ impl LockStore for MemoryStore {
                     }
                 }
             }
-            Acquisition::Acquired(state.take(key, token, ttl, now, waiter))
+            Acquisition::Acquired(fenced(state.take(key, token, ttl, now, waiter)))
         });
         reservation_expired(key, handed.dropped.as_ref());
         hand_over(self, key, handed.reserved).await;

@@ -10,7 +10,7 @@ use super::keys::LockKeys;
 use super::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, QUEUE_PROMOTE};
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, FencingToken, Handoffs, LockStore, LockToken, Waiter};
+use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LockStore, LockToken, Waiter};
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
 use crate::store::handover::{HandOver, Promotion, hand_over, hand_over_with_runner_up, reservation_expired};
@@ -64,6 +64,57 @@ where
         invocation
     }
 
+    /// The common acquire, without a script: `SET key token NX PX ttl` and an `EXISTS` of the
+    /// key's line in one round trip, in a `MULTI`/`EXEC` with the fence's `INCR` when fencing
+    /// (the token must come from the same atomic step as the lock, or an older holder could
+    /// get a higher one). `Some` with the fence when the lock is ours; `None` when the key is
+    /// taken, which the acquire script settles (a re-sent acquire finding its own token, the
+    /// line, the reservation). A lock taken while others were in line (their holder's TTL ran
+    /// out) is theirs: it is given back, handed to the first of them, and `None` returned.
+    async fn acquire_by_set(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        fencing: Fencing,
+    ) -> Result<Option<Option<FencingToken>>, StoreError> {
+        let keys = LockKeys::new(&self.prefix, key);
+        let mut pipe = redis::pipe();
+        if fencing == Fencing::On {
+            pipe.atomic();
+        }
+        pipe.cmd("SET")
+            .arg(&keys.lock)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_millis(ttl))
+            .cmd("EXISTS")
+            .arg(&keys.waiters);
+        if fencing == Fencing::On {
+            pipe.cmd("INCR").arg(&keys.fence);
+        }
+        let reply: Vec<redis::Value> = pipe.query_async(&mut self.conn.clone()).await?;
+        let (set, in_line, fence) = match reply.as_slice() {
+            [set, in_line, rest @ ..] if rest.len() <= 1 => (set, in_line, rest.first()),
+            _ => return Err(StoreError::Protocol(format!("SET NX answered {reply:?}"))),
+        };
+        if matches!(set, redis::Value::Nil) {
+            return Ok(None);
+        }
+        let in_line: bool =
+            redis::from_redis_value_ref(in_line).map_err(|error| StoreError::Redis(error.into()))?;
+        if in_line {
+            self.release(key, token).await?;
+            return Ok(None);
+        }
+        let fence = fence
+            .map(|fence| redis::from_redis_value_ref::<u64>(fence).map(FencingToken))
+            .transpose()
+            .map_err(|error| StoreError::Redis(error.into()))?;
+        Ok(Some(fence))
+    }
+
     /// With [`wait_for_replicas`](RedisStore::wait_for_replicas): waits for the replicas, and
     /// gives the lock back when too few acknowledged it.
     async fn await_replicas(&self, key: &LockKey, token: LockToken) -> Result<(), StoreError> {
@@ -93,7 +144,21 @@ where
         token: LockToken,
         ttl: Duration,
         waiter: Option<&Waiter>,
+        fencing: Fencing,
     ) -> Result<Acquisition, StoreError> {
+        // A waiter's acquire goes to the script, which knows its place in line.
+        if waiter.is_none() {
+            match self.acquire_by_set(key, token, ttl, fencing).await {
+                Ok(Some(fence)) => {
+                    self.await_replicas(key, token).await?;
+                    return Ok(Acquisition::Acquired(fence));
+                }
+                Ok(None) => {}
+                // Refused (a full Redis refuses a plain SET; the script may write) or lost on
+                // the way: the script decides, and finds our token should the SET have landed.
+                Err(error) => tracing::debug!(%key, %error, "acquire by SET failed; acquiring by script"),
+            }
+        }
         let reply: Vec<redis::Value> = self
             .lock_script(&LOCK_ACQUIRE, key)
             .arg(token)
@@ -110,7 +175,9 @@ where
                     metric_names::handoff_taken(waited);
                 }
                 self.await_replicas(key, token).await?;
-                Ok(Acquisition::Acquired(FencingToken(fence)))
+                Ok(Acquisition::Acquired(
+                    (fencing == Fencing::On).then_some(FencingToken(fence)),
+                ))
             }
             (0, Some((hold, handed, dropped, reserved))) => {
                 reservation_expired(key, Waiter::from_stored(dropped).as_ref());

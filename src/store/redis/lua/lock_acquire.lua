@@ -18,8 +18,9 @@ if redis.call('SET', LOCK, token, 'NX', 'PX', ttl) then
 end
 local current = redis.call('GET', LOCK)
 if current == token then
-  -- A re-sent acquire whose first reply was lost: the lock is already ours, and nobody can
-  -- have moved the counter since we took it.
+  -- A re-sent acquire whose first reply was lost: the lock is already ours. The counter may
+  -- have moved since we took it (acquires by SET count even when the key was taken), but
+  -- no other holder can have taken a token since: the next holder's is still higher.
   redis.call('PEXPIRE', LOCK, ttl)
   return {1, tonumber(redis.call('GET', FENCE)) or 0, -1}
 end
