@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tower::{Layer, ServiceExt, service_fn};
 
 use crate::Size;
-use crate::report::{Table, ms, percentile};
+use crate::report::{Table, median, ms, percentile, spread};
 use crate::support::RedisServer;
 
 const HOLD: Duration = Duration::from_millis(300);
@@ -271,16 +271,6 @@ fn measure(log: &Mutex<Log>, released: Instant, redeferrals: f64) -> Round {
 
 /// A table row: each figure's median over the rounds, with its range.
 fn cells(label: &str, rounds: &mut [Round]) -> Vec<String> {
-    let spread = |values: Vec<f64>, show: &dyn Fn(f64) -> String| {
-        let mut values = values;
-        values.sort_by(f64::total_cmp);
-        match (values.first(), values.get(values.len() / 2), values.last()) {
-            (Some(min), Some(median), Some(max)) => {
-                format!("{} [{}–{}]", show(*median), show(*min), show(*max))
-            }
-            _ => "-".to_string(),
-        }
-    };
     let mut p = |q: f64| -> Vec<f64> {
         rounds
             .iter_mut()
@@ -288,24 +278,27 @@ fn cells(label: &str, rounds: &mut [Round]) -> Vec<String> {
             .collect()
     };
     let as_ms = |v: f64| ms(Duration::from_secs_f64(v / 1000.0));
-    let median_error = |round: &Round| {
-        let mut errors = round.estimate_errors.clone();
-        errors.sort_by(f64::total_cmp);
-        errors.get(errors.len() / 2).copied().unwrap_or(f64::NAN)
-    };
+    let median_error = |round: &Round| median(&round.estimate_errors);
     let (p50, p99) = (p(0.5), p(0.99));
     vec![
         label.to_string(),
-        spread(p50, &as_ms),
-        spread(p99, &as_ms),
-        spread(rounds.iter().map(|r| r.redeferrals_per_request).collect(), &|v| {
-            format!("{v:.2}")
-        }),
+        spread(&p50, as_ms),
+        spread(&p99, as_ms),
         spread(
-            rounds.iter().map(|r| r.throughput_vs_ideal * 100.0).collect(),
-            &|v| format!("{v:.0} %"),
+            &rounds
+                .iter()
+                .map(|r| r.redeferrals_per_request)
+                .collect::<Vec<_>>(),
+            |v| format!("{v:.2}"),
         ),
-        spread(rounds.iter().map(median_error).collect(), &|v| {
+        spread(
+            &rounds
+                .iter()
+                .map(|r| r.throughput_vs_ideal * 100.0)
+                .collect::<Vec<_>>(),
+            |v| format!("{v:.0} %"),
+        ),
+        spread(&rounds.iter().map(median_error).collect::<Vec<_>>(), |v| {
             format!("{:.0} %", v * 100.0)
         }),
     ]

@@ -1,71 +1,61 @@
-//! Scenario 1: the lock layer, uncontended, against a bare redis-rs loop issuing the same two
-//! commands and against redis-benchmark.
+//! Scenario 1: the lock layer, uncontended, fencing on and off, against a bare redis-rs loop
+//! issuing `SET NX PX` and a token-checked release: interleaved rounds, ratios per round.
 
 use std::convert::Infallible;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use redefer::lock::{Acquisition, LockStore};
-use redefer::{LockKey, LockLayer, LockToken, RedisStore};
+use redefer::{Fencing, LockKey, LockLayer, LockToken, RedisStore};
 use tower::{Layer, ServiceExt, service_fn};
 
 use crate::Size;
-use crate::redis_info;
-use crate::report::{Table, per_s, rate, ratio};
+use crate::report::{Table, rate, spread};
 use crate::support::RedisServer;
 
 const RELEASE: &str = include_str!("bare_release.lua");
 
 pub async fn run(server: &RedisServer, size: Size) {
     let store = server.store().await;
+    let rounds = size.pick(5, 1);
     let mut table = Table::new(
-        "Lock layer, uncontended: requests/s through LockService with a no-op handler",
+        &format!(
+            "Lock layer, uncontended: requests/s through LockService with a no-op handler; median [min–max] over {rounds} interleaved rounds"
+        ),
         &[
             "concurrency",
-            "LockService",
-            "store calls alone (acquire script, release script)",
+            "LockService, fencing on",
+            "LockService, fencing off",
             "bare redis-rs loop (SET NX PX, EVALSHA release)",
-            "redis-benchmark, same two commands",
-            "LockService / bare loop",
+            "fencing on / bare",
+            "fencing off / bare",
         ],
     );
-    let mut server_time = None;
     for concurrency in [1usize, 64] {
-        let requests = size.pick(if concurrency == 1 { 20_000 } else { 100_000 }, 640);
-        let layer = layer_rate(&store, concurrency, requests).await;
-        redis_info::reset(server).await;
-        let calls = store_rate(&store, concurrency, requests).await;
-        let scripts = redis_info::commandstat(server, "evalsha", "usec_per_call").await;
-        redis_info::reset(server).await;
-        let bare = bare_rate(&store, concurrency, requests).await;
-        let (set, release) = (
-            redis_info::commandstat(server, "set", "usec_per_call").await,
-            redis_info::commandstat(server, "evalsha", "usec_per_call").await,
-        );
-        // The store phase ran acquire and release scripts in equal numbers.
-        server_time.get_or_insert((2.0 * scripts - release, release, set));
-        let benchmark = redis_benchmark_pair(server, concurrency, requests).await;
+        let requests = size.pick(if concurrency == 1 { 5_000 } else { 30_000 }, 640);
+        let (mut on, mut off, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            on.push(layer_rate(&store, Fencing::On, concurrency, requests).await);
+            off.push(layer_rate(&store, Fencing::Off, concurrency, requests).await);
+            bare.push(bare_rate(&store, concurrency, requests).await);
+        }
+        let ratios = |layer: &[f64]| -> Vec<f64> { layer.iter().zip(&bare).map(|(l, b)| l / b).collect() };
+        let per_s = |v: f64| format!("{v:.0}/s");
+        let times = |v: f64| format!("{v:.2}x");
         table.row(vec![
             concurrency.to_string(),
-            per_s(layer),
-            per_s(calls),
-            per_s(bare),
-            per_s(benchmark),
-            ratio(layer, bare),
+            spread(&on, per_s),
+            spread(&off, per_s),
+            spread(&bare, per_s),
+            spread(&ratios(&on), times),
+            spread(&ratios(&off), times),
         ]);
     }
     table.print();
-    if let Some((acquire, release, set)) = server_time {
-        println!(
-            "\nServer time per call (INFO commandstats, concurrency 1): acquire script {acquire:.2} µs, \
-             release script {release:.2} µs, plain SET NX PX {set:.2} µs."
-        );
-    }
 }
 
 /// Each of `concurrency` tasks locks a key of its own, `requests / concurrency` times.
-async fn layer_rate(store: &RedisStore, concurrency: usize, requests: usize) -> f64 {
+async fn layer_rate(store: &RedisStore, fencing: Fencing, concurrency: usize, requests: usize) -> f64 {
     let service = LockLayer::new(store.clone(), |task: &usize| Some(format!("bench:{task}")))
+        .fencing(fencing)
         .layer(service_fn(|_: usize| async { Ok::<_, Infallible>(()) }));
     let per_task = requests / concurrency;
     let start = Instant::now();
@@ -76,33 +66,6 @@ async fn layer_rate(store: &RedisStore, concurrency: usize, requests: usize) -> 
                 for _ in 0..per_task {
                     let outcome = service.clone().oneshot(task).await.expect("uncontended lock");
                     assert!(outcome.done().is_some(), "uncontended: never deferred");
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("bench task");
-    }
-    rate(per_task * concurrency, start.elapsed())
-}
-
-/// The store's acquire and release with no middleware: the protocol's own cost.
-async fn store_rate(store: &RedisStore, concurrency: usize, requests: usize) -> f64 {
-    let per_task = requests / concurrency;
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|task| {
-            let store = store.clone();
-            let key = LockKey::new(format!("calls:{task}")).expect("valid key");
-            tokio::spawn(async move {
-                for _ in 0..per_task {
-                    let token = LockToken::random();
-                    let acquired = store
-                        .try_acquire(&key, token, Duration::from_secs(10))
-                        .await
-                        .expect("acquire");
-                    assert!(matches!(acquired, Acquisition::Acquired(_)), "uncontended");
-                    assert!(store.release(&key, token).await.expect("release"));
                 }
             })
         })
@@ -151,52 +114,4 @@ async fn bare_rate(store: &RedisStore, concurrency: usize, requests: usize) -> f
         task.await.expect("bench task");
     }
     rate(per_task * concurrency, start.elapsed())
-}
-
-/// redis-benchmark's rate for the pair: each command measured alone, combined as two round
-/// trips per request.
-async fn redis_benchmark_pair(server: &RedisServer, concurrency: usize, requests: usize) -> f64 {
-    let sha: String = server.cmd(redis::cmd("SCRIPT").arg("LOAD").arg(RELEASE)).await;
-    let set = redis_benchmark(
-        server,
-        concurrency,
-        requests,
-        &["SET", "rb:__rand_int__", "token", "NX", "PX", "10000"],
-    );
-    let evalsha = redis_benchmark(
-        server,
-        concurrency,
-        requests,
-        &["EVALSHA", &sha, "1", "rb:__rand_int__", "token"],
-    );
-    1.0 / (1.0 / set + 1.0 / evalsha)
-}
-
-/// Requests per second that `redis-benchmark` reports for one command.
-pub fn redis_benchmark(server: &RedisServer, concurrency: usize, requests: usize, command: &[&str]) -> f64 {
-    let output = Command::new("redis-benchmark")
-        .args([
-            "-p",
-            &server.port().to_string(),
-            "-c",
-            &concurrency.to_string(),
-            "-n",
-            &requests.to_string(),
-        ])
-        .args(["-r", "100000", "-q"])
-        .args(command)
-        .output()
-        .expect("redis-benchmark (it comes with redis-server)");
-    let text = String::from_utf8_lossy(&output.stdout);
-    // `-q` prints progress lines separated by '\r'; the last one has the result:
-    // "<command>: 12345.67 requests per second, p50=..."
-    let last = text
-        .split(['\r', '\n'])
-        .rfind(|l| l.contains("requests per second"))
-        .unwrap_or("");
-    last.split(": ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("cannot read redis-benchmark's output: {text:?}"))
 }

@@ -100,3 +100,23 @@ pub fn machine() {
     println!("- {}", output("rustc", &["--version"]));
     println!("- node {}", output("node", &["--version"]));
 }
+
+/// One figure measured over interleaved rounds: shown as its median and range.
+pub fn spread(values: &[f64], show: impl Fn(f64) -> String) -> String {
+    let mut values = values.to_vec();
+    values.sort_by(f64::total_cmp);
+    match (values.first(), values.get(values.len() / 2), values.last()) {
+        (Some(min), Some(median), Some(max)) if values.len() > 1 => {
+            format!("{} [{}–{}]", show(*median), show(*min), show(*max))
+        }
+        (Some(only), _, _) => show(*only),
+        _ => "-".to_string(),
+    }
+}
+
+/// The median of `values` (NaN when empty).
+pub fn median(values: &[f64]) -> f64 {
+    let mut values = values.to_vec();
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
