@@ -7,7 +7,8 @@
 //! cargo bench --bench scenarios -- --smoke         # seconds: keeps the scenarios working
 //! ```
 //!
-//! Each run starts its own `redis-server` on a free port (persistence off).
+//! Each run starts its own `redis-server` on a free port (persistence off), and runs every
+//! scenario again on `valkey-server` where Valkey is installed (see `tests/support`).
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -25,7 +26,7 @@ mod scale;
 
 use std::time::Duration;
 
-use support::RedisServer;
+use support::{RedisServer, Server};
 
 /// How big a run is: full, or a seconds-long smoke run.
 #[derive(Debug, Clone, Copy)]
@@ -57,8 +58,12 @@ const SCENARIOS: [&str; 8] = [
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(promotion::PRODUCER_COMMAND) {
-        return promotion::run_producer(&args[1..]);
+    // The bench binary re-executed as a process of a scenario.
+    match args.first().map(String::as_str) {
+        Some(promotion::PRODUCER_COMMAND) => return promotion::run_producer(&args[1..]),
+        Some(peer::WORKER_COMMAND) => return peer::run_worker(&args[1..]),
+        Some(peer::STEADY_COMMAND) => return peer::run_steady_producer(&args[1..]),
+        _ => {}
     }
     let size = Size {
         smoke: args.iter().any(|arg| arg == "--smoke"),
@@ -81,19 +86,26 @@ fn main() {
         .expect("tokio runtime");
     runtime.block_on(async {
         report::machine();
-        for scenario in chosen {
-            // A fresh server per scenario: one scenario's keys and memory do not weigh on the next.
-            let server = RedisServer::start();
-            match scenario {
-                "lock" => lock::run(&server, size).await,
-                "queue" => queue::run(&server, size).await,
-                "peer" => peer::run(&server, size).await,
-                "promotion" => promotion::run(&server, size).await,
-                "scale" => scale::run(&server, size).await,
-                "contention" => contention::run(&server, size).await,
-                "handoff" => handoff::run(&server, size).await,
-                "idle" => idle::run(&server, size).await,
-                _ => unreachable!("filtered against SCENARIOS"),
+        // Every scenario on each server: Redis, and Valkey where it is installed.
+        for server_kind in [Server::Redis, Server::Valkey] {
+            if !server_kind.available() {
+                continue;
+            }
+            println!("\n## On {}", report::server_version(server_kind));
+            for scenario in &chosen {
+                // A fresh server per scenario: one scenario's keys and memory do not weigh on the next.
+                let server = RedisServer::start_of(server_kind);
+                match *scenario {
+                    "lock" => lock::run(&server, size).await,
+                    "queue" => queue::run(&server, size).await,
+                    "peer" => peer::run(&server, size).await,
+                    "promotion" => promotion::run(&server, size).await,
+                    "scale" => scale::run(&server, size).await,
+                    "contention" => contention::run(&server, size).await,
+                    "handoff" => handoff::run(&server, size).await,
+                    "idle" => idle::run(&server, size).await,
+                    _ => unreachable!("filtered against SCENARIOS"),
+                }
             }
         }
     });

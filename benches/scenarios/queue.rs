@@ -13,99 +13,193 @@ use tower::{Layer, service_fn};
 
 use crate::Size;
 use crate::redis_info;
-use crate::report::{Table, per_s, rate, ratio};
+use crate::report::{Table, rate, spread};
 use crate::support::RedisServer;
 
 pub async fn run(server: &RedisServer, size: Size) {
     let store = server.store().await;
     let jobs = size.pick(20_000, 500);
+    let rounds = size.pick(5, 1);
+    push(&store, size, rounds).await;
+    drain(server, &store, jobs, rounds).await;
+}
 
-    let mut push = Table::new("Delay queue: push", &["producers", "jobs/s"]);
-    // Bulk: one producer, batches of 1,000 in one script call each, against one push per job.
-    for batch in [1usize, 1000] {
-        let queue = DelayQueue::<u64, _>::new(store.clone(), format!("bulk-{batch}")).expect("queue");
-        let items: Vec<u64> = (0..jobs as u64).collect();
-        let start = Instant::now();
-        for page in items.chunks(batch) {
-            queue
-                .push_many(page, Duration::from_secs(3600))
-                .await
-                .expect("bulk push");
+/// Push rates: bulk against one job per call, and one producer against 16.
+async fn push(store: &RedisStore, size: Size, rounds: usize) {
+    let jobs = size.pick(5_000, 200);
+    let setups: [(&str, usize, usize); 4] = [
+        ("1, push_many in batches of 1,000", 1000, 1),
+        ("1, push_many in batches of 1", 1, 1),
+        ("1, push", 0, 1),
+        ("16, push", 0, 16),
+    ];
+    let mut rates = vec![Vec::new(); setups.len()];
+    for round in 0..rounds {
+        for ((label, batch, producers), rates) in setups.iter().zip(&mut rates) {
+            let name = format!("push-{round}-{batch}-{producers}");
+            let queue = DelayQueue::<u64, _>::new(store.clone(), name).expect("queue");
+            // Bulk pushes carry more jobs: the same time per round at their rate.
+            let jobs = if *batch > 1 { jobs * 10 } else { jobs };
+            let start = Instant::now();
+            if *batch > 0 {
+                let items: Vec<u64> = (0..jobs as u64).collect();
+                for page in items.chunks(*batch) {
+                    queue
+                        .push_many(page, Duration::from_secs(3600))
+                        .await
+                        .expect("bulk push");
+                }
+            } else {
+                let tasks: Vec<_> = (0..*producers)
+                    .map(|_| {
+                        let queue = queue.clone();
+                        let each = jobs / producers;
+                        tokio::spawn(async move {
+                            for n in 0..each {
+                                queue
+                                    .push(&(n as u64), Duration::from_secs(3600))
+                                    .await
+                                    .expect("push");
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.expect("producer");
+                }
+            }
+            let _ = label;
+            rates.push(rate(jobs / producers * producers, start.elapsed()));
         }
-        push.row(vec![
-            format!("1, push_many in batches of {batch}"),
-            per_s(rate(jobs, start.elapsed())),
-        ]);
     }
-    for producers in [1usize, 16] {
-        let queue = DelayQueue::<u64, _>::new(store.clone(), format!("push-{producers}")).expect("queue");
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..producers)
-            .map(|p| {
-                let queue = queue.clone();
-                tokio::spawn(async move {
-                    for n in 0..jobs / producers {
-                        queue
-                            .push(&(n as u64), Duration::from_secs(3600))
-                            .await
-                            .expect("push");
-                    }
-                    let _ = p;
-                })
-            })
+    let mut table = Table::new(
+        &format!("Delay queue: push; median [min–max] over {rounds} interleaved rounds"),
+        &["producers", "jobs/s", "vs one push per call, per round"],
+    );
+    for ((label, _, _), rates_of) in setups.iter().zip(&rates) {
+        let versus: Vec<f64> = rates_of
+            .iter()
+            .zip(&rates[2])
+            .map(|(r, single)| r / single)
             .collect();
-        for task in tasks {
-            task.await.expect("producer");
-        }
-        push.row(vec![
-            producers.to_string(),
-            per_s(rate(jobs / producers * producers, start.elapsed())),
+        table.row(vec![
+            label.to_string(),
+            spread(rates_of, |v| format!("{v:.0}/s")),
+            spread(&versus, |v| format!("{v:.2}x")),
         ]);
     }
-    push.print();
+    table.print();
+}
 
-    redis_info::reset(server).await;
-    let (baseline, round_trips, wasted) = seeds_baseline(&store, jobs, 4).await;
-    let seeds_cpu = (redis_info::commandstat(server, "zrangebyscore", "usec").await
-        + redis_info::commandstat(server, "zrem", "usec").await)
-        / jobs as f64;
-    let mut drain = Table::new(
-        &format!("Delay queue: claim + ack of {jobs} due jobs, no-op handler"),
+/// Claim + ack of stored due jobs by redefer's schedulers, against the seeds' consumers, with
+/// the server's own accounting of its time per job; and the server's time per job of the
+/// cheapest queue there is, `ZADD` then `ZPOPMIN`, for scale.
+async fn drain(server: &RedisServer, store: &RedisStore, jobs: usize, rounds: usize) {
+    #[derive(Default, Clone)]
+    struct Figures {
+        rate: Vec<f64>,
+        round_trips: Vec<f64>,
+        server_us: Vec<f64>,
+    }
+    let mut seeds = Figures::default();
+    let mut ours = [Figures::default(), Figures::default()];
+    let mut plain = Vec::new();
+    for round in 0..rounds {
+        redis_info::reset(server).await;
+        let (baseline, round_trips, _wasted) =
+            seeds_baseline(store, &format!("seeds-{round}"), jobs, 4).await;
+        seeds.rate.push(baseline);
+        seeds.round_trips.push(round_trips as f64 / jobs as f64);
+        seeds.server_us.push(
+            (redis_info::commandstat(server, "zrangebyscore", "usec").await
+                + redis_info::commandstat(server, "zrem", "usec").await)
+                / jobs as f64,
+        );
+        for (figures, schedulers) in ours.iter_mut().zip([1usize, 4]) {
+            let (rate, scripts, usec) = drain_with_schedulers(
+                server,
+                store,
+                &format!("drain-{round}-{schedulers}"),
+                jobs,
+                schedulers,
+            )
+            .await;
+            figures.rate.push(rate);
+            figures.round_trips.push(scripts as f64 / jobs as f64);
+            figures.server_us.push(usec / jobs as f64);
+        }
+        plain.push(plain_pair_us(server, store, jobs).await);
+    }
+    let mut table = Table::new(
+        &format!(
+            "Delay queue: claim + ack of {jobs} due jobs, no-op handler; median [min–max] over {rounds} interleaved rounds"
+        ),
         &[
             "consumer",
             "jobs/s",
             "round trips per job",
-            "wasted round trips",
-            "Redis CPU per job",
-            "vs seeds' algorithm",
+            "Redis time per job",
+            "vs seeds' algorithm, per round",
         ],
     );
-    drain.row(vec![
-        "seeds' algorithm, 4 consumers".into(),
-        per_s(baseline),
-        format!("{:.2}", round_trips as f64 / jobs as f64),
-        wasted.to_string(),
-        format!("{seeds_cpu:.1} µs"),
-        "1.00x".into(),
-    ]);
-    for schedulers in [1usize, 4] {
-        let (jobs_per_s, round_trips, cpu) = drain_with_schedulers(server, &store, jobs, schedulers).await;
-        drain.row(vec![
-            format!("redefer, {schedulers} scheduler(s) of 64 slots"),
-            per_s(jobs_per_s),
-            format!("{:.2}", round_trips as f64 / jobs as f64),
-            "0".into(),
-            format!("{:.1} µs", cpu / jobs as f64),
-            ratio(jobs_per_s, baseline),
+    let us = |v: f64| format!("{v:.1} µs");
+    let two = |v: f64| format!("{v:.2}");
+    for (label, figures) in [
+        ("seeds' algorithm, 4 consumers", &seeds),
+        ("redefer, 1 scheduler of 64 slots", &ours[0]),
+        ("redefer, 4 schedulers of 64 slots", &ours[1]),
+    ] {
+        let versus: Vec<f64> = figures.rate.iter().zip(&seeds.rate).map(|(r, s)| r / s).collect();
+        table.row(vec![
+            label.into(),
+            spread(&figures.rate, |v| format!("{v:.0}/s")),
+            spread(&figures.round_trips, two),
+            spread(&figures.server_us, us),
+            spread(&versus, |v| format!("{v:.2}x")),
         ]);
     }
-    drain.print();
+    table.print();
+    let versus: Vec<f64> = ours[0].server_us.iter().zip(&plain).map(|(o, p)| o / p).collect();
+    println!(
+        "\nRedis time per job of a plain `ZADD` + `ZPOPMIN` pair in the same rounds: {}; redefer's claim + ack (1 scheduler) per job is {} of it.",
+        spread(&plain, us),
+        spread(&versus, |v| format!("{v:.1}x")),
+    );
+}
+
+/// The server's µs per job for a plain `ZADD` of each job, then a `ZPOPMIN` of each, pipelined.
+async fn plain_pair_us(server: &RedisServer, store: &RedisStore, jobs: usize) -> f64 {
+    let key = format!("{}:plain:zset", store.prefix().as_str());
+    let mut conn = store.connection();
+    redis_info::reset(server).await;
+    for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for n in chunk {
+            pipe.zadd(&key, format!("{n:032x}"), 0).ignore();
+        }
+        let () = pipe.query_async(&mut conn).await.expect("ZADD");
+    }
+    for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for _ in chunk {
+            pipe.cmd("ZPOPMIN").arg(&key).ignore();
+        }
+        let () = pipe.query_async(&mut conn).await.expect("ZPOPMIN");
+    }
+    (redis_info::commandstat(server, "zadd", "usec").await
+        + redis_info::commandstat(server, "zpopmin", "usec").await)
+        / jobs as f64
 }
 
 /// The seeds' consumer: read the first due member, then try to remove it; whoever removes it
 /// owns it. Returns jobs/s, round trips, and round trips wasted on a member another took.
-async fn seeds_baseline(store: &RedisStore, jobs: usize, consumers: usize) -> (f64, usize, usize) {
-    let key = format!("{}:seeds:delayed", store.prefix().as_str());
+async fn seeds_baseline(
+    store: &RedisStore,
+    name: &str,
+    jobs: usize,
+    consumers: usize,
+) -> (f64, usize, usize) {
+    let key = format!("{}:{name}:delayed", store.prefix().as_str());
     let mut conn = store.connection();
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
         let mut pipe = redis::pipe();
@@ -175,22 +269,14 @@ async fn seeds_baseline(store: &RedisStore, jobs: usize, consumers: usize) -> (f
 async fn drain_with_schedulers(
     server: &RedisServer,
     store: &RedisStore,
+    name: &str,
     jobs: usize,
     schedulers: usize,
 ) -> (f64, usize, f64) {
-    let queue = DelayQueue::<u64, _>::new(store.clone(), format!("drain-{schedulers}")).expect("queue");
-    let fill: Vec<_> = (0..16)
-        .map(|p| {
-            let queue = queue.clone();
-            tokio::spawn(async move {
-                for n in (p..jobs).step_by(16) {
-                    queue.push(&(n as u64), Duration::ZERO).await.expect("push");
-                }
-            })
-        })
-        .collect();
-    for task in fill {
-        task.await.expect("fill");
+    let queue = DelayQueue::<u64, _>::new(store.clone(), name).expect("queue");
+    let items: Vec<u64> = (0..jobs as u64).collect();
+    for page in items.chunks(1000) {
+        queue.push_many(page, Duration::ZERO).await.expect("push_many");
     }
     redis_info::reset(server).await;
     let handled = Arc::new(AtomicUsize::new(0));

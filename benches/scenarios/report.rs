@@ -1,6 +1,8 @@
 //! Tables, rates and percentiles.
 
 use std::process::Command;
+
+use crate::support::Server;
 use std::time::Duration;
 
 /// A markdown table, printed when complete.
@@ -45,10 +47,6 @@ pub fn per_s(rate: f64) -> String {
     format!("{rate:.0}/s")
 }
 
-pub fn ratio(value: f64, baseline: f64) -> String {
-    format!("{:.2}x", value / baseline)
-}
-
 pub fn ms(duration: Duration) -> String {
     format!("{:.2} ms", duration.as_secs_f64() * 1000.0)
 }
@@ -65,6 +63,25 @@ pub fn percentile(samples: &mut [Duration], q: f64) -> Duration {
     samples.sort_unstable();
     let at = ((samples.len() as f64 * q) as usize).min(samples.len() - 1);
     samples[at]
+}
+
+/// The server's name and version, from its `--version`.
+pub fn server_version(server: Server) -> String {
+    let (binary, name) = match server {
+        Server::Redis => ("redis-server".into(), "Redis"),
+        Server::Valkey => (server.binary().unwrap_or_default(), "Valkey"),
+    };
+    let version = Command::new(binary)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .find_map(|word| word.strip_prefix("v=").map(str::to_string))
+        })
+        .unwrap_or_else(|| "unknown".into());
+    format!("{name} {version}")
 }
 
 /// The machine and versions, once per run.
@@ -97,6 +114,9 @@ pub fn machine() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!("- {}", output("redis-server", &["--version"]));
+    if Server::Valkey.available() {
+        println!("- {}", server_version(Server::Valkey));
+    }
     println!("- {}", output("rustc", &["--version"]));
     println!("- node {}", output("node", &["--version"]));
 }

