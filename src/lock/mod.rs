@@ -5,6 +5,7 @@
 mod guard;
 mod handoffs;
 mod held;
+mod releasing;
 mod store;
 mod token;
 mod waiter;
@@ -13,6 +14,7 @@ pub(crate) use self::guard::ReleaseOnDrop;
 pub use self::handoffs::Handoffs;
 pub(crate) use self::held::run_holding;
 pub use self::held::{HeldLock, current_lock};
+pub(crate) use self::releasing::Releasing;
 pub use self::store::{Acquisition, LockStore};
 pub use self::token::{Fencing, FencingToken, LockToken};
 pub use self::waiter::Waiter;

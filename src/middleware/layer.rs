@@ -127,6 +127,7 @@ where
                 strategy: self.strategy.clone(),
                 ttl: self.ttl,
                 fencing: self.fencing,
+                releasing: Arc::default(),
             }),
         )
     }

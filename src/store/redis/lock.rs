@@ -7,7 +7,9 @@ use redis::{Script, ScriptInvocation};
 
 use super::RedisStore;
 use super::keys::LockKeys;
-use super::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, QUEUE_PROMOTE};
+use super::scripts::{
+    LOCK_ACQUIRE, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE, QUEUE_PROMOTE,
+};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LockStore, LockToken, Waiter};
@@ -209,10 +211,25 @@ where
         token: LockToken,
         held_for: Option<Duration>,
     ) -> Result<bool, StoreError> {
+        let keys = LockKeys::new(&self.prefix, key);
+        let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
+        let alone: i64 = LOCK_RELEASE_ALONE
+            .key(&keys.lock)
+            .key(&keys.holds)
+            .arg(token)
+            .arg(&held_ms)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match alone {
+            1 => return Ok(true),
+            0 => return Ok(false),
+            // Someone is in line: the release that hands the key over.
+            _ => {}
+        }
         let (released, handed, runner_up): (bool, String, String) = self
             .lock_script(&LOCK_RELEASE, key)
             .arg(token)
-            .arg(held_for.map(millis).map_or(String::new(), |ms| ms.to_string()))
+            .arg(held_ms)
             .invoke_async(&mut self.conn.clone())
             .await?;
         let (handed, runner_up) = (Waiter::from_stored(handed), Waiter::from_stored(runner_up));

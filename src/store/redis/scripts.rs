@@ -45,6 +45,9 @@ script!(LOCK_ACQUIRE, LOCK_PRELUDE, "lock_acquire.lua");
 script!(LOCK_EXTEND, LOCK_PRELUDE, "lock_extend.lua");
 script!(LOCK_RELEASE, LOCK_PRELUDE, "lock_release.lua");
 script!(LOCK_JOIN, LOCK_PRELUDE, "lock_join.lua");
+/// The release of a lock nobody waits for: two keys, no prelude (its cost is per key and argument).
+pub(super) static LOCK_RELEASE_ALONE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/lock_release_alone.lua")));
 script!(LOCK_LEAVE, LOCK_PRELUDE, "lock_leave.lua");
 script!(QUEUE_PUSH, QUEUE_PRELUDE, "queue_push.lua");
 script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
@@ -62,10 +65,11 @@ script!(QUEUE_PURGE, QUEUE_PRELUDE, "queue_purge.lua");
 script!(QUEUE_PROMOTE, QUEUE_PRELUDE, "queue_promote.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 19] = [
+static ALL: [&LazyLock<Script>; 20] = [
     &LOCK_ACQUIRE,
     &LOCK_EXTEND,
     &LOCK_RELEASE,
+    &LOCK_RELEASE_ALONE,
     &LOCK_JOIN,
     &LOCK_LEAVE,
     &QUEUE_PUSH,
@@ -104,10 +108,11 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 19] = [
+    const SCRIPTS: [(&str, &str); 20] = [
         ("lock_acquire", include_str!("lua/lock_acquire.lua")),
         ("lock_extend", include_str!("lua/lock_extend.lua")),
         ("lock_release", include_str!("lua/lock_release.lua")),
+        ("lock_release_alone", include_str!("lua/lock_release_alone.lua")),
         ("lock_join", include_str!("lua/lock_join.lua")),
         ("lock_leave", include_str!("lua/lock_leave.lua")),
         ("queue_promote", include_str!("lua/queue_promote.lua")),

@@ -17,7 +17,7 @@ if redis.call('SET', LOCK, token, 'NX', 'PX', ttl) then
   redis.call('DEL', LOCK)
 end
 local current = redis.call('GET', LOCK)
-if current == token then
+if current == token or current == token .. LINE_MARK then
   -- A re-sent acquire whose first reply was lost: the lock is already ours. The counter may
   -- have moved since we took it (acquires by SET count even when the key was taken), but
   -- no other holder can have taken a token since: the next holder's is still higher.
@@ -43,11 +43,16 @@ else
   local reserved = string.sub(current, 1, 1) == '@' and 1 or 0
   return {0, redis.call('PTTL', LOCK), ahead_of(waiter), hold, '', '', reserved}
 end
-redis.call('SET', LOCK, token, 'PX', ttl)
 if waiter ~= '' then
   redis.call('ZREM', WAITERS, waiter)
   if redis.call('GET', HANDOFF) == waiter then
     redis.call('DEL', HANDOFF)
   end
 end
+-- Others still in line behind us: the value says so, for the release.
+local value = token
+if redis.call('EXISTS', WAITERS) == 1 then
+  value = token .. LINE_MARK
+end
+redis.call('SET', LOCK, value, 'PX', ttl)
 return {1, redis.call('INCR', FENCE), waited}

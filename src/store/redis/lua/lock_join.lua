@@ -17,7 +17,11 @@ if not place then
 end
 redis.call('ZADD', WAITERS, 'NX', place, waiter)
 local reserved, dropped = '', ''
-if not redis.call('GET', LOCK) then
+local current = redis.call('GET', LOCK)
+if not current then
   reserved, dropped = hand_to_head(true)
+elseif string.sub(current, 1, 1) ~= '@' and string.sub(current, -#LINE_MARK) ~= LINE_MARK then
+  -- Held: its release must now hand it over.
+  redis.call('SET', LOCK, current .. LINE_MARK, 'KEEPTTL')
 end
 return {reserved, dropped, ahead_of(waiter)}

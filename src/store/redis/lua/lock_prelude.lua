@@ -4,7 +4,8 @@
 -- several scripts share.
 local LOCK, FENCE, WAITERS, HANDOFF, HOLDS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
--- LOCK     string: the holder's token (PX ttl), or '@' .. a waiter it is reserved for (PX)
+-- LOCK     string: the holder's token (PX ttl), the token .. LINE_MARK once someone is in line
+--          behind the holder, or '@' .. a waiter it is reserved for (PX)
 -- FENCE    counter: the last fencing token handed out
 -- WAITERS  zset: waiter -> arrival order; the line, first come first served
 -- HANDOFF  string: the waiter the key was last reserved for, until it takes it
@@ -14,6 +15,17 @@ local LOCK, FENCE, WAITERS, HANDOFF, HOLDS =
 -- reservation lasts: every lock script gets them in ARGV[1] and ARGV[2], its own arguments
 -- from ARGV[3].
 local WAKE, RESERVATION_MS = ARGV[1], ARGV[2]
+
+-- A holder's value gets this mark when someone joins the line behind it: a release that finds
+-- the bare token knows, without looking, that nobody waits (src/store/redis/lock.rs releases
+-- it by DELIFEQ where the server has it), and one that finds the mark hands the key over.
+local LINE_MARK = '|w'
+
+-- Whether `token` holds the lock, marked or not.
+local function held_by(token)
+  local current = redis.call('GET', LOCK)
+  return current == token or current == token .. LINE_MARK
+end
 
 -- Hands the free key to the first in line: reserved for it for RESERVATION_MS, and the line
 -- hears who. With `drop_expired`, a first in line whose earlier reservation ran out unused

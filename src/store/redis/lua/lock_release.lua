@@ -3,17 +3,13 @@
 -- ARGV[3] the holder's token, ARGV[4] how long it held the lock in whole ms ('' unknown).
 -- Returns {1, waiter the key was handed to ('' none), the next in line after it ('' none)}
 -- when released, {0, '', ''} when the lock is gone or another holder's.
-if redis.call('GET', LOCK) ~= ARGV[3] then
+-- (Without a line, src/store/redis/lock.rs releases by lock_release_alone.lua or DELIFEQ.)
+if not held_by(ARGV[3]) then
   return {0, '', ''}
 end
 if ARGV[4] ~= '' then
   -- The key's last hold, for the Retry-After of callers that meet the lock: one write, no read.
   redis.call('SET', HOLDS, ARGV[4], 'PX', 3600000)
-end
-if redis.call('EXISTS', WAITERS) == 0 then
-  -- Nobody in line (and so no reservation pending): the common case, in the fewest calls.
-  redis.call('DEL', LOCK)
-  return {1, '', ''}
 end
 local reserved = hand_to_head(false)
 if reserved == '' then

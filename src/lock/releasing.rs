@@ -1,0 +1,126 @@
+//! Releases on their way, by key: what keeps a stack's requests from meeting their own locks.
+//!
+//! A release is sent before the response returns and answered in the background; on one
+//! connection it reaches the server ahead of whatever the caller sends next. Not always: when
+//! the connection's queue is full the release goes out later, from its task. So an acquire
+//! that finds its key held first waits for the releases of the same stack still on their way
+//! for that key, then tries once more: a caller's request never meets the lock of its own
+//! finished one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use crate::key::LockKey;
+
+/// The releases of one stack that were sent and not yet answered.
+#[derive(Debug, Default)]
+pub(crate) struct Releasing {
+    by_key: Mutex<HashMap<LockKey, InFlight>>,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    count: usize,
+    done: Arc<Notify>,
+}
+
+impl Releasing {
+    /// Counts a release of `key` as on its way until the returned mark is dropped.
+    pub(crate) fn start(self: &Arc<Self>, key: &LockKey) -> ReleaseMark {
+        let mut by_key = self
+            .by_key
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        by_key
+            .entry(key.clone())
+            .or_insert_with(|| InFlight {
+                count: 0,
+                done: Arc::new(Notify::new()),
+            })
+            .count += 1;
+        ReleaseMark {
+            releasing: Arc::clone(self),
+            key: key.clone(),
+        }
+    }
+
+    /// Waits until no release of `key` is on its way; `true` if one was.
+    pub(crate) async fn settled(&self, key: &LockKey) -> bool {
+        let done = {
+            let by_key = self
+                .by_key
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match by_key.get(key) {
+                Some(in_flight) => Arc::clone(&in_flight.done),
+                None => return false,
+            }
+        };
+        let notified = done.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        // Settled between the look above and the registration: nothing to wait for.
+        let still = self
+            .by_key
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains_key(key);
+        if still {
+            notified.await;
+        }
+        true
+    }
+}
+
+/// A release on its way; dropped once it is answered (or given up).
+pub(crate) struct ReleaseMark {
+    releasing: Arc<Releasing>,
+    key: LockKey,
+}
+
+impl Drop for ReleaseMark {
+    fn drop(&mut self) {
+        let mut by_key = self
+            .releasing
+            .by_key
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(in_flight) = by_key.get_mut(&self.key) {
+            in_flight.count -= 1;
+            if in_flight.count == 0
+                && let Some(in_flight) = by_key.remove(&self.key)
+            {
+                in_flight.done.notify_waiters();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_acquire_waits_for_the_releases_of_its_key_only() {
+        let releasing = Arc::new(Releasing::default());
+        let (a, b) = (LockKey::new("a").unwrap(), LockKey::new("b").unwrap());
+        assert!(!releasing.settled(&a).await, "nothing on its way");
+        let first = releasing.start(&a);
+        let second = releasing.start(&a);
+        assert!(
+            !releasing.settled(&b).await,
+            "another key's release is not waited for"
+        );
+        let waiting = tokio::spawn({
+            let releasing = Arc::clone(&releasing);
+            async move { releasing.settled(&a).await }
+        });
+        drop(first);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "one release still on its way");
+        drop(second);
+        assert!(waiting.await.unwrap());
+    }
+}
