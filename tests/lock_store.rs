@@ -164,3 +164,48 @@ for_each_store!(
     extend_keeps_a_lock_past_its_first_ttl,
     hostile_keys_do_not_collide,
 );
+
+/// The server's own conditional commands, where it has them.
+mod conditional {
+    use super::*;
+
+    /// Valkey 9 releases and extends a lock nobody waits for with its own DELIFEQ and SET IFEQ,
+    /// no script; Redis 7, which has neither, with the scripts. Either way the lock behaves the same.
+    async fn conditional_commands_release_and_extend_where_the_server_has_them(kind: crate::support::Server) {
+        let server = crate::support::RedisServer::start_of(kind);
+        let store = server.store().await;
+        let k = key("order:1");
+        let token = LockToken::random();
+        acquired(&store, &k, token, LONG).await.expect("acquired");
+        assert!(store.extend(&k, token, LONG).await.unwrap());
+        assert!(
+            !store.extend(&k, LockToken::random(), LONG).await.unwrap(),
+            "another token"
+        );
+        assert!(
+            !store.release(&k, LockToken::random()).await.unwrap(),
+            "another token"
+        );
+        assert!(store.release(&k, token).await.unwrap());
+        assert!(
+            acquired(&store, &k, LockToken::random(), LONG).await.is_some(),
+            "released"
+        );
+        let stats: String = server.cmd(::redis::cmd("INFO").arg("commandstats")).await;
+        let calls = |command: &str| {
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        match kind {
+            // One at connect (the probe), two releases.
+            crate::support::Server::Valkey => assert_eq!(calls("delifeq"), 3, "{stats}"),
+            crate::support::Server::Redis => assert_eq!(calls("delifeq"), 0, "{stats}"),
+        }
+    }
+
+    crate::support::for_each_server!(conditional_commands_release_and_extend_where_the_server_has_them);
+}

@@ -73,6 +73,12 @@ impl LockKeys {
     }
 }
 
+/// The key the store tries the server's conditional commands on when it connects; never
+/// written (the commands find it missing and do nothing).
+pub(crate) fn probe_key(prefix: &Prefix) -> String {
+    format!("{}:probe", prefix.as_str())
+}
+
 /// The start of every lock key under `prefix`, before its hash tag (`<prefix>:lock:`).
 pub(crate) fn lock_namespace(prefix: &Prefix) -> String {
     format!("{}:lock:", prefix.as_str())

@@ -196,6 +196,22 @@ where
     }
 
     async fn extend(&self, key: &LockKey, token: LockToken, ttl: Duration) -> Result<bool, StoreError> {
+        // The server's own SET IFEQ, where it has it: resets the TTL of the bare token. Not
+        // set (another holder, or the line mark): the script decides.
+        if self.conditional.set_ifeq {
+            let set: Option<String> = redis::cmd("SET")
+                .arg(LockKeys::new(&self.prefix, key).lock)
+                .arg(token)
+                .arg("IFEQ")
+                .arg(token)
+                .arg("PX")
+                .arg(ttl_millis(ttl))
+                .query_async(&mut self.conn.clone())
+                .await?;
+            if set.is_some() {
+                return Ok(true);
+            }
+        }
         let extended: bool = self
             .lock_script(&LOCK_EXTEND, key)
             .arg(token)
@@ -212,6 +228,18 @@ where
         held_for: Option<Duration>,
     ) -> Result<bool, StoreError> {
         let keys = LockKeys::new(&self.prefix, key);
+        // The server's own DELIFEQ, where it has it: deletes the bare token (nobody in line).
+        // A hold to report, another holder or a line mark: the scripts below.
+        if self.conditional.delifeq && held_for.is_none() {
+            let deleted: Result<i64, _> = redis::cmd("DELIFEQ")
+                .arg(&keys.lock)
+                .arg(token)
+                .query_async(&mut self.conn.clone())
+                .await;
+            if deleted? == 1 {
+                return Ok(true);
+            }
+        }
         let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
         let alone: i64 = LOCK_RELEASE_ALONE
             .key(&keys.lock)

@@ -1,6 +1,7 @@
 //! The Redis store: Lua scripts over any async redis-rs connection, single node or cluster.
 
 mod announcements;
+mod conditional;
 mod eviction;
 pub(crate) mod keys;
 mod lock;
@@ -19,6 +20,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use self::announcements::Announcements;
+use self::conditional::Conditional;
 use crate::error::{KeyError, StoreError};
 use crate::key::Prefix;
 use crate::store::DEFAULT_RESERVATION;
@@ -51,6 +53,8 @@ pub struct RedisStore<Conn = ConnectionManager> {
     /// The subscriber that tells waiting callers who a key was handed to, started on first use
     /// and shared by the store's clones.
     announcements: Arc<OnceLock<Option<Arc<Announcements>>>>,
+    /// The server's conditional commands, found when connecting.
+    conditional: Conditional,
 }
 
 impl<Conn> std::fmt::Debug for RedisStore<Conn> {
@@ -89,6 +93,7 @@ where
             replication: None,
             reservation: DEFAULT_RESERVATION,
             announcements: Arc::default(),
+            conditional: Conditional::default(),
         }
     }
 
@@ -290,7 +295,11 @@ impl RedisStoreBuilder {
         let mut conn = ConnectionManager::new_with_config(client.clone(), config).await?;
         eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
         scripts::load_all(&mut conn).await?;
-        Ok(RedisStore::new(conn).with_prefix(self.prefix).with_pubsub(client))
+        let conditional = Conditional::detect(&mut conn, &keys::probe_key(&self.prefix)).await;
+        Ok(RedisStore {
+            conditional,
+            ..RedisStore::new(conn).with_prefix(self.prefix).with_pubsub(client)
+        })
     }
 
     /// Connects to a Redis Cluster through any of its `nodes` (`redis://host:port` each); the
@@ -311,12 +320,16 @@ impl RedisStoreBuilder {
         // Any node's answer stands for the cluster's: the nodes of one cluster share a config.
         eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
         scripts::load_all(&mut conn).await?;
+        let conditional = Conditional::detect(&mut conn, &keys::probe_key(&self.prefix)).await;
         let pubsub = nodes
             .iter()
             .map(|node| redis::Client::open(*node))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(RedisStore::new(conn)
-            .with_prefix(self.prefix)
-            .with_pubsub_nodes(pubsub))
+        Ok(RedisStore {
+            conditional,
+            ..RedisStore::new(conn)
+                .with_prefix(self.prefix)
+                .with_pubsub_nodes(pubsub)
+        })
     }
 }
