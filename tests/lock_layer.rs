@@ -458,7 +458,8 @@ async fn the_release_is_on_the_connection_when_the_response_returns() {
 }
 
 /// A connection whose queue is often full (one slot) sends some releases only after the next
-/// acquire: a task's request must still never meet the lock of its own finished one.
+/// acquire: a task's request must still never meet the lock of its own finished one, whichever
+/// stack over the store sent it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_never_meets_the_lock_of_its_own_finished_one() {
     let server = support::RedisServer::start();
@@ -469,15 +470,16 @@ async fn a_request_never_meets_the_lock_of_its_own_finished_one() {
         .unwrap();
     let store =
         redefer::RedisStore::new(conn).with_prefix(redefer::Prefix::new(support::unique_prefix()).unwrap());
-    let service = LockLayer::new(store, |task: &u32| Some(format!("task:{task}")))
-        .ttl(LONG)
-        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
     let tasks: Vec<_> = (0..64)
         .map(|task| {
-            let service = service.clone();
+            let store = store.clone();
             tokio::spawn(async move {
                 for _ in 0..200 {
-                    let outcome = service.clone().oneshot(task).await;
+                    // A stack of its own each time: what the store knows, not the stack.
+                    let service = LockLayer::new(store.clone(), |task: &u32| Some(format!("task:{task}")))
+                        .ttl(LONG)
+                        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+                    let outcome = service.oneshot(task).await;
                     assert!(
                         matches!(outcome, Ok(Outcome::Done(()))),
                         "task {task}: {outcome:?}"

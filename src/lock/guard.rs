@@ -9,8 +9,7 @@ use crate::key::LockKey;
 use crate::lock::LockStore;
 use std::time::Duration;
 
-use crate::lock::{LockToken, Releasing, Waiter};
-use std::sync::Arc;
+use crate::lock::{LockToken, Waiter};
 
 /// Releases a lock that may be held when dropped while armed.
 ///
@@ -67,14 +66,10 @@ impl<St: LockStore> ReleaseOnDrop<St> {
     ///
     /// Nothing the caller gets depends on the answer: a release that fails leaves the lock to
     /// its TTL, which is all the caller could do about it.
-    ///
-    /// The release counts as on its way in `releasing` until it is answered.
-    pub(crate) fn release_after(&mut self, held_for: Option<Duration>, releasing: &Arc<Releasing>) {
+    pub(crate) fn release_after(&mut self, held_for: Option<Duration>) {
         self.armed = false;
         let (store, key, token) = (self.store.clone(), self.key.clone(), self.token);
-        let on_its_way = releasing.start(&key);
         send_then_detach(&self.key, async move {
-            let _on_its_way = on_its_way;
             match store.release_after(&key, token, held_for).await {
                 Ok(true) => tracing::debug!(%key, "lock released"),
                 Ok(false) => tracing::warn!(%key, "lock had expired before its release"),
@@ -89,7 +84,7 @@ impl<St: LockStore> ReleaseOnDrop<St> {
 ///
 /// Should the connection not take the request on the first poll (its queue full), the request
 /// goes out from the task, after whatever the caller sends next: still released, in another
-/// order, which [`Releasing`] makes up for.
+/// order, which the store makes up for (see [`Releasing`](crate::lock::Releasing)).
 fn send_then_detach(key: &LockKey, send: impl Future<Output = ()> + Send + 'static) {
     let mut send = Box::pin(send);
     let mut first_poll = Context::from_waker(Waker::noop());

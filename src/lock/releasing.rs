@@ -1,11 +1,12 @@
-//! Releases on their way, by key: what keeps a stack's requests from meeting their own locks.
+//! Releases on their way, by key: what keeps a process's requests from meeting their own
+//! finished locks.
 //!
-//! A release is sent before the response returns and answered in the background; on one
-//! connection it reaches the server ahead of whatever the caller sends next. Not always: when
-//! the connection's queue is full the release goes out later, from its task. So an acquire
-//! that finds its key held first waits for the releases of the same stack still on their way
-//! for that key, then tries once more: a caller's request never meets the lock of its own
-//! finished one.
+//! The lock layer sends a release before the response returns and leaves its answer to the
+//! background; on one connection it reaches the server ahead of whatever the caller sends
+//! next. Not always: when the connection's queue is full, the release goes out later, from its
+//! task. So the Redis store counts its releases on their way, and an acquire that finds its
+//! key held first waits for the store's releases of that key still on their way, then tries
+//! once more: a caller's request never meets the lock of its own finished one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,7 @@ use tokio::sync::Notify;
 
 use crate::key::LockKey;
 
-/// The releases of one stack that were sent and not yet answered.
+/// The releases of one store (and its clones) that were sent and not yet answered.
 #[derive(Debug, Default)]
 pub(crate) struct Releasing {
     by_key: Mutex<HashMap<LockKey, InFlight>>,

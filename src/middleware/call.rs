@@ -14,8 +14,7 @@ use tracing::Instrument;
 use super::{Error, Outcome};
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, Fencing, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, Releasing, Waiter,
-    run_holding,
+    Acquisition, Fencing, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, Waiter, run_holding,
 };
 use crate::metric_names;
 use crate::renewal::{lease_granted, renew_until_lost, while_valid};
@@ -30,7 +29,6 @@ pub(super) struct Shared<St, X, Strat> {
     pub(super) strategy: Strat,
     pub(super) ttl: Duration,
     pub(super) fencing: Fencing,
-    pub(super) releasing: Arc<Releasing>,
 }
 
 /// The whole locked call. The lock is released on success, inner error and panic before the
@@ -54,7 +52,6 @@ where
         let job_waiter = current_job().map(|job| Waiter::job(&job.shard, &job.id));
         let mut line = Line::default();
         let mut attempt = 0;
-        let mut waited_for_releases = false;
         let started = Instant::now();
         let (fence, acquired_at) = loop {
             let sent = Instant::now();
@@ -79,12 +76,6 @@ where
                 }
             };
             guard.disarm();
-            // A release of this key by this stack may still be on its way (sent after our
-            // acquire, the connection's queue being full): wait for it, then try once more.
-            if !waited_for_releases && shared.releasing.settled(&key).await {
-                waited_for_releases = true;
-                continue;
-            }
             ::metrics::gauge!(metric_names::LOCK_WAITERS).set(ahead as f64);
             let conflict = Conflict {
                 key: key.clone(),
@@ -201,7 +192,7 @@ where
         let held_for = rand::rng()
             .random_ratio(1, HOLD_SAMPLING)
             .then(|| acquired_at.elapsed());
-        guard.release_after(held_for, &shared.releasing);
+        guard.release_after(held_for);
         match finished {
             Ok(Ok(response)) => Ok(Outcome::Done(response)),
             Ok(Err(error)) => Err(Error::Inner(error)),

@@ -127,7 +127,6 @@ where
                 strategy: self.strategy.clone(),
                 ttl: self.ttl,
                 fencing: self.fencing,
-                releasing: Arc::default(),
             }),
         )
     }

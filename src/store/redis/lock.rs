@@ -117,30 +117,9 @@ where
         Ok(Some(fence))
     }
 
-    /// With [`wait_for_replicas`](RedisStore::wait_for_replicas): waits for the replicas, and
-    /// gives the lock back when too few acknowledged it.
-    async fn await_replicas(&self, key: &LockKey, token: LockToken) -> Result<(), StoreError> {
-        let Some((wanted, timeout)) = self.replication else {
-            return Ok(());
-        };
-        let acked: u64 = redis::cmd("WAIT")
-            .arg(wanted)
-            .arg(ttl_millis(timeout))
-            .query_async(&mut self.conn.clone())
-            .await?;
-        if acked < u64::from(wanted) {
-            self.release(key, token).await?;
-            return Err(StoreError::NotReplicated { acked, wanted });
-        }
-        Ok(())
-    }
-}
-
-impl<Conn> LockStore for RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    async fn try_acquire_in_line(
+    /// One acquire: by `SET NX` when the caller is not in line, else (or on a conflict) by
+    /// the acquire script.
+    async fn acquire(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -195,6 +174,46 @@ where
         }
     }
 
+    /// With [`wait_for_replicas`](RedisStore::wait_for_replicas): waits for the replicas, and
+    /// gives the lock back when too few acknowledged it.
+    async fn await_replicas(&self, key: &LockKey, token: LockToken) -> Result<(), StoreError> {
+        let Some((wanted, timeout)) = self.replication else {
+            return Ok(());
+        };
+        let acked: u64 = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(ttl_millis(timeout))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if acked < u64::from(wanted) {
+            self.release(key, token).await?;
+            return Err(StoreError::NotReplicated { acked, wanted });
+        }
+        Ok(())
+    }
+}
+
+impl<Conn> LockStore for RedisStore<Conn>
+where
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn try_acquire_in_line(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        waiter: Option<&Waiter>,
+        fencing: Fencing,
+    ) -> Result<Acquisition, StoreError> {
+        let acquisition = self.acquire(key, token, ttl, waiter, fencing).await?;
+        // Held, maybe by a lock of ours whose release is still on its way (sent after this
+        // acquire, the connection's queue being full): once it is answered, try again.
+        if matches!(acquisition, Acquisition::Held { .. }) && self.releasing.settled(key).await {
+            return self.acquire(key, token, ttl, waiter, fencing).await;
+        }
+        Ok(acquisition)
+    }
+
     async fn extend(&self, key: &LockKey, token: LockToken, ttl: Duration) -> Result<bool, StoreError> {
         // The server's own SET IFEQ, where it has it: resets the TTL of the bare token. Not
         // set (another holder, or the line mark): the script decides.
@@ -227,6 +246,8 @@ where
         token: LockToken,
         held_for: Option<Duration>,
     ) -> Result<bool, StoreError> {
+        // On its way from the first poll: an acquire of the key meanwhile waits for its answer.
+        let _on_its_way = self.releasing.start(key);
         let keys = LockKeys::new(&self.prefix, key);
         // The server's own DELIFEQ, where it has it: deletes the bare token (nobody in line).
         // A hold to report, another holder or a line mark: the scripts below.

@@ -23,6 +23,7 @@ use self::announcements::Announcements;
 use self::conditional::Conditional;
 use crate::error::{KeyError, StoreError};
 use crate::key::Prefix;
+use crate::lock::Releasing;
 use crate::store::DEFAULT_RESERVATION;
 
 /// A store in Redis, over any async connection of the redis crate that can be cloned cheaply:
@@ -55,6 +56,8 @@ pub struct RedisStore<Conn = ConnectionManager> {
     announcements: Arc<OnceLock<Option<Arc<Announcements>>>>,
     /// The server's conditional commands, found when connecting.
     conditional: Conditional,
+    /// The releases sent and not yet answered, shared by the store's clones.
+    releasing: Arc<Releasing>,
 }
 
 impl<Conn> std::fmt::Debug for RedisStore<Conn> {
@@ -94,6 +97,7 @@ where
             reservation: DEFAULT_RESERVATION,
             announcements: Arc::default(),
             conditional: Conditional::default(),
+            releasing: Arc::default(),
         }
     }
 
