@@ -32,6 +32,7 @@ input.on("line", (line) => {
 });
 input.on("close", async () => {
   await Promise.all(running.map((worker) => worker.close()));
-  console.log(JSON.stringify({ first_start_ms: first, last_end_ms: last, handled: lags.length, lags_ms: lags }));
-  process.exit(0);
+  // Written before exiting: a pipe takes a long line in several writes.
+  const report = JSON.stringify({ first_start_ms: first, last_end_ms: last, handled: lags.length, lags_ms: lags });
+  process.stdout.write(`${report}\n`, () => process.exit(0));
 });
