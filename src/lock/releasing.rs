@@ -4,9 +4,9 @@
 //! The lock layer sends a release before the response returns and leaves its answer to the
 //! background; on one connection it reaches the server ahead of whatever the caller sends
 //! next. Not always: when the connection's queue is full, the release goes out later, from its
-//! task. So the Redis store counts its releases on their way, and an acquire that finds its
-//! key held first waits for the store's releases of that key still on their way, then tries
-//! once more: a caller's request never meets the lock of its own finished one.
+//! task. So the Redis store counts its releases on their way, and an acquire sent while one of
+//! its key was on its way, that finds the key held, waits for that release to be answered and
+//! tries once more: a caller's request never meets the lock of its own finished one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -45,6 +45,14 @@ impl Releasing {
             releasing: Arc::clone(self),
             key: key.clone(),
         }
+    }
+
+    /// Whether a release of `key` is on its way.
+    pub(crate) fn pending(&self, key: &LockKey) -> bool {
+        self.by_key
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains_key(key)
     }
 
     /// Waits until no release of `key` is on its way; `true` if one was.

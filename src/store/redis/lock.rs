@@ -205,10 +205,12 @@ where
         waiter: Option<&Waiter>,
         fencing: Fencing,
     ) -> Result<Acquisition, StoreError> {
+        // A release of the key on its way as the acquire goes out may reach the server after
+        // it (the connection's queue being full): found held then, try again once it is answered.
+        let releasing = self.releasing.pending(key);
         let acquisition = self.acquire(key, token, ttl, waiter, fencing).await?;
-        // Held, maybe by a lock of ours whose release is still on its way (sent after this
-        // acquire, the connection's queue being full): once it is answered, try again.
-        if matches!(acquisition, Acquisition::Held { .. }) && self.releasing.settled(key).await {
+        if releasing && matches!(acquisition, Acquisition::Held { .. }) {
+            self.releasing.settled(key).await;
             return self.acquire(key, token, ttl, waiter, fencing).await;
         }
         Ok(acquisition)
