@@ -156,3 +156,44 @@ async fn the_command_inspects_and_operates_a_queue_and_its_locks() {
     assert!(locks[0]["remaining_ms"].as_u64().unwrap() > 50_000);
     assert_eq!(locks[0]["waiters"], 2, "the key's line");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_of_a_job_that_is_not_dead_says_so_and_exits_1() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    let waiting = queue
+        .push(&serde_json::json!({ "order": 1 }), Duration::from_secs(60))
+        .await
+        .unwrap()
+        .id;
+    let refused = redefer(&server, &prefix, &["requeue", waiting.as_str()]).expect_err("exit 1");
+    assert!(refused.contains("is not dead (waiting)"), "{refused}");
+    let unknown = redefer(&server, &prefix, &["requeue", "no-such-job"]).expect_err("exit 1");
+    assert!(unknown.contains("not in the queue"), "{unknown}");
+    let as_json = redefer(&server, &prefix, &["--json", "requeue", "no-such-job"]).expect_err("exit 1");
+    let error: Value = serde_json::from_str(as_json.trim()).expect("a JSON error with --json");
+    assert!(
+        error["error"].as_str().unwrap().contains("not in the queue"),
+        "{error}"
+    );
+    assert_eq!(queue.stats().await.unwrap().waiting, 1, "nothing moved");
+}
+
+#[test]
+fn a_connection_error_names_the_url_without_its_password_and_gives_a_hint() {
+    let port = support::free_port();
+    let output = Command::new(env!("CARGO_BIN_EXE_redefer"))
+        .args(["--url", &format!("redis://app:s3cret@127.0.0.1:{port}"), "stats"])
+        .output()
+        .expect("run redefer");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("redis://app:***@127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    assert!(stderr.contains("--url or REDIS_URL"), "{stderr}");
+}

@@ -102,10 +102,16 @@ impl From<Set> for JobSet {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = cli.json;
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("redefer: {error}");
+            // With --json, a script reads the error as it reads the output.
+            if json {
+                eprintln!("{}", json!({ "error": error.to_string() }));
+            } else {
+                eprintln!("redefer: {error}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -113,11 +119,32 @@ async fn main() -> ExitCode {
 
 type Failure = Box<dyn std::error::Error>;
 
+/// `url` with its password, if any, replaced by `***`: fit to print.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
 async fn run(cli: Cli) -> Result<(), Failure> {
     let store = RedisStore::builder()
         .prefix(cli.prefix.as_str())?
         .connect(&cli.url)
-        .await?;
+        .await
+        .map_err(|error| {
+            format!(
+                "cannot connect to {}: {error} (is the server running? --url or REDIS_URL says where)",
+                without_password(&cli.url)
+            )
+        })?;
     let queue = DelayQueue::<Value, _>::new(store.clone(), cli.queue.as_str())?.shards(cli.shards)?;
     let output = match cli.command {
         Command::Stats => {
@@ -152,6 +179,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 queue.requeue_dead().await?
             } else {
                 let ids = ids.into_iter().map(JobId::new).collect::<Result<Vec<_>, _>>()?;
+                // Only dead jobs move: any other is named, and nothing is moved.
+                for id in &ids {
+                    let state = match queue.job(id).await?.map(|info| info.state) {
+                        Some(RawJobState::Dead { .. }) => continue,
+                        Some(RawJobState::Delayed { .. }) => "waiting",
+                        Some(RawJobState::InFlight { .. }) => "in flight",
+                        Some(RawJobState::Missing) | None => "not in the queue",
+                    };
+                    return Err(format!("job {id} is not dead ({state}): nothing requeued").into());
+                }
                 queue.requeue(&ids).await?
             };
             Output::Record(json!({ "requeued": moved }))
@@ -294,5 +331,22 @@ fn print_table(rows: &[Value]) {
     println!("{}", line(columns.clone()));
     for row in cells {
         println!("{}", line(row));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_password;
+
+    #[test]
+    fn urls_are_printed_without_their_password() {
+        assert_eq!(
+            without_password("redis://app:s3cret@db:6379/0"),
+            "redis://app:***@db:6379/0"
+        );
+        assert_eq!(without_password("rediss://:s3cret@db"), "rediss://:***@db");
+        assert_eq!(without_password("redis://db:6379"), "redis://db:6379");
+        assert_eq!(without_password("redis://user@db"), "redis://user@db");
+        assert_eq!(without_password("not a url"), "not a url");
     }
 }
