@@ -197,3 +197,40 @@ fn a_connection_error_names_the_url_without_its_password_and_gives_a_hint() {
     assert!(!stderr.contains("s3cret"), "{stderr}");
     assert!(stderr.contains("--url or REDIS_URL"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_queue_is_an_error_and_queues_lists_the_known_ones() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    queue
+        .push(&serde_json::json!({ "order": 1 }), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_redefer"))
+        .args([
+            "--url",
+            &server.url(),
+            "--prefix",
+            &prefix,
+            "--queue",
+            "ordres",
+            "stats",
+        ])
+        .output()
+        .expect("run redefer");
+    assert_eq!(output.status.code(), Some(1), "a mistyped queue fails");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no queue \"ordres\"") && stderr.contains("known: orders"),
+        "{stderr}"
+    );
+    let wrong_prefix = redefer(&server, "elsewhere", &["stats"]).expect_err("an unknown prefix fails");
+    assert!(wrong_prefix.contains("known: none"), "{wrong_prefix}");
+    assert_eq!(
+        json(&server, &prefix, &["queues"]),
+        serde_json::json!([{ "queue": "orders" }])
+    );
+    assert_eq!(json(&server, &prefix, &["stats"])["waiting"], 1);
+}

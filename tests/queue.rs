@@ -630,7 +630,18 @@ async fn a_bulk_push_stores_each_job_once<St: QueueStore>(store: St) {
     );
 }
 
+async fn a_queue_registers_itself_on_its_first_push<S: QueueStore>(store: S) {
+    let orders = DelayQueue::<u32, _>::new(store.clone(), "orders").unwrap();
+    let refunds = DelayQueue::<u32, _>::new(store.clone(), "refunds").unwrap();
+    assert!(store.registered().await.unwrap().is_empty(), "nothing pushed yet");
+    orders.push(&1, Duration::from_secs(60)).await.unwrap();
+    orders.clone().push(&2, Duration::from_secs(60)).await.unwrap();
+    refunds.push_many(&[3], Duration::from_secs(60)).await.unwrap();
+    assert_eq!(store.registered().await.unwrap(), ["orders", "refunds"]);
+}
+
 for_each_store!(
+    a_queue_registers_itself_on_its_first_push,
     a_bulk_push_stores_each_job_once,
     entries_that_cannot_be_jobs_are_buried_with_their_reasons,
     a_pushed_job_is_claimed_once_and_acked,

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 use clap::{Parser, Subcommand, ValueEnum};
 use redefer::RedisStore;
 use redefer::queue::{DelayQueue, JobId, ListedEntry};
-use redefer::queue::{JobSet, RawJobState};
+use redefer::queue::{JobSet, QueueStats, QueueStore, RawJobState};
 use serde_json::{Value, json};
 
 #[derive(Parser)]
@@ -75,6 +75,9 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// List the queues under the prefix (each registers itself when it first pushes, or
+    /// when a scheduler starts on it).
+    Queues,
     /// List held locks with their remaining TTL, fencing token and waiters in line.
     Locks {
         #[arg(long, default_value_t = 100)]
@@ -119,6 +122,33 @@ async fn main() -> ExitCode {
 
 type Failure = Box<dyn std::error::Error>;
 
+/// Fails for a queue the registry does not know and that holds nothing: a mistyped `--queue`
+/// or `--prefix` is an error, not a row of zeros. A queue with jobs counts as known (it may
+/// predate the registry).
+async fn known_queue(
+    store: &RedisStore,
+    queue: &DelayQueue<Value, RedisStore>,
+    prefix: &str,
+) -> Result<(), Failure> {
+    let known = store.registered().await?;
+    if known.iter().any(|name| name == queue.name().as_str()) {
+        return Ok(());
+    }
+    if queue.stats().await? != QueueStats::default() {
+        return Ok(());
+    }
+    let known = if known.is_empty() {
+        "none".to_string()
+    } else {
+        known.join(", ")
+    };
+    Err(format!(
+        "no queue {:?} under prefix {prefix:?} (known: {known}); check --queue and --prefix",
+        queue.name().as_str()
+    )
+    .into())
+}
+
 /// `url` with its password, if any, replaced by `***`: fit to print.
 fn without_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -146,7 +176,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             )
         })?;
     let queue = DelayQueue::<Value, _>::new(store.clone(), cli.queue.as_str())?.shards(cli.shards)?;
+    if !matches!(cli.command, Command::Queues | Command::Locks { .. }) {
+        known_queue(&store, &queue, &cli.prefix).await?;
+    }
     let output = match cli.command {
+        Command::Queues => Output::Table(
+            store
+                .registered()
+                .await?
+                .into_iter()
+                .map(|name| json!({ "queue": name }))
+                .collect(),
+        ),
         Command::Stats => {
             let stats = queue.stats().await?;
             Output::Record(serde_json::to_value(stats)?)

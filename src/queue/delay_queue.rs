@@ -2,6 +2,8 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -56,6 +58,8 @@ pub struct DelayQueue<T, St, Enc = Json> {
     policy: RetryPolicy,
     max_payload: usize,
     codec: Enc,
+    /// Whether this handle (and its clones) has put the queue in the store's registry.
+    registered: Arc<AtomicBool>,
     payload: PhantomData<fn(T) -> T>,
 }
 
@@ -68,6 +72,7 @@ impl<T, St: Clone, Enc: Clone> Clone for DelayQueue<T, St, Enc> {
             policy: self.policy,
             max_payload: self.max_payload,
             codec: self.codec.clone(),
+            registered: Arc::clone(&self.registered),
             payload: PhantomData,
         }
     }
@@ -206,6 +211,7 @@ impl<T, St> DelayQueue<T, St, Json> {
             policy: RetryPolicy::default(),
             max_payload: DEFAULT_MAX_PAYLOAD,
             codec: Json,
+            registered: Arc::default(),
             payload: PhantomData,
         })
     }
@@ -234,6 +240,7 @@ impl<T, St, Enc> DelayQueue<T, St, Enc> {
             policy: self.policy,
             max_payload: self.max_payload,
             codec,
+            registered: self.registered,
             payload: PhantomData,
         }
     }
@@ -327,6 +334,7 @@ where
     /// # Ok(()) }
     /// ```
     pub async fn push_many(&self, items: &[T], delay: Duration) -> Result<Vec<Scheduled>, QueueError> {
+        self.register().await;
         // Encoded straight into their shards' batches: no copy of the bytes.
         let mut by_shard: Vec<Vec<(JobId, Vec<u8>)>> = vec![Vec::new(); self.shards.names().len()];
         for item in items {
@@ -359,12 +367,26 @@ where
     }
 
     /// Stores an envelope made by [`encode_new`](Self::encode_new).
+    /// Puts the queue in the store's registry, once per handle (and its clones): the first
+    /// push does it, and a scheduler when it starts. A failure is logged, not returned: the
+    /// registry serves operators' tools, and the next push tries again.
+    pub(crate) async fn register(&self) {
+        if self.registered.load(Ordering::Relaxed) {
+            return;
+        }
+        match self.store.register(&self.name).await {
+            Ok(()) => self.registered.store(true, Ordering::Relaxed),
+            Err(error) => tracing::warn!(queue = %self.name, %error, "cannot add the queue to the registry"),
+        }
+    }
+
     pub(crate) async fn push_encoded(
         &self,
         id: JobId,
         bytes: Vec<u8>,
         due: Due,
     ) -> Result<Scheduled, QueueError> {
+        self.register().await;
         match self.store.push(self.shards.of(&id), &id, bytes, due).await {
             Ok(Some(due)) => Ok(Scheduled { id, due }),
             Ok(None) => Err(QueueError::DuplicateId(id)),

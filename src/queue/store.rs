@@ -236,6 +236,13 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
     /// Counts the queue's jobs.
     fn stats(&self, queue: &QueueName) -> impl Future<Output = Result<QueueStats, StoreError>> + Send;
 
+    /// Adds `queue` to the store's registry of queues (under its prefix), which operators'
+    /// tools read to tell a queue from a mistyped name. Idempotent.
+    fn register(&self, queue: &QueueName) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The queues in the registry, by name.
+    fn registered(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
     /// Up to `limit` (at most [`MAX_PAGE`](super::MAX_PAGE)) entries of `set` from `offset`, in time order.
     fn list(
         &self,

@@ -40,6 +40,8 @@ use crate::store::handover::{HandOver, Promotion};
 pub struct MemoryStore {
     locks: Arc<Mutex<LockState>>,
     queues: Arc<Mutex<HashMap<QueueName, QueueState>>>,
+    /// The registry of queues.
+    registered: Arc<Mutex<std::collections::BTreeSet<String>>>,
     /// How long a released key stays reserved for the first in line.
     reservation: Duration,
 }
@@ -49,6 +51,7 @@ impl Default for MemoryStore {
         MemoryStore {
             locks: Arc::default(),
             queues: Arc::default(),
+            registered: Arc::default(),
             reservation: DEFAULT_RESERVATION,
         }
     }

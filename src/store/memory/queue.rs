@@ -389,6 +389,24 @@ impl QueueStore for MemoryStore {
         }))
     }
 
+    async fn register(&self, queue: &QueueName) -> Result<(), StoreError> {
+        self.registered
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(queue.as_str().to_string());
+        Ok(())
+    }
+
+    async fn registered(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .registered
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .cloned()
+            .collect())
+    }
+
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
         Ok(self.with_queue(queue, |q| {
             let now = now_ms();

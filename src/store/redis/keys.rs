@@ -73,6 +73,11 @@ impl LockKeys {
     }
 }
 
+/// The set of queue names the queues register (`<prefix>:queues`), for operators' tools.
+pub(crate) fn registry_key(prefix: &Prefix) -> String {
+    format!("{}:queues", prefix.as_str())
+}
+
 /// The key the store tries the server's conditional commands on when it connects; never
 /// written (the commands find it missing and do nothing).
 pub(crate) fn probe_key(prefix: &Prefix) -> String {

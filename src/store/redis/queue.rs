@@ -7,7 +7,7 @@ use redis::{Script, ScriptInvocation};
 use tokio::sync::watch;
 
 use super::RedisStore;
-use super::keys::QueueKeys;
+use super::keys::{self, QueueKeys};
 use super::scripts::{
     QUEUE_ACK, QUEUE_BURY, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PURGE,
     QUEUE_PUSH, QUEUE_PUSH_MANY, QUEUE_REQUEUE, QUEUE_RETRY, QUEUE_STATS,
@@ -260,6 +260,24 @@ where
             other => return Err(StoreError::Protocol(format!("inspect answered state {other:?}"))),
         };
         Ok(RawJob { state, envelope })
+    }
+
+    async fn register(&self, queue: &QueueName) -> Result<(), StoreError> {
+        let () = redis::cmd("SADD")
+            .arg(keys::registry_key(&self.prefix))
+            .arg(queue.as_str())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    async fn registered(&self) -> Result<Vec<String>, StoreError> {
+        let mut names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(keys::registry_key(&self.prefix))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        names.sort();
+        Ok(names)
     }
 
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
