@@ -25,7 +25,7 @@ use tower::{Layer, service_fn};
 
 use crate::Size;
 use crate::report::{Table, percentile, spread};
-use crate::support::RedisServer;
+use crate::support::{RedisServer, store_at};
 
 /// The first argument that makes the bench binary a redefer worker process.
 pub const WORKER_COMMAND: &str = "__worker";
@@ -436,7 +436,7 @@ pub fn run_worker(args: &[String]) {
     let schedulers: usize = schedulers.parse().expect("schedulers");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let store = connect(url, prefix).await;
+        let store = store_at(url, prefix).await;
         let queue = DelayQueue::<u64, _>::new(store.clone(), queue.as_str()).expect("queue");
         let seen = Arc::new(Mutex::new((None::<f64>, Vec::<f64>::new())));
         let record = seen.clone();
@@ -492,7 +492,7 @@ pub fn run_steady_producer(args: &[String]) {
     let length = Duration::from_millis(ms.parse().expect("ms"));
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let store = connect(url, prefix).await;
+        let store = store_at(url, prefix).await;
         let queue = DelayQueue::<u64, _>::new(store, queue.as_str()).expect("queue");
         let total = (rate * length.as_secs_f64()) as u64;
         let start = tokio::time::Instant::now();
@@ -508,13 +508,4 @@ pub fn run_steady_producer(args: &[String]) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     });
-}
-
-async fn connect(url: &str, prefix: &str) -> RedisStore {
-    RedisStore::builder()
-        .prefix(prefix)
-        .expect("prefix")
-        .connect(url)
-        .await
-        .expect("connect")
 }

@@ -13,7 +13,7 @@ use tower::{Layer, service_fn};
 
 use crate::Size;
 use crate::report::{Table, ms, per_s, percentile, rate};
-use crate::support::RedisServer;
+use crate::support::{RedisServer, store_at};
 
 /// The first argument that makes the bench binary a producer process.
 pub const PRODUCER_COMMAND: &str = "__produce";
@@ -151,12 +151,7 @@ pub fn run_producer(args: &[String]) {
     let spread = Duration::from_millis(spread_ms.parse().expect("spread ms"));
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let store = RedisStore::builder()
-            .prefix(prefix.as_str())
-            .expect("prefix")
-            .connect(url)
-            .await
-            .expect("connect");
+        let store = store_at(url, prefix).await;
         produce(store, queue.clone(), jobs, spread).await;
     });
 }
