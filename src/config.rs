@@ -13,7 +13,7 @@ use crate::key::{DEFAULT_PREFIX, Prefix};
 use crate::lock::{Fencing, LockStore};
 use crate::middleware::LockLayer;
 use crate::queue::QueueStore;
-use crate::queue::{DEFAULT_MAX_PAYLOAD, DelayQueue, Json, RetryPolicy};
+use crate::queue::{DEFAULT_MAX_PAYLOAD, DelayQueue, Json, Retention, RetryPolicy};
 use crate::scheduler::SchedulerOptions;
 use crate::strategy::{Conflict, ConflictStrategy, Decision, Defer, FailFast, Retry, RetryLimits};
 
@@ -141,6 +141,9 @@ pub struct QueueConfig {
     pub max_payload: usize,
     /// The backoff between a job's attempts and how many it gets.
     pub retry: RetryPolicy,
+    /// Which finished jobs to keep for [`DelayQueue::status`] (default: none), e.g.
+    /// `retention = { max_count = 100000, max_age = "1h" }`.
+    pub retention: Option<Retention>,
 }
 
 impl Default for QueueConfig {
@@ -150,6 +153,7 @@ impl Default for QueueConfig {
             shards: 1,
             max_payload: DEFAULT_MAX_PAYLOAD,
             retry: RetryPolicy::default(),
+            retention: None,
         }
     }
 }
@@ -215,6 +219,14 @@ impl Config {
                 return out_of_range(&format!("{field}.{part}"), problem);
             }
         }
+        if let Some(retention) = self.queue.retention {
+            if retention.max_count == 0 {
+                return out_of_range("queue.retention.max_count", "must be at least 1");
+            }
+            if retention.max_age.is_zero() {
+                return out_of_range("queue.retention.max_age", "must be more than zero");
+            }
+        }
         if self.queue.max_payload == 0 {
             return out_of_range("queue.max_payload", "must be at least 1 byte");
         }
@@ -262,10 +274,14 @@ impl Config {
     /// command must look at the same keys).
     pub fn queue<T, St: QueueStore>(&self, store: St) -> Result<DelayQueue<T, St>, ConfigError> {
         let store = store.under_prefix(self.prefix()?);
-        Ok(DelayQueue::new(store, self.queue.name.as_str())?
+        let queue = DelayQueue::new(store, self.queue.name.as_str())?
             .shards(self.queue.shards)?
             .retry_policy(self.queue.retry)
-            .max_payload(self.queue.max_payload))
+            .max_payload(self.queue.max_payload);
+        Ok(match self.queue.retention {
+            Some(retention) => queue.retain_finished(retention),
+            None => queue,
+        })
     }
 
     /// The configured lock layer: `store` holds the locks (under the configured prefix),

@@ -30,6 +30,8 @@
 
 pub mod backoff;
 pub mod config;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz;

@@ -25,6 +25,7 @@ fn stats(waiting: u64, due: u64, in_flight: u64, dead: u64) -> QueueStats {
         due,
         in_flight,
         dead,
+        ..QueueStats::default()
     }
 }
 

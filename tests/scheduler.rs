@@ -363,7 +363,8 @@ async fn shutdown_gives_unfinished_jobs_back_for_another_scheduler<St: LockStore
             waiting: 1,
             due: 1,
             in_flight: 0,
-            dead: 0
+            dead: 0,
+            ..QueueStats::default()
         }
     );
     let returned = queue.job(&id).await.unwrap().unwrap().envelope.unwrap().unwrap();

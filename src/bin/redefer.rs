@@ -1,24 +1,34 @@
 //! `redefer`: inspect and operate a redefer deployment in Redis.
 //!
 //! ```text
-//! redefer --queue orders stats
+//! redefer --config app.toml stats            # prefix, queue and shards from the app's Config
 //! redefer --queue orders list dead --limit 50
 //! redefer --queue orders show 3f2c...
-//! redefer --queue orders requeue 3f2c...        # or: requeue --all
+//! redefer --queue orders requeue 3f2c...     # or: requeue --all
+//! redefer --queue orders cancel 3f2c...
+//! redefer --queue orders run-now 3f2c...
+//! redefer --queue orders pause               # and: resume
 //! redefer --queue orders purge dead --yes
-//! redefer locks
+//! redefer queues
+//! redefer locks                              # with --cluster: every master
+//! redefer dashboard --bind 127.0.0.1:7070
 //! ```
 //!
-//! Human tables by default, `--json` for scripts. Payloads are shown as JSON; a job whose
-//! bytes do not decode is shown as such.
+//! Human tables by default, `--json` for scripts (errors too). Payloads are shown as JSON; a
+//! job whose bytes do not decode is shown as such. The sets are named as in the README:
+//! waiting, in_flight, dead, done.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use redefer::RedisStore;
-use redefer::queue::{DelayQueue, JobId, ListedEntry};
-use redefer::queue::{JobSet, QueueStats, QueueStore, RawJobState};
+use clap::{Parser, Subcommand};
+use redefer::dashboard::{Dashboard, DashboardOptions};
+use redefer::queue::{Cancelled, DelayQueue, JobId, JobSet, ListCursor, ListedEntry};
+use redefer::queue::{QueueStats, QueueStore, RawJobState};
+use redefer::redis::aio::ConnectionLike;
+use redefer::store::ListLocks;
+use redefer::{Config, RedisStore};
 use serde_json::{Value, json};
 
 #[derive(Parser)]
@@ -28,19 +38,26 @@ use serde_json::{Value, json};
     about = "Inspect and operate redefer's locks and delay queues in Redis"
 )]
 struct Cli {
-    /// The Redis server.
+    /// The Redis server (with --cluster: any node of the cluster).
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     url: String,
-    /// The prefix of redefer's keys.
-    #[arg(long, default_value = redefer::key::DEFAULT_PREFIX)]
-    prefix: String,
-    /// The queue.
-    #[arg(long, default_value = "deferred")]
-    queue: String,
-    /// How many shards the queue has (as configured in the application).
-    #[arg(long, default_value_t = 1)]
-    shards: usize,
-    /// Print JSON instead of tables.
+    /// Connect to a Redis Cluster.
+    #[arg(long)]
+    cluster: bool,
+    /// The application's configuration (TOML, or JSON by a .json name): the prefix, queue and
+    /// shards to use, unless given below.
+    #[arg(long, env = "REDEFER_CONFIG")]
+    config: Option<PathBuf>,
+    /// The prefix of redefer's keys [default: the config's, or redefer].
+    #[arg(long)]
+    prefix: Option<String>,
+    /// The queue [default: the config's, or deferred].
+    #[arg(long)]
+    queue: Option<String>,
+    /// How many shards the queue has [default: the config's, or 1].
+    #[arg(long)]
+    shards: Option<usize>,
+    /// Print JSON instead of tables (errors too, on stderr).
     #[arg(long)]
     json: bool,
     #[command(subcommand)]
@@ -49,13 +66,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Count the queue's jobs: waiting, due now, in flight, dead.
+    /// Count the queue's jobs: waiting, due now, in flight, dead, done (kept); paused or not.
     Stats,
-    /// List one of the queue's sets, oldest first.
+    /// List one of the queue's sets (waiting, in_flight, dead, done), oldest first.
     List {
-        set: Set,
+        set: JobSet,
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Start after this entry: `<time>/<id>`, as the last row of the previous page.
+        #[arg(long)]
+        after: Option<String>,
     },
     /// Show one job in full.
     Show { id: String },
@@ -68,9 +88,17 @@ enum Command {
         #[arg(long, conflicts_with = "ids")]
         all: bool,
     },
+    /// Delete a waiting or dead job.
+    Cancel { id: String },
+    /// Make a waiting job due now.
+    RunNow { id: String },
+    /// Pause the queue: its claims hand out nothing, in every process, until `resume`.
+    Pause,
+    /// Resume a paused queue.
+    Resume,
     /// Delete every job of one set, for good.
     Purge {
-        set: Set,
+        set: JobSet,
         /// Confirms the deletion.
         #[arg(long)]
         yes: bool,
@@ -83,23 +111,19 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Set {
-    Waiting,
-    InFlight,
-    Dead,
-}
-
-impl From<Set> for JobSet {
-    fn from(set: Set) -> JobSet {
-        match set {
-            Set::Waiting => JobSet::Waiting,
-            Set::InFlight => JobSet::InFlight,
-            Set::Dead => JobSet::Dead,
-        }
-    }
+    /// Serve the web dashboard: queues, jobs, locks, and actions.
+    Dashboard {
+        /// Where to listen. Loopback by default: anything else exposes the actions to the network.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        bind: std::net::SocketAddr,
+        /// The token the actions (requeue, cancel, run now, purge, pause, resume) need. Without
+        /// one, the dashboard is read-only.
+        #[arg(long, env = "REDEFER_DASHBOARD_TOKEN")]
+        token: Option<String>,
+        /// Turn the actions off, token or not.
+        #[arg(long)]
+        read_only: bool,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -122,19 +146,51 @@ async fn main() -> ExitCode {
 
 type Failure = Box<dyn std::error::Error>;
 
+/// What the command works on: the flags, over the config file, over the defaults.
+struct Target {
+    prefix: String,
+    queue: String,
+    shards: usize,
+}
+
+impl Target {
+    fn of(cli: &Cli) -> Result<Target, Failure> {
+        let config = match &cli.config {
+            Some(path) => read_config(path)?,
+            None => Config::default(),
+        };
+        Ok(Target {
+            prefix: cli.prefix.clone().unwrap_or(config.prefix),
+            queue: cli.queue.clone().unwrap_or(config.queue.name),
+            shards: cli.shards.unwrap_or(config.queue.shards),
+        })
+    }
+}
+
+/// The application's [`Config`], validated: TOML, or JSON for a `.json` file.
+fn read_config(path: &std::path::Path) -> Result<Config, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let config: Config = if path.extension().is_some_and(|extension| extension == "json") {
+        serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?
+    } else {
+        toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?
+    };
+    config
+        .validate()
+        .map_err(|error| format!("{}: {error}", path.display()))?;
+    Ok(config)
+}
+
 /// Fails for a queue the registry does not know and that holds nothing: a mistyped `--queue`
 /// or `--prefix` is an error, not a row of zeros. A queue with jobs counts as known (it may
 /// predate the registry).
-async fn known_queue(
-    store: &RedisStore,
-    queue: &DelayQueue<Value, RedisStore>,
-    prefix: &str,
-) -> Result<(), Failure> {
-    let known = store.registered().await?;
+async fn known_queue<St: QueueStore>(queue: &DelayQueue<Value, St>, prefix: &str) -> Result<(), Failure> {
+    let known = queue.store().registered().await?;
     if known.iter().any(|name| name == queue.name().as_str()) {
         return Ok(());
     }
-    if queue.stats().await? != QueueStats::default() {
+    let stats = queue.stats().await?;
+    if stats != QueueStats::default() {
         return Ok(());
     }
     let known = if known.is_empty() {
@@ -165,19 +221,35 @@ fn without_password(url: &str) -> String {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    let store = RedisStore::builder()
-        .prefix(cli.prefix.as_str())?
-        .connect(&cli.url)
-        .await
-        .map_err(|error| {
-            format!(
-                "cannot connect to {}: {error} (is the server running? --url or REDIS_URL says where)",
-                without_password(&cli.url)
-            )
-        })?;
-    let queue = DelayQueue::<Value, _>::new(store.clone(), cli.queue.as_str())?.shards(cli.shards)?;
-    if !matches!(cli.command, Command::Queues | Command::Locks { .. }) {
-        known_queue(&store, &queue, &cli.prefix).await?;
+    let target = Target::of(&cli)?;
+    let builder = RedisStore::builder().prefix(target.prefix.as_str())?;
+    let unreachable = |error: redefer::StoreError| -> Failure {
+        format!(
+            "cannot connect to {}: {error} (is the server running? --url or REDIS_URL says where)",
+            without_password(&cli.url)
+        )
+        .into()
+    };
+    if cli.cluster {
+        let store = builder.connect_cluster(&[cli.url.as_str()]).await.map_err(unreachable)?;
+        operate(cli, target, store).await
+    } else {
+        let store = builder.connect(&cli.url).await.map_err(unreachable)?;
+        operate(cli, target, store).await
+    }
+}
+
+async fn operate<Conn>(cli: Cli, target: Target, store: RedisStore<Conn>) -> Result<(), Failure>
+where
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+    RedisStore<Conn>: ListLocks,
+{
+    let queue = DelayQueue::<Value, _>::new(store.clone(), target.queue.as_str())?.shards(target.shards)?;
+    if !matches!(
+        cli.command,
+        Command::Queues | Command::Locks { .. } | Command::Dashboard { .. }
+    ) {
+        known_queue(&queue, &target.prefix).await?;
     }
     let output = match cli.command {
         Command::Queues => Output::Table(
@@ -190,24 +262,39 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         ),
         Command::Stats => {
             let stats = queue.stats().await?;
-            Output::Record(serde_json::to_value(stats)?)
+            Output::Record(json!({
+                "waiting": stats.waiting,
+                "due": stats.due,
+                "in_flight": stats.in_flight,
+                "dead": stats.dead,
+                "done": stats.done,
+                "paused": stats.paused,
+            }))
         }
-        Command::List { set, limit } => {
-            let entries = queue.list(set.into(), limit).await?;
-            Output::Table(entries.iter().map(entry_row).collect())
+        Command::List { set, limit, after } => {
+            let after = after.as_deref().map(parse_cursor).transpose()?;
+            let entries = queue.list_after(set, after.as_ref(), limit).await?;
+            Output::Table(entries.iter().map(|entry| entry_row(set, entry, cli.json)).collect())
         }
         Command::Show { id } => {
             let id = JobId::new(id)?;
             let Some(info) = queue.job(&id).await? else {
-                return Err(format!("no job {id} in queue {}", cli.queue).into());
+                return Err(format!("no job {id} in queue {}", target.queue).into());
             };
-            let (state, at, reason) = match info.state {
-                RawJobState::Delayed { due } => ("waiting", Some(due), None),
-                RawJobState::InFlight { lease_until } => ("in-flight", Some(lease_until), None),
-                RawJobState::Dead { buried_at, reason } => ("dead", Some(buried_at), reason),
-                RawJobState::Missing => ("bytes only", None, None),
+            let (state, at) = match &info.state {
+                RawJobState::Delayed { due } => (JobSet::Waiting, Some(*due)),
+                RawJobState::InFlight { lease_until } => (JobSet::InFlight, Some(*lease_until)),
+                RawJobState::Dead { buried_at, .. } => (JobSet::Dead, Some(*buried_at)),
+                RawJobState::Done { finished_at } => (JobSet::Done, Some(*finished_at)),
+                RawJobState::Missing => (JobSet::Waiting, None),
             };
-            let mut record = json!({ "id": id, "state": state, "at": at.map(timestamp), "reason": reason });
+            let mut record = match at {
+                Some(at) => json!({ "id": id, "state": state.as_str(), state.time_label(): timestamp(at) }),
+                None => json!({ "id": id, "state": "bytes only" }),
+            };
+            if let RawJobState::Dead { reason, .. } = info.state {
+                record["reason"] = json!(reason);
+            }
             match info.envelope {
                 Some(Ok(envelope)) => record["envelope"] = serde_json::to_value(envelope)?,
                 Some(Err(error)) => record["undecodable"] = Value::String(error),
@@ -222,26 +309,43 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 let ids = ids.into_iter().map(JobId::new).collect::<Result<Vec<_>, _>>()?;
                 // Only dead jobs move: any other is named, and nothing is moved.
                 for id in &ids {
-                    let state = match queue.job(id).await?.map(|info| info.state) {
-                        Some(RawJobState::Dead { .. }) => continue,
-                        Some(RawJobState::Delayed { .. }) => "waiting",
-                        Some(RawJobState::InFlight { .. }) => "in flight",
-                        Some(RawJobState::Missing) | None => "not in the queue",
-                    };
-                    return Err(format!("job {id} is not dead ({state}): nothing requeued").into());
+                    let state = where_is(&queue, id).await?;
+                    if state != "dead" {
+                        return Err(format!("job {id} is not dead ({state}): nothing requeued").into());
+                    }
                 }
                 queue.requeue(&ids).await?
             };
             Output::Record(json!({ "requeued": moved }))
         }
+        Command::Cancel { id } => {
+            let id = JobId::new(id)?;
+            match queue.cancel(&id).await? {
+                Cancelled::Deleted => Output::Record(json!({ "cancelled": id })),
+                Cancelled::InFlight => {
+                    return Err(format!("job {id} is in flight: a scheduler is running it; not cancelled").into());
+                }
+                Cancelled::NotFound => return Err(format!("job {id} is not in the queue: nothing cancelled").into()),
+            }
+        }
+        Command::RunNow { id } => {
+            let id = JobId::new(id)?;
+            if !queue.run_now(&id).await? {
+                let state = where_is(&queue, &id).await?;
+                return Err(format!("job {id} is not waiting ({state}): nothing to run now").into());
+            }
+            Output::Record(json!({ "due_now": id }))
+        }
+        Command::Pause => Output::Record(json!({ "paused": true, "was_paused": queue.pause().await? })),
+        Command::Resume => Output::Record(json!({ "paused": false, "was_paused": queue.resume().await? })),
         Command::Purge { set, yes } => {
             if !yes {
                 return Err("purge deletes jobs for good: add --yes".into());
             }
-            Output::Record(json!({ "purged": queue.purge(set.into()).await? }))
+            Output::Record(json!({ "purged": queue.purge(set).await? }))
         }
         Command::Locks { limit } => {
-            let locks = store.locks(limit).await?;
+            let locks = store.list_locks(limit).await?;
             Output::Table(
                 locks
                     .into_iter()
@@ -257,14 +361,56 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     .collect(),
             )
         }
+        Command::Dashboard { bind, token, read_only } => {
+            let options = DashboardOptions::default()
+                .token(if read_only { None } else { token })
+                .queue_shards(target.queue.as_str(), target.shards);
+            let listener = tokio::net::TcpListener::bind(bind).await?;
+            eprintln!(
+                "redefer dashboard on http://{} ({})",
+                listener.local_addr()?,
+                if options.read_only() { "read-only" } else { "actions need the token" }
+            );
+            let app = Dashboard::new(store, options).router();
+            axum::serve(listener, app).await?;
+            return Ok(());
+        }
     };
     output.print(cli.json)
 }
 
-/// One listed job as a row: its payload summarized, or why it does not decode.
-fn entry_row(entry: &ListedEntry<Value>) -> Value {
-    let mut row = json!({ "id": entry.id, "at": timestamp(entry.at) });
+/// Where job `id` is, in the set names the command uses.
+async fn where_is<St: QueueStore>(queue: &DelayQueue<Value, St>, id: &JobId) -> Result<&'static str, Failure> {
+    Ok(match queue.job(id).await?.map(|info| info.state) {
+        Some(RawJobState::Dead { .. }) => "dead",
+        Some(RawJobState::Delayed { .. }) => "waiting",
+        Some(RawJobState::InFlight { .. }) => "in flight",
+        Some(RawJobState::Done { .. }) => "done",
+        Some(RawJobState::Missing) | None => "not in the queue",
+    })
+}
+
+/// A `--after` cursor: `<RFC 3339 time>/<id>`.
+fn parse_cursor(text: &str) -> Result<ListCursor, Failure> {
+    let (at, id) = text
+        .split_once('/')
+        .ok_or("--after takes <time>/<id>, as the last row of the previous page")?;
+    Ok(ListCursor {
+        at: humantime::parse_rfc3339(at)?,
+        id: id.to_string(),
+    })
+}
+
+/// One listed job as a row, its time named for what it is in `set`: the payload whole (for
+/// JSON) or summarized (for a table), or why it does not decode.
+fn entry_row(set: JobSet, entry: &ListedEntry<Value>, whole: bool) -> Value {
+    let mut row = json!({ "id": entry.id, set.time_label(): timestamp(entry.at) });
     match &entry.envelope {
+        Some(Ok(envelope)) if whole => {
+            row["attempt"] = json!(envelope.attempt);
+            row["last_error"] = json!(envelope.last_error);
+            row["payload"] = envelope.payload.clone();
+        }
         Some(Ok(envelope)) => {
             row["attempt"] = json!(envelope.attempt);
             row["payload"] = Value::String(summary(&envelope.payload));

@@ -10,8 +10,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    Cancelled, ClaimLimits, Codec, Due, Envelope, JobId, JobSet, Json, MAX_PAGE, QueueError, QueueName,
-    QueueStats, QueueStore, RawJobState, RetryPolicy, Shards, Wakeups,
+    Cancelled, ClaimLimits, Codec, Due, Envelope, JobId, JobSet, Json, ListCursor, MAX_PAGE, QueueError,
+    QueueName, QueueStats, QueueStore, RawJobState, Retention, RetryPolicy, Shards, Wakeups,
 };
 use crate::error::KeyError;
 use crate::lock::{FencingToken, LockToken};
@@ -54,10 +54,12 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 pub struct DelayQueue<T, St, Enc = Json> {
     store: St,
     name: QueueName,
-    shards: Shards,
+    pub(super) shards: Shards,
     policy: RetryPolicy,
     max_payload: usize,
     codec: Enc,
+    /// Which finished jobs the acks keep (none by default).
+    retention: Option<Retention>,
     /// Whether this handle (and its clones) has put the queue in the store's registry.
     registered: Arc<AtomicBool>,
     payload: PhantomData<fn(T) -> T>,
@@ -72,6 +74,7 @@ impl<T, St: Clone, Enc: Clone> Clone for DelayQueue<T, St, Enc> {
             policy: self.policy,
             max_payload: self.max_payload,
             codec: self.codec.clone(),
+            retention: self.retention,
             registered: Arc::clone(&self.registered),
             payload: PhantomData,
         }
@@ -182,12 +185,23 @@ pub enum AfterFailure {
 pub struct ListedEntry<T> {
     /// The id as found (another client may have written one that is not a valid job id).
     pub id: String,
-    /// When it is due, its lease runs out, or it was buried, by set.
+    /// When it is due, its lease runs out, it was buried or it finished, by set (see
+    /// [`JobSet::time_label`]).
     pub at: SystemTime,
     /// Its envelope, or why it does not decode (`None` when it has no bytes).
     pub envelope: Option<Result<Envelope<T>, String>>,
     /// Why it was buried (dead set only).
     pub reason: Option<String>,
+}
+
+impl<T> ListedEntry<T> {
+    /// Where the page after this entry starts (see [`DelayQueue::list_after`]).
+    pub fn cursor(&self) -> ListCursor {
+        ListCursor {
+            at: self.at,
+            id: self.id.clone(),
+        }
+    }
 }
 
 /// One job as read by [`DelayQueue::job`].
@@ -211,6 +225,7 @@ impl<T, St> DelayQueue<T, St, Json> {
             policy: RetryPolicy::default(),
             max_payload: DEFAULT_MAX_PAYLOAD,
             codec: Json,
+            retention: None,
             registered: Arc::default(),
             payload: PhantomData,
         })
@@ -231,6 +246,19 @@ impl<T, St, Enc> DelayQueue<T, St, Enc> {
         self
     }
 
+    /// Keeps finished jobs, within `retention`, so that [`status`](Self::status) can tell a
+    /// job that finished from one that never existed (see [`Retention`]). Every process that
+    /// acks the queue's jobs (its schedulers) needs the same setting.
+    pub fn retain_finished(mut self, retention: Retention) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// Which finished jobs the queue keeps, if any.
+    pub fn retention(&self) -> Option<Retention> {
+        self.retention
+    }
+
     /// Encodes jobs with `codec` instead of JSON.
     pub fn codec<Enc2: Codec>(self, codec: Enc2) -> DelayQueue<T, St, Enc2> {
         DelayQueue {
@@ -240,6 +268,7 @@ impl<T, St, Enc> DelayQueue<T, St, Enc> {
             policy: self.policy,
             max_payload: self.max_payload,
             codec,
+            retention: self.retention,
             registered: self.registered,
             payload: PhantomData,
         }
@@ -497,7 +526,7 @@ where
             for page in here.chunks(MAX_PAGE) {
                 let jobs: Vec<(&JobId, LockToken)> =
                     page.iter().map(|&i| (&leases[i].id, leases[i].token)).collect();
-                for (&i, done) in page.iter().zip(self.store.ack(shard, &jobs).await?) {
+                for (&i, done) in page.iter().zip(self.store.ack(shard, &jobs, self.retention).await?) {
                     acked[i] = done;
                 }
             }
@@ -660,6 +689,8 @@ where
             total.due += stats.due;
             total.in_flight += stats.in_flight;
             total.dead += stats.dead;
+            total.done += stats.done;
+            total.paused |= stats.paused;
         }
         Ok(total)
     }
@@ -667,9 +698,36 @@ where
     /// Up to `limit` entries of `set` (of every shard), oldest first. Bytes that do not decode
     /// are reported as such, never as an error.
     pub async fn list(&self, set: JobSet, limit: usize) -> Result<Vec<ListedEntry<T>>, QueueError> {
+        self.list_after(set, None, limit).await
+    }
+
+    /// Up to `limit` (at most [`MAX_PAGE`]) entries of `set` (of every shard) in time order,
+    /// ties by id, from just after `after`: the last entry of the previous page. A page costs
+    /// the same however deep it is.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redefer::MemoryStore;
+    /// use redefer::queue::{DelayQueue, JobSet};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let queue = DelayQueue::<u32, _>::new(MemoryStore::new(), "jobs")?;
+    /// queue.push_many(&[1, 2, 3], Duration::from_secs(60)).await?;
+    /// let first = queue.list_after(JobSet::Waiting, None, 2).await?;
+    /// let next = queue.list_after(JobSet::Waiting, first.last().map(|e| e.cursor()).as_ref(), 2).await?;
+    /// assert_eq!((first.len(), next.len()), (2, 1));
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_after(
+        &self,
+        set: JobSet,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ListedEntry<T>>, QueueError> {
+        let limit = limit.min(MAX_PAGE);
         let mut entries = Vec::new();
         for shard in self.shards.names() {
-            for listed in self.store.list(shard, set, 0, limit.min(MAX_PAGE)).await? {
+            for listed in self.store.list(shard, set, after, limit).await? {
                 let envelope = listed.envelope.map(|bytes| match JobId::new(listed.id.as_str()) {
                     Ok(id) => self.decode(&id, &bytes),
                     Err(error) => Err(error.to_string()),
@@ -682,7 +740,7 @@ where
                 });
             }
         }
-        entries.sort_by_key(|entry| entry.at);
+        entries.sort_by(|a, b| (a.at, &a.id).cmp(&(b.at, &b.id)));
         entries.truncate(limit);
         Ok(entries)
     }
@@ -709,19 +767,21 @@ where
     pub async fn requeue_dead(&self) -> Result<usize, QueueError> {
         let mut moved = 0;
         for shard in self.shards.names() {
-            let mut skipped = 0;
+            let mut after: Option<ListCursor> = None;
             loop {
-                let page = self.store.list(shard, JobSet::Dead, skipped, MAX_PAGE).await?;
-                if page.is_empty() {
+                let page = self.store.list(shard, JobSet::Dead, after.as_ref(), MAX_PAGE).await?;
+                let Some(last) = page.last() else {
                     break;
-                }
+                };
+                after = Some(ListCursor {
+                    at: last.at,
+                    id: last.id.clone(),
+                });
                 let ids: Vec<JobId> = page
                     .iter()
                     .filter_map(|entry| JobId::new(entry.id.as_str()).ok())
                     .collect();
-                let now_moved = self.store.requeue(shard, &ids).await?;
-                moved += now_moved;
-                skipped += page.len() - now_moved;
+                moved += self.store.requeue(shard, &ids).await?;
             }
         }
         Ok(moved)

@@ -4,18 +4,23 @@
 //! Everything a user of the queue needs is here: [`DelayQueue`] and its results, the
 //! [`QueueStore`] operations a store provides, and their vocabulary.
 
+mod activity;
 mod codec;
+mod controls;
 mod delay_queue;
 mod envelope;
 mod error;
 mod job_id;
 mod name;
 mod policy;
+mod retention;
 pub(crate) mod rules;
 mod shards;
+mod status;
 mod store;
 mod wakeups;
 
+pub use self::activity::{ACTIVITY_MINUTES, MinuteActivity};
 pub use self::codec::{Codec, Json};
 pub use self::delay_queue::{
     AfterFailure, Claimed, ClaimedJob, DEFAULT_MAX_PAYLOAD, DelayQueue, JobInfo, Lease, ListedEntry,
@@ -26,10 +31,12 @@ pub use self::error::QueueError;
 pub use self::job_id::JobId;
 pub use self::name::{MAX_QUEUE_NAME_LEN, QueueName};
 pub use self::policy::RetryPolicy;
+pub use self::retention::Retention;
 pub use self::rules::{MAX_JOB_ID_LEN, MAX_LEASE, MAX_PAGE};
 pub use self::shards::MAX_SHARDS;
+pub use self::status::JobStatus;
 pub(crate) use self::shards::Shards;
-pub use self::store::{Cancelled, Due, JobSet, QueueStats, QueueStore, RawJobState};
+pub use self::store::{Cancelled, Due, JobSet, ListCursor, QueueStats, QueueStore, RawJobState};
 #[doc(hidden)]
 pub use self::store::{ClaimBatch, ClaimLimits, ListedJob, RawClaim, RawJob};
 pub use self::wakeups::Wakeups;

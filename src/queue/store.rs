@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use super::{JobId, QueueName, Wakeups};
+use super::{JobId, MinuteActivity, QueueName, Retention, Wakeups};
 use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::store::Sealed;
@@ -70,6 +70,11 @@ pub enum RawJobState {
         /// Why.
         reason: Option<String>,
     },
+    /// Finished, and kept by the queue's [`Retention`].
+    Done {
+        /// When it finished.
+        finished_at: SystemTime,
+    },
     /// Not in the queue.
     Missing,
 }
@@ -85,7 +90,7 @@ pub struct RawJob {
 
 /// One of a queue's sets of jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(rename_all = "snake_case")]
 pub enum JobSet {
     /// Waiting to become due (or due and not yet claimed).
     Waiting,
@@ -93,6 +98,56 @@ pub enum JobSet {
     InFlight,
     /// In the dead-letter set.
     Dead,
+    /// Finished, and kept by the queue's [`Retention`].
+    Done,
+}
+
+impl JobSet {
+    /// Every set, in the order a job passes through them.
+    pub const ALL: [JobSet; 4] = [JobSet::Waiting, JobSet::InFlight, JobSet::Dead, JobSet::Done];
+
+    /// The set's name, as the CLI, the dashboard and the README spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobSet::Waiting => "waiting",
+            JobSet::InFlight => "in_flight",
+            JobSet::Dead => "dead",
+            JobSet::Done => "done",
+        }
+    }
+
+    /// What an entry's time is in this set.
+    pub fn time_label(self) -> &'static str {
+        match self {
+            JobSet::Waiting => "due",
+            JobSet::InFlight => "lease_deadline",
+            JobSet::Dead => "buried_at",
+            JobSet::Done => "finished_at",
+        }
+    }
+}
+
+impl std::str::FromStr for JobSet {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        // `in-flight` too: the spelling of 0.1's command.
+        let name = if name == "in-flight" { "in_flight" } else { name };
+        JobSet::ALL
+            .into_iter()
+            .find(|set| set.as_str() == name)
+            .ok_or_else(|| format!("no set {name:?}: one of waiting, in_flight, dead, done"))
+    }
+}
+
+/// Where a listing starts: just after this entry (the last of the previous page), in time
+/// order with ties by id. Listing by cursor costs the same on every page, however deep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    /// The entry's time.
+    pub at: SystemTime,
+    /// The entry's id.
+    pub id: String,
 }
 
 /// One entry of a listing, as stored.
@@ -100,7 +155,8 @@ pub enum JobSet {
 pub struct ListedJob {
     /// The id as found: another client may have written one that is not a valid job id.
     pub id: String,
-    /// When it is due (waiting), its lease runs out (in flight) or it was buried (dead).
+    /// When it is due (waiting), its lease runs out (in flight), it was buried (dead) or it
+    /// finished (done): see [`JobSet::time_label`].
     pub at: SystemTime,
     /// Its envelope bytes, if any.
     pub envelope: Option<Vec<u8>>,
@@ -130,6 +186,10 @@ pub struct QueueStats {
     pub in_flight: u64,
     /// Jobs in the dead-letter set.
     pub dead: u64,
+    /// Finished jobs kept by the queue's [`Retention`].
+    pub done: u64,
+    /// Whether the queue is paused: its claims hand out nothing.
+    pub paused: bool,
 }
 
 /// Atomic delay-queue operations. Envelopes are opaque bytes here; [`DelayQueue`](crate::queue::DelayQueue)
@@ -181,11 +241,13 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
 
     /// Deletes claimed jobs (at most [`MAX_PAGE`](super::MAX_PAGE)), each only while its lease is the given
     /// token's; for each, whether it was deleted. One round trip for all: a scheduler acks the
-    /// jobs that finished together.
+    /// jobs that finished together. With a `retention`, the finished jobs are kept in the done
+    /// set, and the oldest beyond its count or age forgotten.
     fn ack(
         &self,
         queue: &QueueName,
         jobs: &[(&JobId, LockToken)],
+        retention: Option<Retention>,
     ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
 
     /// Puts a claimed job back to wait `delay`, replacing its envelope when one is given; the
@@ -243,14 +305,26 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
     /// The queues in the registry, by name.
     fn registered(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
-    /// Up to `limit` (at most [`MAX_PAGE`](super::MAX_PAGE)) entries of `set` from `offset`, in time order.
+    /// Up to `limit` (at most [`MAX_PAGE`](super::MAX_PAGE)) entries of `set` in time order
+    /// (ties by id), from the first or from just `after` an entry.
     fn list(
         &self,
         queue: &QueueName,
         set: JobSet,
-        offset: usize,
+        after: Option<&ListCursor>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<ListedJob>, StoreError>> + Send;
+
+    /// Pauses (`true`) or resumes (`false`) the queue: a paused queue's claims hand out
+    /// nothing, and resuming wakes its schedulers. Whether it was paused before.
+    fn pause(&self, queue: &QueueName, paused: bool) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Makes the waiting job `id` due now; `false` when it is not waiting.
+    fn run_now(&self, queue: &QueueName, id: &JobId) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// The queue's activity per minute over the last hour, oldest first: the claims, acks,
+    /// failures and burials the store counted as they happened.
+    fn activity(&self, queue: &QueueName) -> impl Future<Output = Result<Vec<MinuteActivity>, StoreError>> + Send;
 
     /// Moves the dead jobs among `ids` (at most [`MAX_PAGE`](super::MAX_PAGE)) back to wait, due now; how many moved.
     fn requeue(

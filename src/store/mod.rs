@@ -11,13 +11,15 @@
 //! where the conformance suite runs against it.
 
 mod handover;
+mod list_locks;
 mod memory;
 mod redis;
 pub(crate) mod time;
 
 pub use self::memory::MemoryStore;
 pub(crate) use self::redis::keys as redis_keys;
-pub use self::redis::{LockInfo, RedisStore, RedisStoreBuilder};
+pub use self::list_locks::{ListLocks, LockInfo};
+pub use self::redis::{RedisStore, RedisStoreBuilder};
 
 pub(crate) use self::sealed::Sealed;
 

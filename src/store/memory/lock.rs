@@ -352,3 +352,26 @@ impl MemoryStore {
         })
     }
 }
+
+impl crate::store::ListLocks for MemoryStore {
+    async fn list_locks(&self, limit: usize) -> Result<Vec<crate::store::LockInfo>, StoreError> {
+        let state = self.locks();
+        let now = Instant::now();
+        Ok(state
+            .locks
+            .iter()
+            .filter(|(_, holding)| holding.expires > now)
+            .take(limit)
+            .map(|(key, holding)| crate::store::LockInfo {
+                key: key.as_str().to_string(),
+                remaining: Some(holding.expires - now),
+                fence: state.fences.get(key).copied().unwrap_or(0),
+                waiters: state.lines.get(key).map_or(0, |line| line.order.len() as u64),
+                reserved_for: match &holding.holder {
+                    Holder::Reserved(waiter, _) => Some(waiter.to_string()),
+                    Holder::Owner(..) => None,
+                },
+            })
+            .collect())
+    }
+}

@@ -1,7 +1,8 @@
 //! The delay-queue operations of the in-memory store: the same steps as the Lua scripts, under
 //! one mutex instead of Redis's single thread.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ops::Bound;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
@@ -11,8 +12,9 @@ use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::queue::rules::{NO_ENVELOPE, lease_ran_out, oversized};
 use crate::queue::{
-    Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListedJob, MAX_LEASE, MAX_PAGE, QueueName,
-    QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
+    ACTIVITY_MINUTES, Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListCursor, ListedJob, MAX_LEASE,
+    MAX_PAGE, MinuteActivity, QueueName, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Retention,
+    Wakeups,
 };
 use crate::store::handover::Promotion;
 use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
@@ -31,6 +33,12 @@ pub(super) struct QueueState {
     fence: u64,
     /// Jobs whose lock was handed to them while they were in flight.
     handed: HashSet<JobId>,
+    /// Finished jobs a retention keeps, by time finished, and their envelopes.
+    done: BTreeSet<(i64, JobId)>,
+    finished: HashMap<JobId, (i64, Vec<u8>)>,
+    /// The last hour's activity, by minute (ms since the epoch / 60,000).
+    activity: BTreeMap<u64, MinuteActivity>,
+    paused: bool,
     wake: watch::Sender<u64>,
 }
 
@@ -46,6 +54,10 @@ impl Default for QueueState {
             expiries: HashMap::new(),
             fence: 0,
             handed: HashSet::new(),
+            done: BTreeSet::new(),
+            finished: HashMap::new(),
+            activity: BTreeMap::new(),
+            paused: false,
             wake: watch::Sender::new(0),
         }
     }
@@ -85,16 +97,62 @@ impl QueueState {
         }
     }
 
-    /// The entries of `set` in time order (ties by id), as the sorted sets hold them in Redis.
-    fn entries(&self, set: JobSet) -> Vec<(i64, JobId)> {
+    /// Up to `limit` entries of `set` in time order (ties by id), as the sorted sets hold them
+    /// in Redis, from just after `after`.
+    fn entries(&self, set: JobSet, after: Option<&ListCursor>, limit: usize) -> Vec<(i64, JobId)> {
+        let after = after.map(|cursor| (to_epoch_ms(cursor.at), cursor.id.as_str()));
+        let page = |ordered: &BTreeSet<(i64, JobId)>| -> Vec<(i64, JobId)> {
+            let start = match after.and_then(|(at, id)| Some((at, JobId::new(id).ok()?))) {
+                Some(cursor) => Bound::Excluded(cursor),
+                None => Bound::Unbounded,
+            };
+            ordered
+                .range((start, Bound::Unbounded))
+                .filter(|(at, id)| after.is_none_or(|cursor| (*at, id.as_str()) > cursor))
+                .take(limit)
+                .cloned()
+                .collect()
+        };
         match set {
-            JobSet::Waiting => self.delayed.iter().cloned().collect(),
-            JobSet::InFlight => self.inflight.iter().cloned().collect(),
+            JobSet::Waiting => page(&self.delayed),
+            JobSet::InFlight => page(&self.inflight),
+            JobSet::Done => page(&self.done),
             JobSet::Dead => {
-                let mut dead: Vec<_> = self.dead.iter().map(|(id, (at, _))| (*at, id.clone())).collect();
-                dead.sort();
-                dead
+                let dead: BTreeSet<_> = self.dead.iter().map(|(id, (at, _))| (*at, id.clone())).collect();
+                page(&dead)
             }
+        }
+    }
+
+    /// Adds `counts` to the current minute's activity, forgetting minutes out of the window.
+    fn record(&mut self, now: i64, counts: &[(&str, u64)]) {
+        let minute = u64::try_from(now / 60_000).unwrap_or(0);
+        let entry = self
+            .activity
+            .entry(minute)
+            .or_insert_with(|| MinuteActivity::starting(minute));
+        for (name, count) in counts {
+            entry.add(name, *count);
+        }
+        self.activity = self.activity.split_off(&minute.saturating_sub(ACTIVITY_MINUTES - 1));
+    }
+
+    /// Keeps the finished job `id` under `retention`, forgetting the oldest beyond it.
+    fn keep_finished(&mut self, id: &JobId, now: i64, retention: Retention) {
+        let Some(envelope) = self.jobs.remove(id) else {
+            return;
+        };
+        if let Some((at, _)) = self.finished.insert(id.clone(), (now, envelope)) {
+            self.done.remove(&(at, id.clone()));
+        }
+        self.done.insert((now, id.clone()));
+        let oldest_kept = now.saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
+        while let Some((at, old)) = self.done.first().cloned() {
+            if at >= oldest_kept && self.done.len() <= retention.max_count {
+                break;
+            }
+            self.done.pop_first();
+            self.finished.remove(&old);
         }
     }
 
@@ -197,6 +255,13 @@ impl QueueStore for MemoryStore {
         } = limits;
         Ok(self.with_queue(queue, |q| {
             let now = now_ms();
+            if q.paused {
+                return ClaimBatch {
+                    jobs: Vec::new(),
+                    next_in: None,
+                };
+            }
+            let dead_before = q.dead.len();
             // Strictly past the deadline, as in the claim script: `now` is rounded down to the
             // ms, and a lease must never end early.
             let expired: Vec<(i64, JobId)> = q
@@ -253,6 +318,17 @@ impl QueueStore for MemoryStore {
                     }
                 }
             }
+            let lags = jobs.iter().map(|job| u64::try_from(now - to_epoch_ms(job.due)).unwrap_or(0));
+            let lag_max = lags.clone().max().unwrap_or(0);
+            q.record(
+                now,
+                &[
+                    ("claimed", jobs.len() as u64),
+                    ("lag_ms", lags.sum()),
+                    ("lag_max_ms", lag_max),
+                    ("dead", (q.dead.len() - dead_before) as u64),
+                ],
+            );
             // A lease is recoverable 1 ms after its deadline (see above).
             let next_due = q.delayed.first().map(|(due, _)| *due);
             let next_recovery = q.inflight.first().map(|(deadline, _)| deadline.saturating_add(1));
@@ -264,20 +340,35 @@ impl QueueStore for MemoryStore {
         }))
     }
 
-    async fn ack(&self, queue: &QueueName, jobs: &[(&JobId, LockToken)]) -> Result<Vec<bool>, StoreError> {
+    async fn ack(
+        &self,
+        queue: &QueueName,
+        jobs: &[(&JobId, LockToken)],
+        retention: Option<Retention>,
+    ) -> Result<Vec<bool>, StoreError> {
         Ok(self.with_queue(queue, |q| {
-            jobs.iter()
+            let now = now_ms();
+            let acked: Vec<bool> = jobs
+                .iter()
                 .take(MAX_PAGE)
                 .map(|(id, token)| {
                     let ended = q.end_lease(id, *token);
                     if ended {
-                        q.jobs.remove(*id);
+                        match retention {
+                            Some(retention) => q.keep_finished(id, now, retention),
+                            None => drop(q.jobs.remove(*id)),
+                        }
                         q.expiries.remove(*id);
                         q.handed.remove(*id);
                     }
                     ended
                 })
-                .collect()
+                .collect();
+            let done = acked.iter().filter(|acked| **acked).count() as u64;
+            if done > 0 {
+                q.record(now, &[("done", done)]);
+            }
+            acked
         }))
     }
 
@@ -293,6 +384,8 @@ impl QueueStore for MemoryStore {
             if !q.end_lease(id, token) {
                 return None;
             }
+            // A new envelope records a failed attempt; without one, the job only waits its turn.
+            q.record(now_ms(), &[(if envelope.is_some() { "failed" } else { "postponed" }, 1)]);
             if let Some(envelope) = envelope {
                 q.jobs.insert(id.clone(), envelope);
             }
@@ -322,9 +415,11 @@ impl QueueStore for MemoryStore {
             if let Some(envelope) = envelope {
                 q.jobs.insert(id.clone(), envelope);
             }
-            q.dead.insert(id.clone(), (now_ms(), reason.to_string()));
+            let now = now_ms();
+            q.dead.insert(id.clone(), (now, reason.to_string()));
             q.expiries.remove(id);
             q.handed.remove(id);
+            q.record(now, &[("dead", 1)]);
             true
         }))
     }
@@ -379,6 +474,13 @@ impl QueueStore for MemoryStore {
                     buried_at: from_epoch_ms(*at),
                     reason: Some(reason.clone()),
                 }
+            } else if let (Some((at, envelope)), false) = (q.finished.get(id), q.jobs.contains_key(id)) {
+                return RawJob {
+                    state: RawJobState::Done {
+                        finished_at: from_epoch_ms(*at),
+                    },
+                    envelope: Some(envelope.clone()),
+                };
             } else {
                 RawJobState::Missing
             };
@@ -415,6 +517,8 @@ impl QueueStore for MemoryStore {
                 due: q.delayed.iter().take_while(|(due, _)| *due <= now).count() as u64,
                 in_flight: q.inflight.len() as u64,
                 dead: q.dead.len() as u64,
+                done: q.done.len() as u64,
+                paused: q.paused,
             }
         }))
     }
@@ -423,17 +527,21 @@ impl QueueStore for MemoryStore {
         &self,
         queue: &QueueName,
         set: JobSet,
-        offset: usize,
+        after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Vec<ListedJob>, StoreError> {
         Ok(self.with_queue(queue, |q| {
-            q.entries(set)
+            q.entries(set, after, limit.min(MAX_PAGE))
                 .into_iter()
-                .skip(offset)
-                .take(limit.min(MAX_PAGE))
                 .map(|(at, id)| ListedJob {
-                    envelope: q.jobs.get(&id).cloned(),
-                    reason: q.dead.get(&id).map(|(_, reason)| reason.clone()),
+                    envelope: match set {
+                        JobSet::Done => q.finished.get(&id).map(|(_, envelope)| envelope.clone()),
+                        _ => q.jobs.get(&id).cloned(),
+                    },
+                    reason: match set {
+                        JobSet::Dead => q.dead.get(&id).map(|(_, reason)| reason.clone()),
+                        _ => None,
+                    },
                     id: id.to_string(),
                     at: from_epoch_ms(at),
                 })
@@ -459,11 +567,19 @@ impl QueueStore for MemoryStore {
     async fn purge(&self, queue: &QueueName, set: JobSet, limit: usize) -> Result<usize, StoreError> {
         Ok(self.with_queue(queue, |q| {
             let ids: Vec<JobId> = q
-                .entries(set)
+                .entries(set, None, limit.clamp(1, MAX_PAGE))
                 .into_iter()
                 .map(|(_, id)| id)
-                .take(limit.clamp(1, MAX_PAGE))
                 .collect();
+            if set == JobSet::Done {
+                // A finished job's id may be in use again by a new job: only its record goes.
+                for id in &ids {
+                    if let Some((at, _)) = q.finished.remove(id) {
+                        q.done.remove(&(at, id.clone()));
+                    }
+                }
+                return ids.len();
+            }
             for id in &ids {
                 q.unschedule(id);
                 if let Some((deadline, _)) = q.leases.remove(id) {
@@ -475,6 +591,39 @@ impl QueueStore for MemoryStore {
                 q.handed.remove(id);
             }
             ids.len()
+        }))
+    }
+
+    async fn pause(&self, queue: &QueueName, paused: bool) -> Result<bool, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            let was = std::mem::replace(&mut q.paused, paused);
+            if was && !paused {
+                q.wake.send_modify(|n| *n = n.wrapping_add(1));
+            }
+            was
+        }))
+    }
+
+    async fn run_now(&self, queue: &QueueName, id: &JobId) -> Result<bool, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            let Some(due) = q.due_of.get(id).copied() else {
+                return false;
+            };
+            let now = now_ms();
+            if due > now {
+                q.schedule(id.clone(), now);
+            }
+            true
+        }))
+    }
+
+    async fn activity(&self, queue: &QueueName) -> Result<Vec<MinuteActivity>, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            let now = u64::try_from(now_ms() / 60_000).unwrap_or(0);
+            q.activity
+                .range(now.saturating_sub(ACTIVITY_MINUTES - 1)..)
+                .map(|(_, minute)| *minute)
+                .collect()
         }))
     }
 

@@ -111,6 +111,14 @@ pub(crate) struct QueueKeys {
     pub(crate) fence: String,
     /// hash: job id -> 1, when its lock was handed to it while it was in flight.
     pub(crate) handed: String,
+    /// zset: job id -> time finished (ms), the finished jobs a retention keeps.
+    pub(crate) done: String,
+    /// hash: job id -> envelope bytes of a job in `done`.
+    pub(crate) finished: String,
+    /// hash: `<minute>:<counter>` -> count, the last hour's activity.
+    pub(crate) activity: String,
+    /// string: present while the queue is paused.
+    pub(crate) paused: String,
     /// pub/sub channel: a job became the first due. Not a key: scripts get it in `ARGV[1]`.
     pub(crate) wake: String,
 }
@@ -128,12 +136,16 @@ impl QueueKeys {
             expiries: key(":expiries"),
             fence: key(":fence"),
             handed: key(":handed"),
+            done: key(":done"),
+            finished: key(":finished"),
+            activity: key(":activity"),
+            paused: key(":paused"),
             wake: key(":wake"),
         }
     }
 
     /// The keys in the order of the scripts' `KEYS`.
-    pub(crate) fn in_script_order(&self) -> [&str; 9] {
+    pub(crate) fn in_script_order(&self) -> [&str; 13] {
         [
             &self.delayed,
             &self.inflight,
@@ -144,6 +156,10 @@ impl QueueKeys {
             &self.expiries,
             &self.fence,
             &self.handed,
+            &self.done,
+            &self.finished,
+            &self.activity,
+            &self.paused,
         ]
     }
 
@@ -158,6 +174,7 @@ impl QueueKeys {
             JobSet::Waiting => "delayed",
             JobSet::InFlight => "inflight",
             JobSet::Dead => "dead",
+            JobSet::Done => "done",
         }
     }
 }
@@ -218,10 +235,11 @@ mod tests {
         assert_declares(
             prelude,
             &[
-                "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES", "FENCE", "HANDED",
+                "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES", "FENCE", "HANDED", "DONE",
+                "FINISHED", "ACTIVITY", "PAUSED",
             ],
         );
-        for set in [JobSet::Waiting, JobSet::InFlight, JobSet::Dead] {
+        for set in JobSet::ALL {
             let name = QueueKeys::set_name(set);
             assert!(
                 prelude.contains(&format!("{name} = {}", name.to_uppercase())),

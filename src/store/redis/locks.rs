@@ -1,27 +1,18 @@
-//! Reading the locks a Redis store holds, for operators.
+//! Reading the locks a Redis store holds, for operators: a `SCAN` of one server, or of every
+//! master of a cluster.
 
 use std::time::Duration;
 
+use std::future::Future;
+
 use redis::aio::ConnectionLike;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use super::{RedisStore, keys};
+use crate::store::LockInfo;
 use crate::error::StoreError;
 use crate::key::decode_tag;
-
-/// A lock as found in Redis.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct LockInfo {
-    /// The lock key, as the application gave it.
-    pub key: String,
-    /// How long it still lives; `None` for a key without a TTL (written by another tool).
-    pub remaining: Option<Duration>,
-    /// The fencing token of the current holder (the key's counter).
-    pub fence: u64,
-    /// How many wait in the key's line.
-    pub waiters: u64,
-    /// The waiter the key is reserved for, while it is handed over.
-    pub reserved_for: Option<String>,
-}
 
 /// `*`, `?`, `[`, `]` and `\` escaped for a SCAN pattern.
 fn glob_escape(text: &str) -> String {
@@ -35,27 +26,45 @@ fn glob_escape(text: &str) -> String {
         .collect()
 }
 
+/// One page of a `SCAN` for lock keys: the cursor to go on from, and the keys found.
+type ScanPage = (u64, Vec<String>);
+
 impl<Conn> RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// Up to `limit` held locks, found by `SCAN` (one node: on Redis Cluster, run it against each
+    /// Up to `limit` held locks, found by `SCAN` on the server this store is connected to (on
+    /// Redis Cluster, use [`cluster_locks`](RedisStore::cluster_locks), which scans every
     /// master). A key whose hash tag no lock key encodes to is reported under its raw name.
     pub async fn locks(&self, limit: usize) -> Result<Vec<LockInfo>, StoreError> {
-        let lock_prefix = keys::lock_namespace(&self.prefix);
-        let pattern = format!("{}{{*", glob_escape(&lock_prefix));
-        let mut conn = self.conn.clone();
+        let conn = self.conn.clone();
+        let keys = self
+            .scan_lock_keys(limit, |scan| {
+                let mut conn = conn.clone();
+                async move { scan.query_async::<ScanPage>(&mut conn).await }
+            })
+            .await?;
+        self.describe_locks(keys).await
+    }
+
+    /// The `SCAN` for lock keys from `cursor`.
+    fn lock_scan(&self, cursor: u64) -> redis::Cmd {
+        let pattern = format!("{}{{*", glob_escape(&keys::lock_namespace(&self.prefix)));
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(500);
+        scan
+    }
+
+    /// Up to `limit` lock keys, scanning with `run` until the cursor comes back to 0.
+    async fn scan_lock_keys<Run, Fut>(&self, limit: usize, mut run: Run) -> Result<Vec<String>, StoreError>
+    where
+        Run: FnMut(redis::Cmd) -> Fut,
+        Fut: Future<Output = redis::RedisResult<ScanPage>>,
+    {
         let mut keys = Vec::new();
         let mut cursor = 0u64;
         loop {
-            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(500)
-                .query_async(&mut conn)
-                .await?;
+            let (next, found) = run(self.lock_scan(cursor)).await?;
             keys.extend(found);
             cursor = next;
             if cursor == 0 || keys.len() >= limit {
@@ -63,6 +72,13 @@ where
             }
         }
         keys.truncate(limit);
+        Ok(keys)
+    }
+
+    /// The locks of `keys`: TTL, fence, line and reservation of each still held.
+    async fn describe_locks(&self, keys: Vec<String>) -> Result<Vec<LockInfo>, StoreError> {
+        let lock_prefix = keys::lock_namespace(&self.prefix);
+        let mut conn = self.conn.clone();
         let mut locks = Vec::with_capacity(keys.len());
         for key in keys {
             let tag = key.strip_prefix(&lock_prefix).unwrap_or(&key);
@@ -90,5 +106,85 @@ where
             });
         }
         Ok(locks)
+    }
+}
+
+impl RedisStore<ClusterConnection> {
+    /// Up to `limit` held locks on a Redis Cluster: `SCAN` runs on every master in turn (a
+    /// `SCAN` sent through the cluster connection would see one node's keys only).
+    pub async fn cluster_locks(&self, limit: usize) -> Result<Vec<LockInfo>, StoreError> {
+        let mut conn = self.conn.clone();
+        let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await?;
+        let mut keys = Vec::new();
+        for (host, port) in masters(&nodes) {
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+            let found = self
+                .scan_lock_keys(limit - keys.len(), |scan| {
+                    let mut conn = conn.clone();
+                    let routing = routing.clone();
+                    async move {
+                        let reply = conn.route_command(scan, routing).await?;
+                        Ok(redis::from_redis_value::<ScanPage>(reply)?)
+                    }
+                })
+                .await?;
+            keys.extend(found);
+            if keys.len() >= limit {
+                break;
+            }
+        }
+        self.describe_locks(keys).await
+    }
+}
+
+/// The host and port of each master that is up, from a `CLUSTER NODES` reply: lines of
+/// `<id> <host>:<port>@<bus port>[,<hostname>] <flags> ...`.
+fn masters(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let address = fields.nth(1)?;
+            let flags = fields.next()?;
+            let up_master = flags.split(',').any(|flag| flag == "master")
+                && !flags.split(',').any(|flag| flag == "fail" || flag == "noaddr");
+            if !up_master {
+                return None;
+            }
+            let (host, port) = address.split(['@', ',']).next()?.rsplit_once(':')?;
+            Some((host.to_string(), port.parse().ok()?))
+        })
+        .collect()
+}
+
+impl crate::store::ListLocks for RedisStore<redis::aio::ConnectionManager> {
+    async fn list_locks(&self, limit: usize) -> Result<Vec<LockInfo>, StoreError> {
+        self.locks(limit).await
+    }
+}
+
+impl crate::store::ListLocks for RedisStore<ClusterConnection> {
+    async fn list_locks(&self, limit: usize) -> Result<Vec<LockInfo>, StoreError> {
+        self.cluster_locks(limit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::masters;
+
+    #[test]
+    fn the_masters_that_are_up_are_read_from_cluster_nodes() {
+        let nodes = "\
+a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7001@17001,node-b master - 0 0 2 connected 5461-10922
+c3 127.0.0.1:7002@17002 master,fail - 0 0 3 connected 10923-16383
+d4 127.0.0.1:7003@17003 slave a1 0 0 1 connected
+";
+        assert_eq!(
+            masters(nodes),
+            vec![("127.0.0.1".to_string(), 7000), ("127.0.0.1".to_string(), 7001)]
+        );
+        assert!(masters("garbage\n\n").is_empty());
     }
 }

@@ -10,7 +10,6 @@ mod queue;
 mod scripts;
 mod wake;
 
-pub use self::locks::LockInfo;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

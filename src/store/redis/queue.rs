@@ -9,16 +9,16 @@ use tokio::sync::watch;
 use super::RedisStore;
 use super::keys::{self, QueueKeys};
 use super::scripts::{
-    QUEUE_ACK, QUEUE_BURY, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PURGE,
-    QUEUE_PUSH, QUEUE_PUSH_MANY, QUEUE_REQUEUE, QUEUE_RETRY, QUEUE_STATS,
+    QUEUE_ACK, QUEUE_BURY, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PAUSE,
+    QUEUE_PURGE, QUEUE_PUSH, QUEUE_PUSH_MANY, QUEUE_REQUEUE, QUEUE_RETRY, QUEUE_RUN_NOW, QUEUE_STATS,
 };
 use super::wake::forward_wakeups;
 use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::queue::rules::NOT_A_JOB_ID;
 use crate::queue::{
-    Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListedJob, MAX_PAGE, QueueName, QueueStats,
-    QueueStore, RawClaim, RawJob, RawJobState, Wakeups,
+    Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE, MinuteActivity,
+    QueueName, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Retention, Wakeups,
 };
 use crate::store::time::{from_epoch_ms, millis, to_epoch_ms, ttl_millis};
 
@@ -168,11 +168,20 @@ where
         })
     }
 
-    async fn ack(&self, queue: &QueueName, jobs: &[(&JobId, LockToken)]) -> Result<Vec<bool>, StoreError> {
+    async fn ack(
+        &self,
+        queue: &QueueName,
+        jobs: &[(&JobId, LockToken)],
+        retention: Option<Retention>,
+    ) -> Result<Vec<bool>, StoreError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
         let mut invocation = self.queue_script(&QUEUE_ACK, queue);
+        match retention {
+            Some(retention) => invocation.arg(retention.max_count).arg(millis(retention.max_age)),
+            None => invocation.arg(0).arg(0),
+        };
         for (id, token) in jobs.iter().take(MAX_PAGE) {
             invocation.arg(id.as_str()).arg(*token);
         }
@@ -256,6 +265,7 @@ where
                 buried_at: at,
                 reason,
             },
+            "done" => RawJobState::Done { finished_at: at },
             "missing" => RawJobState::Missing,
             other => return Err(StoreError::Protocol(format!("inspect answered state {other:?}"))),
         };
@@ -281,7 +291,7 @@ where
     }
 
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
-        let (waiting, due, in_flight, dead): (u64, u64, u64, u64) = self
+        let (waiting, due, in_flight, dead, done, paused): (u64, u64, u64, u64, u64, bool) = self
             .queue_script(&QUEUE_STATS, queue)
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -290,6 +300,8 @@ where
             due,
             in_flight,
             dead,
+            done,
+            paused,
         })
     }
 
@@ -297,13 +309,15 @@ where
         &self,
         queue: &QueueName,
         set: JobSet,
-        offset: usize,
+        after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Vec<ListedJob>, StoreError> {
+        let (after_ms, after_id) = after.map_or((0, ""), |cursor| (to_epoch_ms(cursor.at), cursor.id.as_str()));
         let page: Vec<ListReply> = self
             .queue_script(&QUEUE_LIST, queue)
             .arg(QueueKeys::set_name(set))
-            .arg(offset)
+            .arg(after_ms)
+            .arg(after_id)
             .arg(limit.min(MAX_PAGE))
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -338,6 +352,44 @@ where
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(purged)
+    }
+
+    async fn pause(&self, queue: &QueueName, paused: bool) -> Result<bool, StoreError> {
+        let was: bool = self
+            .queue_script(&QUEUE_PAUSE, queue)
+            .arg(if paused { "1" } else { "0" })
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(was)
+    }
+
+    async fn run_now(&self, queue: &QueueName, id: &JobId) -> Result<bool, StoreError> {
+        let moved: bool = self
+            .queue_script(&QUEUE_RUN_NOW, queue)
+            .arg(id.as_str())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(moved)
+    }
+
+    async fn activity(&self, queue: &QueueName) -> Result<Vec<MinuteActivity>, StoreError> {
+        // A plain read of one key: the hash is small (an hour of counters) and its own
+        // `minute` field says which minute the counters run up to.
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(&self.keys(queue).activity)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let latest = fields
+            .iter()
+            .find(|(name, _)| name == "minute")
+            .and_then(|(_, value)| value.parse().ok())
+            .unwrap_or(0);
+        Ok(MinuteActivity::from_fields(
+            fields
+                .iter()
+                .filter_map(|(name, value)| Some((name.as_str(), value.parse().ok()?))),
+            latest,
+        ))
     }
 
     fn wakeups(&self, queue: &QueueName) -> Wakeups {

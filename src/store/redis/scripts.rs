@@ -63,9 +63,11 @@ script!(QUEUE_LIST, QUEUE_PRELUDE, "queue_list.lua");
 script!(QUEUE_REQUEUE, QUEUE_PRELUDE, "queue_requeue.lua");
 script!(QUEUE_PURGE, QUEUE_PRELUDE, "queue_purge.lua");
 script!(QUEUE_PROMOTE, QUEUE_PRELUDE, "queue_promote.lua");
+script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
+script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 20] = [
+static ALL: [&LazyLock<Script>; 22] = [
     &LOCK_ACQUIRE,
     &LOCK_EXTEND,
     &LOCK_RELEASE,
@@ -86,6 +88,8 @@ static ALL: [&LazyLock<Script>; 20] = [
     &QUEUE_REQUEUE,
     &QUEUE_PURGE,
     &QUEUE_PROMOTE,
+    &QUEUE_PAUSE,
+    &QUEUE_RUN_NOW,
 ];
 
 /// Loads every script into the server (every primary of a cluster).

@@ -11,8 +11,10 @@ end_lease(id)
 if ARGV[5] ~= '' then
   redis.call('HSET', JOBS, id, ARGV[5])
 end
-redis.call('ZADD', DEAD, now_ms(), id)
+local now = now_ms()
+redis.call('ZADD', DEAD, now, id)
 redis.call('HSET', ERRORS, id, ARGV[4])
 redis.call('HDEL', EXPIRIES, id)
 redis.call('HDEL', HANDED, id)
+record(now, {'dead', 1})
 return 1

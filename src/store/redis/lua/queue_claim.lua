@@ -14,6 +14,11 @@
 -- Returns {ms until the next job is due or lease runs out (-1: none),
 --          {{id, due ms, envelope, fencing token}, ...}}.
 local now = now_ms()
+-- A paused queue hands out nothing, not even the jobs whose lease ran out: resuming wakes the
+-- schedulers (queue_pause.lua).
+if redis.call('EXISTS', PAUSED) == 1 then
+  return {-1, {}}
+end
 local max = math.max(0, math.min(tonumber(ARGV[2]), MAX_PAGE))
 local max_bytes = tonumber(ARGV[5])
 local max_expiries = tonumber(ARGV[6])
@@ -96,13 +101,25 @@ if #due > 0 then
   batched('HSET', LEASES, leases)
   if #claimed > 0 then
     local last = redis.call('INCRBY', FENCE, #claimed)
+    local lag, lag_max = 0, 0
     for i, job in ipairs(claimed) do
       job[4] = last - #claimed + i
+      local late = math.max(0, now - job[2])
+      lag = lag + late
+      lag_max = math.max(lag_max, late)
+    end
+    record(now, {'claimed', #claimed, 'lag_ms', lag})
+    local field = math.floor(now / 60000) .. ':lag_max_ms'
+    if lag_max > (tonumber(redis.call('HGET', ACTIVITY, field)) or 0) then
+      redis.call('HSET', ACTIVITY, field, lag_max)
     end
   end
 end
 batched('ZADD', DEAD, dead)
 batched('HSET', ERRORS, errors)
+if #dead > 0 then
+  record(now, {'dead', #dead / 2})
+end
 
 local wait = -1
 local next_at = nil

@@ -1,26 +1,63 @@
 #!lua flags=no-writes
--- Reads a page of one of a queue's sets, oldest first, with the jobs' bytes and bury reasons.
--- ARGV[2] the set ('delayed', 'inflight' or 'dead'), ARGV[3] offset, ARGV[4] most entries
--- (at most MAX_PAGE).
+-- Reads a page of one of a queue's sets in time order (ties by id), with the jobs' bytes and
+-- bury reasons, from just after a cursor: the time and id of the previous page's last entry.
+-- ARGV[2] the set ('delayed', 'inflight', 'dead' or 'done'), ARGV[3] the cursor's time ms and
+-- ARGV[4] its id ('' for the first page), ARGV[5] most entries (at most MAX_PAGE).
+-- The page starts at the cursor's rank while its entry is still there; once it moved, at the
+-- first entry of the cursor's time not after its id. Both cost O(log n), whatever the page.
 -- Returns {{id, time ms, envelope or nil, reason or nil}, ...}.
 local set = SETS[ARGV[2]]
 if not set then
   return redis.error_reply('no such set: ' .. ARGV[2])
 end
-local first = tonumber(ARGV[3])
-local count = math.min(tonumber(ARGV[4]), MAX_PAGE)
-local entries = redis.call('ZRANGE', set, first, first + count - 1, 'WITHSCORES')
+local after_ms, after_id = tonumber(ARGV[3]), ARGV[4]
+local count = math.min(tonumber(ARGV[5]), MAX_PAGE)
+if count < 1 then
+  return {}
+end
+local first = 0
+local skip_ties = false
+if after_id ~= '' then
+  local score = redis.call('ZSCORE', set, after_id)
+  if score and tonumber(score) == after_ms then
+    first = redis.call('ZRANK', set, after_id) + 1
+  else
+    first = redis.call('ZCOUNT', set, '-inf', '(' .. after_ms)
+    skip_ties = true
+  end
+end
+-- Entries at the cursor's time up to its id were on the previous page: fetch enough to pass
+-- them, in pages of `count`, a bounded number of times.
+local entries = {}
+for _ = 1, 16 do
+  local part = redis.call('ZRANGE', set, first, first + count - 1, 'WITHSCORES')
+  first = first + count
+  for i = 1, #part, 2 do
+    local at = tonumber(part[i + 1])
+    if skip_ties and at == after_ms and part[i] <= after_id then
+      -- on the previous page
+    else
+      skip_ties = false
+      entries[#entries + 1] = part[i]
+      entries[#entries + 1] = at
+    end
+  end
+  if #entries >= 2 * count or #part < 2 * count then
+    break
+  end
+end
 if #entries == 0 then
   return {}
 end
 local ids = {}
-for i = 1, #entries, 2 do
+for i = 1, math.min(#entries, 2 * count), 2 do
   ids[#ids + 1] = entries[i]
 end
-local envelopes = redis.call('HMGET', JOBS, unpack(ids))
+local bytes = set == DONE and FINISHED or JOBS
+local envelopes = redis.call('HMGET', bytes, unpack(ids))
 local reasons = redis.call('HMGET', ERRORS, unpack(ids))
 local page = {}
 for i, id in ipairs(ids) do
-  page[i] = {id, math.floor(tonumber(entries[2 * i])), envelopes[i], reasons[i]}
+  page[i] = {id, math.floor(entries[2 * i]), envelopes[i], set == DEAD and reasons[i] or false}
 end
 return page

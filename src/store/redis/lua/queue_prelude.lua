@@ -1,8 +1,8 @@
 -- The prelude of every queue script, prepended to it when the scripts are loaded
 -- (src/store/redis/scripts.rs). It names the queue's keys, which every queue script receives
 -- in this order (src/store/redis/keys.rs builds the list), and the steps several scripts share.
-local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED, DONE, FINISHED, ACTIVITY, PAUSED =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 -- DELAYED  zset: job id -> due time (ms since the epoch, server clock)
 -- INFLIGHT zset: job id -> lease deadline (ms)
 -- JOBS     hash: job id -> envelope bytes
@@ -13,18 +13,24 @@ local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED =
 -- FENCE    counter: the last job fencing token handed out by a claim
 -- HANDED   hash: job id -> 1 when the lock it waits for was handed to it while it was in
 --          flight (its run met the lock and is on its way back): it goes back due at once
+-- DONE     zset: job id -> time finished (ms), the finished jobs kept when retention is on
+-- FINISHED hash: job id -> envelope bytes of a job in DONE
+-- ACTIVITY hash: '<minute>:<counter>' -> count, per minute of the server's clock (ms / 60000)
+--          for the last ACTIVITY_MINUTES minutes, and 'minute' -> the minute last written
+-- PAUSED   string: present while the queue is paused (claims hand out nothing)
 
 -- The pub/sub channel that wakes sleeping schedulers; every queue script gets it in ARGV[1],
 -- and its own arguments from ARGV[2].
 local WAKE = ARGV[1]
 
 -- The sorted sets a caller may name.
-local SETS = {delayed = DELAYED, inflight = INFLIGHT, dead = DEAD}
+local SETS = {delayed = DELAYED, inflight = INFLIGHT, dead = DEAD, done = DONE}
 
 -- The limits the Rust side applies too (src/queue/rules.rs; a unit test compares them).
 local MAX_PAGE = 1000
 local MAX_JOB_ID_LEN = 128
 local MAX_LEASE_MS = 86400000
+local ACTIVITY_MINUTES = 60
 
 -- A lease length asked for, in ms, within 1 .. MAX_LEASE_MS: no lease ends later than that,
 -- which is what lets a claim treat a later deadline as written by someone else.
@@ -62,6 +68,32 @@ end
 local function batched(command, key, args)
   for first = 1, #args, 1000 do
     redis.call(command, key, unpack(args, first, math.min(first + 999, #args)))
+  end
+end
+
+-- Adds `counts` ({counter, n, counter, n, ...}) to the current minute's activity. When the
+-- minute changes, drops the fields of minutes out of the window first: the hash stays within
+-- ACTIVITY_MINUTES minutes of counters, read back by operators' dashboards.
+local function record(now, counts)
+  local minute = math.floor(now / 60000)
+  local last = tonumber(redis.call('HGET', ACTIVITY, 'minute'))
+  if last ~= minute then
+    if last then
+      local stale = {}
+      for _, field in ipairs(redis.call('HKEYS', ACTIVITY)) do
+        local at = tonumber(string.match(field, '^(%d+):'))
+        if at and at <= minute - ACTIVITY_MINUTES then
+          stale[#stale + 1] = field
+        end
+      end
+      batched('HDEL', ACTIVITY, stale)
+    end
+    redis.call('HSET', ACTIVITY, 'minute', minute)
+  end
+  for i = 1, #counts, 2 do
+    if counts[i + 1] > 0 then
+      redis.call('HINCRBY', ACTIVITY, minute .. ':' .. counts[i], counts[i + 1])
+    end
   end
 end
 

@@ -18,4 +18,6 @@ if redis.call('HDEL', HANDED, id) == 1 then
   due = now_ms()
 end
 schedule(id, due)
+-- A new envelope records a failed attempt; without one, the job only waits for its turn.
+record(now_ms(), {ARGV[4] ~= '' and 'failed' or 'postponed', 1})
 return due

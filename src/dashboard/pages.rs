@@ -1,0 +1,395 @@
+//! The pages: queues, one queue's jobs, one job, locks.
+
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use serde_json::Value;
+
+use super::Dashboard;
+use super::html::{encode, escape, page, time};
+use super::plot::{bars, per_minute};
+use crate::queue::{DelayQueue, JobId, JobSet, JobStatus, ListCursor, ListedEntry, QueueStats, QueueStore};
+use crate::store::ListLocks;
+
+pub(super) type Shared<St> = State<Arc<Dashboard<St>>>;
+
+/// A page that could not be made: the status and why, as a page.
+pub(super) fn failure<St>(dashboard: &Dashboard<St>, status: StatusCode, message: &str) -> Response {
+    let body = format!("<p class=bad>{}</p>", escape(message));
+    (status, Html(page(&dashboard.options.base, "Error", None, &body))).into_response()
+}
+
+/// `Ok(html)`, or the failure's page.
+fn respond(result: Result<String, Response>) -> Response {
+    match result {
+        Ok(html) => Html(html).into_response(),
+        Err(response) => response,
+    }
+}
+
+impl<St: QueueStore + ListLocks + Sync> Dashboard<St> {
+    /// The queue `name`, if the registry knows it or it holds jobs; a 404 page otherwise.
+    pub(super) async fn known_queue(&self, name: &str) -> Result<(DelayQueue<Value, St>, QueueStats), Response> {
+        let queue = self
+            .queue(name)
+            .map_err(|error| failure(self, StatusCode::BAD_REQUEST, &error.to_string()))?;
+        let unavailable = |error: &dyn std::fmt::Display| failure(self, StatusCode::BAD_GATEWAY, &format!("the store failed: {error}"));
+        let stats = queue.stats().await.map_err(|error| unavailable(&error))?;
+        if stats == QueueStats::default() {
+            let known = self.store.registered().await.map_err(|error| unavailable(&error))?;
+            if !known.iter().any(|known| known == name) {
+                return Err(failure(self, StatusCode::NOT_FOUND, &format!("no queue {name:?} under this prefix")));
+            }
+        }
+        Ok((queue, stats))
+    }
+
+    pub(super) fn store_failed(&self, error: impl std::fmt::Display) -> Response {
+        failure(self, StatusCode::BAD_GATEWAY, &format!("the store failed: {error}"))
+    }
+}
+
+/// Every queue: counts, and the last hour's throughput, lag and failures.
+pub(super) async fn queues<St: QueueStore + ListLocks + Sync>(State(dashboard): Shared<St>, headers: HeaderMap) -> Response {
+    respond(queues_page(&dashboard, &headers).await)
+}
+
+async fn queues_page<St: QueueStore + ListLocks + Sync>(d: &Dashboard<St>, headers: &HeaderMap) -> Result<String, Response> {
+    let names = d.store.registered().await.map_err(|error| d.store_failed(error))?;
+    let now = SystemTime::now();
+    let mut body = String::from(
+        "<table id=queues><tr><th>Queue</th><th class=num>waiting</th><th class=num>due</th>\
+         <th class=num>in_flight</th><th class=num>dead</th><th class=num>done</th><th>Last hour</th></tr>",
+    );
+    for name in &names {
+        let queue = d.queue(name).map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
+        let stats = queue.stats().await.map_err(|error| d.store_failed(error))?;
+        let activity = queue.activity().await.map_err(|error| d.store_failed(error))?;
+        let throughput = per_minute(&activity, now, |m| m.done as f64);
+        let lag = per_minute(&activity, now, |m| m.lag_mean().map_or(0.0, |lag| lag.as_secs_f64() * 1000.0));
+        let failures = per_minute(&activity, now, |m| (m.failed + m.dead) as f64);
+        let _ = write!(
+            body,
+            "<tr><td><a href='{link}'>{name}</a>{paused}</td><td class=num>{}</td><td class=num>{}</td>\
+             <td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td><div class=plots>{}{}{}</div></td></tr>",
+            stats.waiting,
+            stats.due,
+            stats.in_flight,
+            stats.dead,
+            stats.done,
+            bars("done", "/min", &throughput),
+            bars("lag (mean)", "ms", &lag),
+            bars("failed + buried", "/min", &failures),
+            link = d.link(&format!("/queues/{}", encode(name))),
+            name = escape(name),
+            paused = if stats.paused { " <b>(paused)</b>" } else { "" },
+        );
+    }
+    body.push_str("</table>");
+    if names.is_empty() {
+        body.push_str("<p>No queue has registered under this prefix yet: a queue registers on its first push, or when a scheduler starts on it.</p>");
+    }
+    Ok(page(&d.options.base, "Queues", d.access.signed_in(headers), &body))
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct QueueQuery {
+    set: Option<String>,
+    /// `<ms since the epoch>/<id>`: the last entry of the previous page.
+    after: Option<String>,
+    notice: Option<String>,
+}
+
+/// A queue: its counts, actions, and one set's jobs, a page at a time by score.
+pub(super) async fn queue<St: QueueStore + ListLocks + Sync>(
+    State(dashboard): Shared<St>,
+    Path(name): Path<String>,
+    Query(query): Query<QueueQuery>,
+    headers: HeaderMap,
+) -> Response {
+    respond(queue_page(&dashboard, &name, query, &headers).await)
+}
+
+async fn queue_page<St: QueueStore + ListLocks + Sync>(
+    d: &Dashboard<St>,
+    name: &str,
+    query: QueueQuery,
+    headers: &HeaderMap,
+) -> Result<String, Response> {
+    let (queue, stats) = d.known_queue(name).await?;
+    let set: JobSet = match query.set.as_deref() {
+        None => JobSet::Waiting,
+        Some(set) => set.parse().map_err(|error: String| failure(d, StatusCode::BAD_REQUEST, &error))?,
+    };
+    let after = match query.after.as_deref() {
+        None => None,
+        Some(cursor) => Some(parse_cursor(cursor).ok_or_else(|| failure(d, StatusCode::BAD_REQUEST, "after: <ms>/<id>"))?),
+    };
+    let entries = queue
+        .list_after(set, after.as_ref(), d.options.page_size)
+        .await
+        .map_err(|error| d.store_failed(error))?;
+    let signed_in = d.access.signed_in(headers);
+    let can_act = signed_in == Some(true);
+    let here = d.link(&format!("/queues/{}", encode(name)));
+
+    let mut body = String::new();
+    if let Some(notice) = &query.notice {
+        let _ = write!(body, "<p class=notice id=notice>{}</p>", escape(notice));
+    }
+    if stats.paused {
+        body.push_str("<p class=paused id=paused>Paused: claims hand out nothing until the queue is resumed.</p>");
+    }
+    let _ = write!(
+        body,
+        "<table id=stats><tr><th class=num>waiting</th><th class=num>due</th><th class=num>in_flight</th>\
+         <th class=num>dead</th><th class=num>done</th></tr><tr><td class=num>{}</td><td class=num>{}</td>\
+         <td class=num>{}</td><td class=num>{}</td><td class=num>{}</td></tr></table>",
+        stats.waiting, stats.due, stats.in_flight, stats.dead, stats.done
+    );
+    if can_act {
+        let (action, label) = if stats.paused { ("resume", "Resume") } else { ("pause", "Pause") };
+        body.push_str(&action_form(d, &here, action, None, label, None));
+        body.push_str(&action_form(
+            d,
+            &here,
+            "purge-dead",
+            None,
+            "Purge dead jobs",
+            Some("Delete every dead job of this queue, for good?"),
+        ));
+    }
+    body.push_str("<p class=tabs>");
+    for tab in JobSet::ALL {
+        let count = match tab {
+            JobSet::Waiting => stats.waiting,
+            JobSet::InFlight => stats.in_flight,
+            JobSet::Dead => stats.dead,
+            JobSet::Done => stats.done,
+        };
+        let _ = write!(
+            body,
+            "<a href='{here}?set={tab}' class='{on}'>{tab} ({count})</a>",
+            tab = tab.as_str(),
+            on = if tab == set { "on" } else { "" },
+        );
+    }
+    body.push_str("</p>");
+    let _ = write!(
+        body,
+        "<table id=jobs><tr><th>id</th><th>{}</th><th class=num>attempt</th><th>payload</th>{}{}</tr>",
+        set.time_label(),
+        if set == JobSet::Dead { "<th>reason</th>" } else { "" },
+        if can_act { "<th></th>" } else { "" },
+    );
+    for entry in &entries {
+        body.push_str(&job_row(d, &here, set, entry, can_act));
+    }
+    body.push_str("</table>");
+    if entries.is_empty() {
+        body.push_str("<p>(none)</p>");
+    }
+    if let Some(last) = entries.last().filter(|_| entries.len() == d.options.page_size) {
+        let cursor = last.cursor();
+        let _ = write!(
+            body,
+            "<p><a id=next href='{here}?set={}&after={}'>Next page</a></p>",
+            set.as_str(),
+            encode(&format!("{}/{}", epoch_ms(cursor.at), cursor.id))
+        );
+    }
+    Ok(page(&d.options.base, &format!("Queue {name}"), signed_in, &body))
+}
+
+/// One job of a listing: its link, time, attempt, payload (or why it does not decode) and,
+/// when the viewer may act, the actions its set allows.
+fn job_row<St: QueueStore + ListLocks + Sync>(
+    d: &Dashboard<St>,
+    here: &str,
+    set: JobSet,
+    entry: &ListedEntry<Value>,
+    can_act: bool,
+) -> String {
+    let (attempt, payload) = match &entry.envelope {
+        Some(Ok(envelope)) => (envelope.attempt.to_string(), format!("<code>{}</code>", escape(&summary(&envelope.payload)))),
+        Some(Err(error)) => ("-".to_string(), format!("<span class=bad>undecodable: {}</span>", escape(error))),
+        None => ("-".to_string(), "<span class=bad>undecodable: no bytes</span>".to_string()),
+    };
+    let mut row = format!(
+        "<tr data-id='{id}'><td><a href='{here}/jobs/{link}'><code>{id}</code></a></td><td>{}</td><td class=num>{attempt}</td><td>{payload}</td>",
+        time(entry.at),
+        id = escape(&entry.id),
+        link = encode(&entry.id),
+    );
+    if set == JobSet::Dead {
+        let _ = write!(row, "<td>{}</td>", escape(entry.reason.as_deref().unwrap_or("")));
+    }
+    if can_act {
+        row.push_str("<td>");
+        for (action, label) in row_actions(set) {
+            row.push_str(&action_form(d, here, action, Some(&entry.id), label, None));
+        }
+        row.push_str("</td>");
+    }
+    row.push_str("</tr>");
+    row
+}
+
+/// What can be done to a job of `set`.
+fn row_actions(set: JobSet) -> &'static [(&'static str, &'static str)] {
+    match set {
+        JobSet::Waiting => &[("run-now", "Run now"), ("cancel", "Cancel")],
+        JobSet::Dead => &[("requeue", "Requeue"), ("cancel", "Cancel")],
+        JobSet::InFlight | JobSet::Done => &[],
+    }
+}
+
+/// A POST form for `action` on the queue at `here` (on job `id`), with the CSRF field, and a
+/// confirmation first when `confirm` says what it does.
+fn action_form<St>(d: &Dashboard<St>, here: &str, action: &str, id: Option<&str>, label: &str, confirm: Option<&str>) -> String {
+    let mut form = format!(
+        "<form class=inline method=post action='{here}/{action}'{}><input type=hidden name=csrf value='{}'>",
+        confirm.map_or(String::new(), |question| format!(" onsubmit='return confirm(\"{}\")'", escape(question))),
+        d.access.csrf,
+    );
+    if let Some(id) = id {
+        let _ = write!(form, "<input type=hidden name=id value='{}'>", escape(id));
+    }
+    if confirm.is_some() {
+        form.push_str("<input type=hidden name=confirm value=yes>");
+    }
+    let _ = write!(form, "<button type=submit name=do value='{action}'>{}</button></form> ", escape(label));
+    form
+}
+
+/// One job in full: status, envelope, actions.
+pub(super) async fn job<St: QueueStore + ListLocks + Sync>(
+    State(dashboard): Shared<St>,
+    Path((name, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    respond(job_page(&dashboard, &name, &id, &headers).await)
+}
+
+async fn job_page<St: QueueStore + ListLocks + Sync>(
+    d: &Dashboard<St>,
+    name: &str,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<String, Response> {
+    let (queue, _) = d.known_queue(name).await?;
+    let job_id = JobId::new(id).map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
+    let status = queue.status(&job_id).await.map_err(|error| d.store_failed(error))?;
+    let info = queue.job(&job_id).await.map_err(|error| d.store_failed(error))?;
+    let here = d.link(&format!("/queues/{}", encode(name)));
+    let signed_in = d.access.signed_in(headers);
+    let mut body = format!("<p><a href='{here}'>← queue {}</a></p><table id=status>", escape(name));
+    let mut field = |label: &str, value: String| {
+        let _ = write!(body, "<tr><th>{label}</th><td>{value}</td></tr>");
+    };
+    field("id", format!("<code>{}</code>", escape(id)));
+    let set = match &status {
+        JobStatus::Waiting { due, attempts } => {
+            field("status", "waiting".into());
+            field("due", time(*due));
+            field("attempts", attempts.map_or("-".into(), |n| n.to_string()));
+            Some(JobSet::Waiting)
+        }
+        JobStatus::InFlight { lease_until, attempts } => {
+            field("status", "in_flight".into());
+            field("lease_deadline", time(*lease_until));
+            field("attempts", attempts.map_or("-".into(), |n| n.to_string()));
+            Some(JobSet::InFlight)
+        }
+        JobStatus::Done { finished_at, attempts } => {
+            field("status", "done".into());
+            field("finished_at", time(*finished_at));
+            field("attempts", attempts.map_or("-".into(), |n| n.to_string()));
+            Some(JobSet::Done)
+        }
+        JobStatus::Dead { buried_at, reason, attempts } => {
+            field("status", "dead".into());
+            field("buried_at", time(*buried_at));
+            field("reason", escape(reason.as_deref().unwrap_or("")));
+            field("attempts", attempts.map_or("-".into(), |n| n.to_string()));
+            Some(JobSet::Dead)
+        }
+        JobStatus::Unknown => {
+            field("status", "unknown (never pushed, deleted, or finished and not kept)".into());
+            None
+        }
+    };
+    match info.and_then(|info| info.envelope) {
+        Some(Ok(envelope)) => {
+            if let Some(error) = &envelope.last_error {
+                field("last error", escape(error));
+            }
+            let pretty = serde_json::to_string_pretty(&envelope).unwrap_or_default();
+            let _ = write!(body, "</table><h2>Envelope</h2><pre id=envelope>{}</pre>", escape(&pretty));
+        }
+        Some(Err(error)) => {
+            let _ = write!(body, "</table><p class=bad id=envelope>undecodable: {}</p>", escape(&error));
+        }
+        None => body.push_str("</table>"),
+    }
+    if signed_in == Some(true) {
+        for (action, label) in set.map_or(&[][..], row_actions) {
+            body.push_str(&action_form(d, &here, action, Some(id), label, None));
+        }
+    }
+    Ok(page(&d.options.base, &format!("Job {id}"), signed_in, &body))
+}
+
+/// The held locks: key, remaining TTL, fence, line.
+pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(State(d): Shared<St>, headers: HeaderMap) -> Response {
+    let locks = match d.store.list_locks(1_000).await {
+        Ok(locks) => locks,
+        Err(error) => return d.store_failed(error),
+    };
+    let mut body = String::from(
+        "<table id=locks><tr><th>key</th><th class=num>remaining</th><th class=num>fence</th>\
+         <th class=num>waiters</th><th>reserved for</th></tr>",
+    );
+    for lock in &locks {
+        let _ = write!(
+            body,
+            "<tr><td><code>{}</code></td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td>{}</td></tr>",
+            escape(&lock.key),
+            lock.remaining.map_or("no TTL".into(), |left| format!("{} ms", left.as_millis())),
+            lock.fence,
+            lock.waiters,
+            escape(lock.reserved_for.as_deref().unwrap_or("")),
+        );
+    }
+    body.push_str("</table>");
+    if locks.is_empty() {
+        body.push_str("<p>No lock is held.</p>");
+    }
+    Html(page(&d.options.base, "Locks", d.access.signed_in(&headers), &body)).into_response()
+}
+
+/// The payload as compact JSON, cut to 80 characters.
+fn summary(payload: &Value) -> String {
+    let text = payload.to_string();
+    match text.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+fn epoch_ms(at: SystemTime) -> u128 {
+    at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis()
+}
+
+/// `<ms>/<id>` as a cursor.
+fn parse_cursor(text: &str) -> Option<ListCursor> {
+    let (ms, id) = text.split_once('/')?;
+    Some(ListCursor {
+        at: SystemTime::UNIX_EPOCH + Duration::from_millis(ms.parse().ok()?),
+        id: id.to_string(),
+    })
+}

@@ -1,0 +1,105 @@
+//! A queue's activity per minute, as its store counts it: what the dashboard plots.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+/// How many minutes of activity a store keeps.
+pub const ACTIVITY_MINUTES: u64 = 60;
+
+/// What happened on a queue in one minute of the store's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct MinuteActivity {
+    /// The minute's start.
+    #[serde(with = "humantime_serde")]
+    pub minute: SystemTime,
+    /// Jobs claimed.
+    pub claimed: u64,
+    /// Jobs acknowledged: finished.
+    pub done: u64,
+    /// Failed attempts put back to wait for another.
+    pub failed: u64,
+    /// Runs put back without using an attempt (their lock was held, or the store failed).
+    pub postponed: u64,
+    /// Jobs moved to the dead-letter set.
+    pub dead: u64,
+    /// The sum over the claimed jobs of how late each was claimed after it was due, in ms.
+    pub lag_total_ms: u64,
+    /// The latest claim after due, in ms.
+    pub lag_max_ms: u64,
+}
+
+impl MinuteActivity {
+    /// The mean lag of the minute's claims.
+    pub fn lag_mean(&self) -> Option<Duration> {
+        (self.claimed > 0).then(|| Duration::from_millis(self.lag_total_ms / self.claimed))
+    }
+
+    /// No activity yet in `minute` (ms since the epoch / 60,000).
+    pub(crate) fn starting(minute: u64) -> Self {
+        MinuteActivity {
+            minute: SystemTime::UNIX_EPOCH + Duration::from_secs(minute.saturating_mul(60)),
+            claimed: 0,
+            done: 0,
+            failed: 0,
+            postponed: 0,
+            dead: 0,
+            lag_total_ms: 0,
+            lag_max_ms: 0,
+        }
+    }
+
+    /// Adds `other`'s counts (another shard's same minute) to these.
+    pub(crate) fn merge(&mut self, other: &MinuteActivity) {
+        self.claimed += other.claimed;
+        self.done += other.done;
+        self.failed += other.failed;
+        self.postponed += other.postponed;
+        self.dead += other.dead;
+        self.lag_total_ms += other.lag_total_ms;
+        self.lag_max_ms = self.lag_max_ms.max(other.lag_max_ms);
+    }
+
+    /// Adds `count` to the counter `name`; unknown names are ignored (a newer writer's).
+    pub(crate) fn add(&mut self, name: &str, count: u64) {
+        let counter = match name {
+            "claimed" => &mut self.claimed,
+            "done" => &mut self.done,
+            "failed" => &mut self.failed,
+            "postponed" => &mut self.postponed,
+            "dead" => &mut self.dead,
+            "lag_ms" => &mut self.lag_total_ms,
+            "lag_max_ms" => {
+                self.lag_max_ms = self.lag_max_ms.max(count);
+                return;
+            }
+            _ => return,
+        };
+        *counter = counter.saturating_add(count);
+    }
+
+    /// The minutes in a store's `<minute>:<counter>` fields, oldest first, those more than
+    /// [`ACTIVITY_MINUTES`] before `latest` left out. Fields that do not parse are skipped:
+    /// the hash is outside bytes.
+    pub(crate) fn from_fields<'a>(
+        fields: impl IntoIterator<Item = (&'a str, u64)>,
+        latest: u64,
+    ) -> Vec<MinuteActivity> {
+        let mut minutes: BTreeMap<u64, MinuteActivity> = BTreeMap::new();
+        for (field, count) in fields {
+            let Some((minute, name)) = field.split_once(':') else {
+                continue;
+            };
+            let Ok(minute) = minute.parse::<u64>() else {
+                continue;
+            };
+            if minute + ACTIVITY_MINUTES <= latest || minute > latest {
+                continue;
+            }
+            minutes
+                .entry(minute)
+                .or_insert_with(|| MinuteActivity::starting(minute))
+                .add(name, count);
+        }
+        minutes.into_values().collect()
+    }
+}

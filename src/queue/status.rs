@@ -1,0 +1,105 @@
+//! A job's status, asked after the fact: by the id a deferral or a push returned.
+
+use std::time::SystemTime;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Codec, DelayQueue, JobId, QueueError, QueueStore, RawJobState};
+
+/// Where a job is, as [`DelayQueue::status`] finds it. `attempts` counts the runs the job had
+/// (for a job in flight, the current one included); `None` when its bytes do not decode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting to become due, or due and not yet claimed.
+    Waiting {
+        /// When it is due.
+        #[serde(with = "humantime_serde")]
+        due: SystemTime,
+        /// Runs so far (each failed).
+        attempts: Option<u32>,
+    },
+    /// A scheduler is running it.
+    InFlight {
+        /// When its lease runs out unless renewed.
+        #[serde(with = "humantime_serde")]
+        lease_until: SystemTime,
+        /// Runs so far, this one included.
+        attempts: Option<u32>,
+    },
+    /// It finished: its handler succeeded and it was acknowledged. Known only while the
+    /// queue's [`Retention`](super::Retention) keeps it.
+    Done {
+        /// When it was acknowledged.
+        #[serde(with = "humantime_serde")]
+        finished_at: SystemTime,
+        /// Runs it took, the successful one included.
+        attempts: Option<u32>,
+    },
+    /// In the dead-letter set.
+    Dead {
+        /// When it was buried.
+        #[serde(with = "humantime_serde")]
+        buried_at: SystemTime,
+        /// Why.
+        reason: Option<String>,
+        /// Runs it had before it was buried.
+        attempts: Option<u32>,
+    },
+    /// No such job: never pushed, cancelled, purged, or finished and not (or no longer) kept.
+    Unknown,
+}
+
+impl<T, St, Enc> DelayQueue<T, St, Enc>
+where
+    T: Serialize + DeserializeOwned,
+    St: QueueStore,
+    Enc: Codec,
+{
+    /// Where the job `id` is. A finished job is [`JobStatus::Done`] only with a
+    /// [`retain_finished`](Self::retain_finished) retention; without one, or once the retention
+    /// forgot it, it is [`JobStatus::Unknown`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redefer::MemoryStore;
+    /// use redefer::queue::{DelayQueue, JobStatus};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let queue = DelayQueue::<u64, _>::new(MemoryStore::new(), "jobs")?;
+    /// let id = queue.push(&7, Duration::from_secs(60)).await?.id;
+    /// assert!(matches!(queue.status(&id).await?, JobStatus::Waiting { attempts: Some(0), .. }));
+    /// # Ok(()) }
+    /// ```
+    pub async fn status(&self, id: &JobId) -> Result<JobStatus, QueueError> {
+        let Some(job) = self.job(id).await? else {
+            return Ok(JobStatus::Unknown);
+        };
+        let failed = match job.envelope {
+            Some(Ok(envelope)) => Some(envelope.attempt),
+            _ => None,
+        };
+        let runs = failed.map(|failed| failed.saturating_add(1));
+        Ok(match job.state {
+            RawJobState::Delayed { due } => JobStatus::Waiting {
+                due,
+                attempts: failed,
+            },
+            RawJobState::InFlight { lease_until } => JobStatus::InFlight {
+                lease_until,
+                attempts: runs,
+            },
+            RawJobState::Done { finished_at } => JobStatus::Done {
+                finished_at,
+                attempts: runs,
+            },
+            RawJobState::Dead { buried_at, reason } => JobStatus::Dead {
+                buried_at,
+                reason,
+                attempts: runs,
+            },
+            RawJobState::Missing => JobStatus::Unknown,
+        })
+    }
+}

@@ -1,0 +1,43 @@
+//! Listing the locks a store holds, for operators: `redefer locks` and the dashboard.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::StoreError;
+
+/// A lock as found in a store.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LockInfo {
+    /// The lock key, as the application gave it.
+    pub key: String,
+    /// How long it still lives; `None` for a key without a TTL (written by another tool).
+    pub remaining: Option<Duration>,
+    /// The fencing token of the current holder (the key's counter).
+    pub fence: u64,
+    /// How many wait in the key's line.
+    pub waiters: u64,
+    /// The waiter the key is reserved for, while it is handed over.
+    pub reserved_for: Option<String>,
+}
+
+/// Stores whose held locks can be listed: [`MemoryStore`](super::MemoryStore), and
+/// [`RedisStore`](super::RedisStore) on one server or on a cluster (where every master is
+/// scanned).
+///
+/// ```
+/// use std::time::Duration;
+/// use redefer::{LockKey, LockToken, MemoryStore};
+/// use redefer::lock::LockStore;
+/// use redefer::store::ListLocks;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryStore::new();
+/// store.try_acquire(&LockKey::new("order:7")?, LockToken::random(), Duration::from_secs(30)).await?;
+/// let locks = store.list_locks(100).await?;
+/// assert_eq!(locks[0].key, "order:7");
+/// # Ok(()) }
+/// ```
+pub trait ListLocks {
+    /// Up to `limit` held (or reserved) locks, in no particular order.
+    fn list_locks(&self, limit: usize) -> impl Future<Output = Result<Vec<LockInfo>, StoreError>> + Send;
+}

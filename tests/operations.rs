@@ -1,0 +1,179 @@
+//! Conformance of what operators do to a queue, over every store: pause and resume, run now,
+//! the status of a job after the fact (retention), listing page by page, per-minute activity.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use redefer::queue::{DelayQueue, JobId, JobSet, JobStatus, ListCursor, QueueStore, Retention};
+
+use support::for_each_store;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+async fn a_paused_queue_hands_out_nothing_until_resumed<St: QueueStore>(store: St) {
+    let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap().shards(2).unwrap();
+    queue.push_many(&[1, 2, 3], Duration::ZERO).await.unwrap();
+    let mut wakeups = queue.wakeups();
+    assert!(!queue.pause().await.unwrap(), "was not paused");
+    assert!(queue.stats().await.unwrap().paused);
+    let claimed = queue.claim(10, LEASE).await.unwrap();
+    assert!(claimed.jobs.is_empty(), "a paused queue's claim hands out nothing");
+    assert_eq!(queue.stats().await.unwrap().due, 3, "the jobs wait, due");
+    // Redis: each shard's subscription signals once when it is in place.
+    while tokio::time::timeout(Duration::from_millis(300), wakeups.next()).await.is_ok() {}
+    assert!(queue.resume().await.unwrap(), "was paused");
+    tokio::time::timeout(Duration::from_secs(5), wakeups.next())
+        .await
+        .expect("resuming wakes the schedulers");
+    assert_eq!(queue.claim(10, LEASE).await.unwrap().jobs.len(), 3);
+    assert!(!queue.stats().await.unwrap().paused);
+}
+
+async fn run_now_makes_a_waiting_job_due<St: QueueStore>(store: St) {
+    let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap();
+    let later = queue.push(&1, Duration::from_secs(3600)).await.unwrap().id;
+    assert!(queue.claim(10, LEASE).await.unwrap().jobs.is_empty());
+    assert!(queue.run_now(&later).await.unwrap());
+    let job = queue.claim(10, LEASE).await.unwrap().jobs.remove(0);
+    assert_eq!(job.envelope.id, later);
+    assert!(!queue.run_now(&later).await.unwrap(), "in flight: not waiting");
+    assert!(!queue.run_now(&JobId::new("no-such-job").unwrap()).await.unwrap());
+}
+
+async fn a_finished_job_s_status_is_kept_within_the_retention<St: QueueStore>(store: St) {
+    let queue = DelayQueue::<u32, _>::new(store.clone(), "jobs")
+        .unwrap()
+        .retain_finished(Retention::new(2, Duration::from_secs(3600)));
+    let ids: Vec<_> = queue
+        .push_many(&[1, 2, 3, 4], Duration::ZERO)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|scheduled| scheduled.id)
+        .collect();
+    assert!(matches!(
+        queue.status(&ids[0]).await.unwrap(),
+        JobStatus::Waiting { attempts: Some(0), .. }
+    ));
+    let mut jobs = queue.claim(4, LEASE).await.unwrap().jobs;
+    jobs.sort_by_key(|job| job.envelope.payload);
+    assert!(matches!(
+        queue.status(&ids[0]).await.unwrap(),
+        JobStatus::InFlight { attempts: Some(1), .. }
+    ));
+    for job in &jobs[..3] {
+        assert!(queue.ack(&job.lease).await.unwrap());
+    }
+    assert!(queue.bury(&jobs[3].lease, "boom").await.unwrap());
+    // Three finished; the count keeps two (acks within one ms tie: which one goes is the
+    // first by id).
+    let mut kept = Vec::new();
+    for id in &ids[..3] {
+        match queue.status(id).await.unwrap() {
+            JobStatus::Done { attempts, .. } => {
+                assert_eq!(attempts, Some(1));
+                kept.push(id.clone());
+            }
+            JobStatus::Unknown => {}
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert_eq!(kept.len(), 2, "the oldest finished job is forgotten beyond the count");
+    assert!(matches!(
+        queue.status(&ids[3]).await.unwrap(),
+        JobStatus::Dead { reason: Some(ref reason), .. } if reason == "boom"
+    ));
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.done, stats.dead, stats.waiting), (2, 1, 0));
+    let done = queue.list(JobSet::Done, 10).await.unwrap();
+    let listed: HashSet<String> = done.iter().map(|entry| entry.id.clone()).collect();
+    assert_eq!(listed, kept.iter().map(|id| id.to_string()).collect());
+    assert!(done.iter().all(|entry| matches!(entry.envelope, Some(Ok(_)))), "with their envelopes");
+
+    // Without a retention an acked job is gone, and its id is free either way.
+    let plain = DelayQueue::<u32, _>::new(store, "plain").unwrap();
+    let id = plain.push(&5, Duration::ZERO).await.unwrap().id;
+    let job = plain.claim(1, LEASE).await.unwrap().jobs.remove(0);
+    assert!(plain.ack(&job.lease).await.unwrap());
+    assert_eq!(plain.status(&id).await.unwrap(), JobStatus::Unknown);
+    queue
+        .push_with_id(kept[0].clone(), &9, redefer::queue::Due::In(Duration::from_secs(60)))
+        .await
+        .expect("a kept job's id is free for a new job");
+    assert!(matches!(queue.status(&kept[0]).await.unwrap(), JobStatus::Waiting { .. }));
+}
+
+async fn finished_jobs_older_than_the_retention_are_forgotten<St: QueueStore>(store: St) {
+    let queue = DelayQueue::<u32, _>::new(store, "jobs")
+        .unwrap()
+        .retain_finished(Retention::new(1_000, Duration::from_millis(50)));
+    let old = queue.push(&1, Duration::ZERO).await.unwrap().id;
+    let job = queue.claim(1, LEASE).await.unwrap().jobs.remove(0);
+    queue.ack(&job.lease).await.unwrap();
+    assert!(matches!(queue.status(&old).await.unwrap(), JobStatus::Done { .. }));
+    // Age is measured by the store's clock, at the next ack.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    queue.push(&2, Duration::ZERO).await.unwrap();
+    let job = queue.claim(1, LEASE).await.unwrap().jobs.remove(0);
+    queue.ack(&job.lease).await.unwrap();
+    assert_eq!(queue.status(&old).await.unwrap(), JobStatus::Unknown);
+    assert_eq!(queue.stats().await.unwrap().done, 1);
+}
+
+async fn pages_by_cursor_list_every_entry_once_in_order<St: QueueStore>(store: St) {
+    let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap().shards(3).unwrap();
+    // Ties: a bulk push gives its jobs one due time.
+    let items: Vec<u32> = (0..25).collect();
+    queue.push_many(&items, Duration::from_secs(60)).await.unwrap();
+    queue.push_many(&items[..5], Duration::from_secs(120)).await.unwrap();
+    let mut seen = Vec::new();
+    let mut after: Option<ListCursor> = None;
+    loop {
+        let page = queue.list_after(JobSet::Waiting, after.as_ref(), 7).await.unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(last.cursor());
+        seen.extend(page.iter().map(|entry| (entry.at, entry.id.clone())));
+    }
+    assert_eq!(seen.len(), 30);
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(seen, sorted, "time order, ties by id");
+    assert_eq!(seen.iter().map(|(_, id)| id).collect::<HashSet<_>>().len(), 30, "each once");
+
+    // A cursor whose entry left the set (claimed, cancelled) still starts after it.
+    let first_page = queue.list_after(JobSet::Waiting, None, 10).await.unwrap();
+    let cursor = first_page[9].cursor();
+    queue.cancel(&JobId::new(first_page[9].id.as_str()).unwrap()).await.unwrap();
+    let next = queue.list_after(JobSet::Waiting, Some(&cursor), 100).await.unwrap();
+    assert_eq!(next.len(), 20);
+    assert_eq!(next[0].id, seen[10].1);
+}
+
+async fn the_activity_counts_each_minute_s_claims_acks_failures_and_burials<St: QueueStore>(store: St) {
+    let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap();
+    assert!(queue.activity().await.unwrap().is_empty());
+    queue.push_many(&[1, 2, 3, 4], Duration::ZERO).await.unwrap();
+    let jobs = queue.claim(4, LEASE).await.unwrap().jobs;
+    queue.ack(&jobs[0].lease).await.unwrap();
+    queue.ack(&jobs[1].lease).await.unwrap();
+    queue.fail(&jobs[2].lease, "flaky").await.unwrap();
+    queue.bury(&jobs[3].lease, "boom").await.unwrap();
+    let minutes = queue.activity().await.unwrap();
+    let total = |f: fn(&redefer::queue::MinuteActivity) -> u64| minutes.iter().map(f).sum::<u64>();
+    assert_eq!(total(|m| m.claimed), 4);
+    assert_eq!(total(|m| m.done), 2);
+    assert_eq!(total(|m| m.failed), 1);
+    assert_eq!(total(|m| m.dead), 1);
+    assert!(minutes.len() <= 2, "one minute, or two across a minute's end");
+}
+
+for_each_store!(
+    a_paused_queue_hands_out_nothing_until_resumed,
+    run_now_makes_a_waiting_job_due,
+    a_finished_job_s_status_is_kept_within_the_retention,
+    finished_jobs_older_than_the_retention_are_forgotten,
+    pages_by_cursor_list_every_entry_once_in_order,
+    the_activity_counts_each_minute_s_claims_acks_failures_and_burials,
+);
