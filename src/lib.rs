@@ -31,6 +31,8 @@
 pub mod backoff;
 pub mod config;
 #[cfg(feature = "dashboard")]
+// A failed page is the error page itself (a `Response`), built at most once per request.
+#[allow(clippy::result_large_err)]
 pub mod dashboard;
 pub mod error;
 #[doc(hidden)]

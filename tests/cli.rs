@@ -112,7 +112,11 @@ async fn the_command_inspects_and_operates_a_queue_and_its_locks() {
     );
     let buried = dead.iter().find(|row| row["id"] == doomed.as_str()).unwrap();
     assert_eq!(buried["reason"], "boom");
-    assert_eq!(buried["payload"], r#"{"order":2}"#);
+    assert_eq!(
+        buried["payload"],
+        serde_json::json!({ "order": 2 }),
+        "whole, as JSON"
+    );
     // The same as a table, for people.
     let table = redefer(&server, &prefix, &["list", "dead"]).unwrap();
     assert!(
@@ -233,4 +237,144 @@ async fn an_unknown_queue_is_an_error_and_queues_lists_the_known_ones() {
         serde_json::json!([{ "queue": "orders" }])
     );
     assert_eq!(json(&server, &prefix, &["stats"])["waiting"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_config_file_names_the_prefix_queue_and_shards() {
+    let server = RedisServer::start();
+    let prefix = server.store().await.prefix().as_str().to_string();
+    let config: redefer::Config = toml::from_str(&format!(
+        "prefix = \"{prefix}-billing\"\n[queue]\nname = \"charges\"\nshards = 3\n"
+    ))
+    .unwrap();
+    let queue = config.queue::<Value, _>(server.store().await).unwrap();
+    queue
+        .push_many(
+            &[serde_json::json!(1), serde_json::json!(2), serde_json::json!(3)],
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let file = tempfile::NamedTempFile::with_suffix(".toml").unwrap();
+    std::fs::write(
+        file.path(),
+        format!("prefix = \"{prefix}-billing\"\n[queue]\nname = \"charges\"\nshards = 3\n"),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_redefer"))
+            .args([
+                "--url",
+                &server.url(),
+                "--config",
+                file.path().to_str().unwrap(),
+                "--json",
+            ])
+            .args(args)
+            .output()
+            .expect("run redefer")
+    };
+    let stats = run(&["stats"]);
+    assert!(
+        stats.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stats.stderr)
+    );
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(
+        stats["waiting"], 3,
+        "every shard counted, under the config's prefix"
+    );
+    // A flag still wins over the file.
+    let other = run(&["--queue", "chrages", "stats"]);
+    assert_eq!(other.status.code(), Some(1));
+    // A config that does not validate is an error naming the key.
+    std::fs::write(file.path(), "[scheduler]\nmax_idle = \"0s\"\n").unwrap();
+    let invalid = run(&["stats"]);
+    assert_eq!(invalid.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&invalid.stderr).contains("scheduler.max_idle"),
+        "{}",
+        String::from_utf8_lossy(&invalid.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_json_gives_whole_payloads_and_names_the_time_column() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    let long = serde_json::json!({ "note": "x".repeat(200), "items": [1, 2, 3] });
+    queue.push(&long, Duration::from_secs(60)).await.unwrap();
+    queue
+        .push(&serde_json::json!({ "order": 2 }), Duration::ZERO)
+        .await
+        .unwrap();
+    let mut claimed = queue.claim(1, Duration::from_secs(30)).await.unwrap().jobs;
+    let waiting = json(&server, &prefix, &["list", "waiting"]);
+    assert_eq!(waiting[0]["payload"], long, "the whole payload, as JSON");
+    assert!(waiting[0]["due"].is_string(), "{waiting}");
+    let in_flight = json(&server, &prefix, &["list", "in_flight"]);
+    assert!(in_flight[0]["lease_deadline"].is_string(), "{in_flight}");
+    assert!(queue.bury(&claimed.remove(0).lease, "boom").await.unwrap());
+    let dead = json(&server, &prefix, &["list", "dead"]);
+    assert!(dead[0]["buried_at"].is_string(), "{dead}");
+    let table = redefer(&server, &prefix, &["list", "waiting"]).unwrap();
+    assert!(table.lines().next().unwrap().contains("due"), "{table}");
+    assert!(table.contains('…'), "a table summarizes: {table}");
+    // The set names are those of stats.
+    let stats = json(&server, &prefix, &["stats"]);
+    for set in ["waiting", "in_flight", "dead", "done"] {
+        assert!(stats.get(set).is_some(), "stats names {set}: {stats}");
+        redefer(&server, &prefix, &["list", set]).unwrap_or_else(|error| panic!("list {set}: {error}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_run_now_pause_and_resume_act_on_the_queue() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    let later = queue
+        .push(&serde_json::json!(1), Duration::from_secs(3600))
+        .await
+        .unwrap()
+        .id;
+    let doomed = queue
+        .push(&serde_json::json!(2), Duration::from_secs(3600))
+        .await
+        .unwrap()
+        .id;
+
+    json(&server, &prefix, &["run-now", later.as_str()]);
+    assert_eq!(queue.stats().await.unwrap().due, 1);
+    json(&server, &prefix, &["cancel", doomed.as_str()]);
+    assert_eq!(queue.stats().await.unwrap().waiting, 1);
+    let gone = redefer(&server, &prefix, &["cancel", doomed.as_str()]).expect_err("exit 1");
+    assert!(gone.contains("not in the queue"), "{gone}");
+
+    json(&server, &prefix, &["pause"]);
+    assert_eq!(json(&server, &prefix, &["stats"])["paused"], true);
+    assert!(
+        queue
+            .claim(10, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .jobs
+            .is_empty()
+    );
+    json(&server, &prefix, &["resume"]);
+    let job = queue
+        .claim(10, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .jobs
+        .remove(0);
+    let running = redefer(&server, &prefix, &["run-now", job.envelope.id.as_str()]).expect_err("exit 1");
+    assert!(running.contains("not waiting (in flight)"), "{running}");
+    let cancel_running =
+        redefer(&server, &prefix, &["cancel", job.envelope.id.as_str()]).expect_err("exit 1");
+    assert!(cancel_running.contains("in flight"), "{cancel_running}");
 }

@@ -265,7 +265,55 @@ async fn a_scheduler_carries_on_through_a_master_failover(kind: Server) {
     scheduler.shutdown().await;
 }
 
+async fn the_locks_of_every_master_are_listed(kind: Server) {
+    let cluster = RedisCluster::start_of(kind, 3, 0);
+    let store = cluster_store(&cluster).await;
+    // Enough keys that every master holds some (the slots spread them).
+    let keys: HashSet<String> = (0..30).map(|n| format!("order:{n}")).collect();
+    for key in &keys {
+        let taken = store
+            .try_acquire(
+                &LockKey::new(key.as_str()).unwrap(),
+                LockToken::random(),
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(taken, Acquisition::Acquired(_)));
+    }
+    let listed: HashSet<String> = store
+        .cluster_locks(1_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|lock| lock.key)
+        .collect();
+    assert_eq!(listed, keys, "a SCAN of one node would see a third");
+    assert_eq!(store.cluster_locks(7).await.unwrap().len(), 7, "the limit holds");
+
+    // The command, with --cluster, lists them too.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_redefer"))
+        .args([
+            "--url",
+            &cluster.urls()[0],
+            "--cluster",
+            "--prefix",
+            store.prefix().as_str(),
+        ])
+        .args(["--json", "locks", "--limit", "1000"])
+        .output()
+        .expect("run redefer");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(rows.len(), keys.len());
+}
+
 for_each_server!(
+    the_locks_of_every_master_are_listed,
     the_lock_layer_and_a_deferral_work_on_a_cluster,
     the_shards_of_a_queue_land_on_different_masters,
     concurrent_claimers_on_a_sharded_cluster_queue_receive_each_job_once,

@@ -13,16 +13,25 @@ use support::for_each_store;
 const LEASE: Duration = Duration::from_secs(30);
 
 async fn a_paused_queue_hands_out_nothing_until_resumed<St: QueueStore>(store: St) {
-    let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap().shards(2).unwrap();
+    let queue = DelayQueue::<u32, _>::new(store, "jobs")
+        .unwrap()
+        .shards(2)
+        .unwrap();
     queue.push_many(&[1, 2, 3], Duration::ZERO).await.unwrap();
     let mut wakeups = queue.wakeups();
     assert!(!queue.pause().await.unwrap(), "was not paused");
     assert!(queue.stats().await.unwrap().paused);
     let claimed = queue.claim(10, LEASE).await.unwrap();
-    assert!(claimed.jobs.is_empty(), "a paused queue's claim hands out nothing");
+    assert!(
+        claimed.jobs.is_empty(),
+        "a paused queue's claim hands out nothing"
+    );
     assert_eq!(queue.stats().await.unwrap().due, 3, "the jobs wait, due");
     // Redis: each shard's subscription signals once when it is in place.
-    while tokio::time::timeout(Duration::from_millis(300), wakeups.next()).await.is_ok() {}
+    while tokio::time::timeout(Duration::from_millis(300), wakeups.next())
+        .await
+        .is_ok()
+    {}
     assert!(queue.resume().await.unwrap(), "was paused");
     tokio::time::timeout(Duration::from_secs(5), wakeups.next())
         .await
@@ -55,13 +64,19 @@ async fn a_finished_job_s_status_is_kept_within_the_retention<St: QueueStore>(st
         .collect();
     assert!(matches!(
         queue.status(&ids[0]).await.unwrap(),
-        JobStatus::Waiting { attempts: Some(0), .. }
+        JobStatus::Waiting {
+            attempts: Some(0),
+            ..
+        }
     ));
     let mut jobs = queue.claim(4, LEASE).await.unwrap().jobs;
     jobs.sort_by_key(|job| job.envelope.payload);
     assert!(matches!(
         queue.status(&ids[0]).await.unwrap(),
-        JobStatus::InFlight { attempts: Some(1), .. }
+        JobStatus::InFlight {
+            attempts: Some(1),
+            ..
+        }
     ));
     for job in &jobs[..3] {
         assert!(queue.ack(&job.lease).await.unwrap());
@@ -80,7 +95,11 @@ async fn a_finished_job_s_status_is_kept_within_the_retention<St: QueueStore>(st
             other => panic!("{id}: {other:?}"),
         }
     }
-    assert_eq!(kept.len(), 2, "the oldest finished job is forgotten beyond the count");
+    assert_eq!(
+        kept.len(),
+        2,
+        "the oldest finished job is forgotten beyond the count"
+    );
     assert!(matches!(
         queue.status(&ids[3]).await.unwrap(),
         JobStatus::Dead { reason: Some(ref reason), .. } if reason == "boom"
@@ -90,7 +109,10 @@ async fn a_finished_job_s_status_is_kept_within_the_retention<St: QueueStore>(st
     let done = queue.list(JobSet::Done, 10).await.unwrap();
     let listed: HashSet<String> = done.iter().map(|entry| entry.id.clone()).collect();
     assert_eq!(listed, kept.iter().map(|id| id.to_string()).collect());
-    assert!(done.iter().all(|entry| matches!(entry.envelope, Some(Ok(_)))), "with their envelopes");
+    assert!(
+        done.iter().all(|entry| matches!(entry.envelope, Some(Ok(_)))),
+        "with their envelopes"
+    );
 
     // Without a retention an acked job is gone, and its id is free either way.
     let plain = DelayQueue::<u32, _>::new(store, "plain").unwrap();
@@ -99,10 +121,17 @@ async fn a_finished_job_s_status_is_kept_within_the_retention<St: QueueStore>(st
     assert!(plain.ack(&job.lease).await.unwrap());
     assert_eq!(plain.status(&id).await.unwrap(), JobStatus::Unknown);
     queue
-        .push_with_id(kept[0].clone(), &9, redefer::queue::Due::In(Duration::from_secs(60)))
+        .push_with_id(
+            kept[0].clone(),
+            &9,
+            redefer::queue::Due::In(Duration::from_secs(60)),
+        )
         .await
         .expect("a kept job's id is free for a new job");
-    assert!(matches!(queue.status(&kept[0]).await.unwrap(), JobStatus::Waiting { .. }));
+    assert!(matches!(
+        queue.status(&kept[0]).await.unwrap(),
+        JobStatus::Waiting { .. }
+    ));
 }
 
 async fn finished_jobs_older_than_the_retention_are_forgotten<St: QueueStore>(store: St) {
@@ -112,7 +141,10 @@ async fn finished_jobs_older_than_the_retention_are_forgotten<St: QueueStore>(st
     let old = queue.push(&1, Duration::ZERO).await.unwrap().id;
     let job = queue.claim(1, LEASE).await.unwrap().jobs.remove(0);
     queue.ack(&job.lease).await.unwrap();
-    assert!(matches!(queue.status(&old).await.unwrap(), JobStatus::Done { .. }));
+    assert!(matches!(
+        queue.status(&old).await.unwrap(),
+        JobStatus::Done { .. }
+    ));
     // Age is measured by the store's clock, at the next ack.
     tokio::time::sleep(Duration::from_millis(120)).await;
     queue.push(&2, Duration::ZERO).await.unwrap();
@@ -123,15 +155,24 @@ async fn finished_jobs_older_than_the_retention_are_forgotten<St: QueueStore>(st
 }
 
 async fn pages_by_cursor_list_every_entry_once_in_order<St: QueueStore>(store: St) {
-    let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap().shards(3).unwrap();
+    let queue = DelayQueue::<u32, _>::new(store, "jobs")
+        .unwrap()
+        .shards(3)
+        .unwrap();
     // Ties: a bulk push gives its jobs one due time.
     let items: Vec<u32> = (0..25).collect();
     queue.push_many(&items, Duration::from_secs(60)).await.unwrap();
-    queue.push_many(&items[..5], Duration::from_secs(120)).await.unwrap();
+    queue
+        .push_many(&items[..5], Duration::from_secs(120))
+        .await
+        .unwrap();
     let mut seen = Vec::new();
     let mut after: Option<ListCursor> = None;
     loop {
-        let page = queue.list_after(JobSet::Waiting, after.as_ref(), 7).await.unwrap();
+        let page = queue
+            .list_after(JobSet::Waiting, after.as_ref(), 7)
+            .await
+            .unwrap();
         let Some(last) = page.last() else { break };
         after = Some(last.cursor());
         seen.extend(page.iter().map(|entry| (entry.at, entry.id.clone())));
@@ -140,13 +181,23 @@ async fn pages_by_cursor_list_every_entry_once_in_order<St: QueueStore>(store: S
     let mut sorted = seen.clone();
     sorted.sort();
     assert_eq!(seen, sorted, "time order, ties by id");
-    assert_eq!(seen.iter().map(|(_, id)| id).collect::<HashSet<_>>().len(), 30, "each once");
+    assert_eq!(
+        seen.iter().map(|(_, id)| id).collect::<HashSet<_>>().len(),
+        30,
+        "each once"
+    );
 
     // A cursor whose entry left the set (claimed, cancelled) still starts after it.
     let first_page = queue.list_after(JobSet::Waiting, None, 10).await.unwrap();
     let cursor = first_page[9].cursor();
-    queue.cancel(&JobId::new(first_page[9].id.as_str()).unwrap()).await.unwrap();
-    let next = queue.list_after(JobSet::Waiting, Some(&cursor), 100).await.unwrap();
+    queue
+        .cancel(&JobId::new(first_page[9].id.as_str()).unwrap())
+        .await
+        .unwrap();
+    let next = queue
+        .list_after(JobSet::Waiting, Some(&cursor), 100)
+        .await
+        .unwrap();
     assert_eq!(next.len(), 20);
     assert_eq!(next[0].id, seen[10].1);
 }

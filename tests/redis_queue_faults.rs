@@ -273,6 +273,7 @@ async fn an_idle_scheduler_sends_only_a_few_commands_per_second(kind: Server) {
         .collect();
     let inside_scripts = [
         "time",
+        "exists",
         "zrangebyscore",
         "zrange",
         "zcard",

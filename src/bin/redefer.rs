@@ -169,7 +169,8 @@ impl Target {
 
 /// The application's [`Config`], validated: TOML, or JSON for a `.json` file.
 fn read_config(path: &std::path::Path) -> Result<Config, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
     let config: Config = if path.extension().is_some_and(|extension| extension == "json") {
         serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?
     } else {
@@ -231,7 +232,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         .into()
     };
     if cli.cluster {
-        let store = builder.connect_cluster(&[cli.url.as_str()]).await.map_err(unreachable)?;
+        let store = builder
+            .connect_cluster(&[cli.url.as_str()])
+            .await
+            .map_err(unreachable)?;
         operate(cli, target, store).await
     } else {
         let store = builder.connect(&cli.url).await.map_err(unreachable)?;
@@ -274,7 +278,12 @@ where
         Command::List { set, limit, after } => {
             let after = after.as_deref().map(parse_cursor).transpose()?;
             let entries = queue.list_after(set, after.as_ref(), limit).await?;
-            Output::Table(entries.iter().map(|entry| entry_row(set, entry, cli.json)).collect())
+            Output::Table(
+                entries
+                    .iter()
+                    .map(|entry| entry_row(set, entry, cli.json))
+                    .collect(),
+            )
         }
         Command::Show { id } => {
             let id = JobId::new(id)?;
@@ -323,9 +332,13 @@ where
             match queue.cancel(&id).await? {
                 Cancelled::Deleted => Output::Record(json!({ "cancelled": id })),
                 Cancelled::InFlight => {
-                    return Err(format!("job {id} is in flight: a scheduler is running it; not cancelled").into());
+                    return Err(
+                        format!("job {id} is in flight: a scheduler is running it; not cancelled").into(),
+                    );
                 }
-                Cancelled::NotFound => return Err(format!("job {id} is not in the queue: nothing cancelled").into()),
+                Cancelled::NotFound => {
+                    return Err(format!("job {id} is not in the queue: nothing cancelled").into());
+                }
             }
         }
         Command::RunNow { id } => {
@@ -361,7 +374,11 @@ where
                     .collect(),
             )
         }
-        Command::Dashboard { bind, token, read_only } => {
+        Command::Dashboard {
+            bind,
+            token,
+            read_only,
+        } => {
             let options = DashboardOptions::default()
                 .token(if read_only { None } else { token })
                 .queue_shards(target.queue.as_str(), target.shards);
@@ -369,7 +386,11 @@ where
             eprintln!(
                 "redefer dashboard on http://{} ({})",
                 listener.local_addr()?,
-                if options.read_only() { "read-only" } else { "actions need the token" }
+                if options.read_only() {
+                    "read-only"
+                } else {
+                    "actions need the token"
+                }
             );
             let app = Dashboard::new(store, options).router();
             axum::serve(listener, app).await?;
@@ -380,7 +401,10 @@ where
 }
 
 /// Where job `id` is, in the set names the command uses.
-async fn where_is<St: QueueStore>(queue: &DelayQueue<Value, St>, id: &JobId) -> Result<&'static str, Failure> {
+async fn where_is<St: QueueStore>(
+    queue: &DelayQueue<Value, St>,
+    id: &JobId,
+) -> Result<&'static str, Failure> {
     Ok(match queue.job(id).await?.map(|info| info.state) {
         Some(RawJobState::Dead { .. }) => "dead",
         Some(RawJobState::Delayed { .. }) => "waiting",

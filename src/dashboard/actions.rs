@@ -14,16 +14,29 @@ use crate::queue::{Cancelled, JobId, JobSet, QueueStore};
 use crate::store::ListLocks;
 
 /// The sign-in form.
-pub(super) async fn login_page<St: QueueStore + ListLocks + Sync>(State(d): Shared<St>, headers: HeaderMap) -> Response {
+pub(super) async fn login_page<St: QueueStore + ListLocks + Sync>(
+    State(d): Shared<St>,
+    headers: HeaderMap,
+) -> Response {
     if d.access.read_only() {
-        return failure(&d, StatusCode::FORBIDDEN, "the dashboard is read-only: start it with a token to act");
+        return failure(
+            &d,
+            StatusCode::FORBIDDEN,
+            "the dashboard is read-only: start it with a token to act",
+        );
     }
     let body = format!(
         "<form method=post action='{}'><label>Token <input type=password name=token id=token autofocus></label> \
          <button type=submit id=sign-in>Sign in</button></form>",
         d.link("/login")
     );
-    Html(page(&d.options.base, "Sign in", d.access.signed_in(&headers), &body)).into_response()
+    Html(page(
+        &d.options.base,
+        "Sign in",
+        d.access.signed_in(&headers),
+        &body,
+    ))
+    .into_response()
 }
 
 #[derive(serde::Deserialize)]
@@ -32,14 +45,20 @@ pub(super) struct Login {
 }
 
 /// Checks the token; signs the browser in with the session cookie.
-pub(super) async fn login<St: QueueStore + ListLocks + Sync>(State(d): Shared<St>, Form(login): Form<Login>) -> Response {
+pub(super) async fn login<St: QueueStore + ListLocks + Sync>(
+    State(d): Shared<St>,
+    Form(login): Form<Login>,
+) -> Response {
     if !d.access.is_token(&login.token) {
         return failure(&d, StatusCode::FORBIDDEN, "wrong token");
     }
     let home = d.link("/");
     (
         StatusCode::SEE_OTHER,
-        [(SET_COOKIE, d.access.session_cookie(&d.options.base)), (LOCATION, home)],
+        [
+            (SET_COOKIE, d.access.session_cookie(&d.options.base)),
+            (LOCATION, home),
+        ],
     )
         .into_response()
 }
@@ -66,7 +85,10 @@ pub(super) async fn act<St: QueueStore + ListLocks + Sync>(
         Err(response) => return response,
     };
     let job = || -> Result<JobId, Response> {
-        let id = form.id.as_deref().ok_or_else(|| failure(&d, StatusCode::BAD_REQUEST, "which job? (id)"))?;
+        let id = form
+            .id
+            .as_deref()
+            .ok_or_else(|| failure(&d, StatusCode::BAD_REQUEST, "which job? (id)"))?;
         JobId::new(id).map_err(|error| failure(&d, StatusCode::BAD_REQUEST, &error.to_string()))
     };
     let outcome = async {
@@ -91,14 +113,25 @@ pub(super) async fn act<St: QueueStore + ListLocks + Sync>(
             "run-now" => {
                 let id = job()?;
                 let moved = queue.run_now(&id).await.map_err(|error| d.store_failed(error))?;
-                let notice = if moved { format!("{id} is due now") } else { format!("{id} is not waiting") };
+                let notice = if moved {
+                    format!("{id} is due now")
+                } else {
+                    format!("{id} is not waiting")
+                };
                 (JobSet::Waiting, notice)
             }
             "purge-dead" => {
                 if form.confirm.as_deref() != Some("yes") {
-                    return Err(failure(&d, StatusCode::BAD_REQUEST, "purging needs confirmation (confirm=yes)"));
+                    return Err(failure(
+                        &d,
+                        StatusCode::BAD_REQUEST,
+                        "purging needs confirmation (confirm=yes)",
+                    ));
                 }
-                let purged = queue.purge(JobSet::Dead).await.map_err(|error| d.store_failed(error))?;
+                let purged = queue
+                    .purge(JobSet::Dead)
+                    .await
+                    .map_err(|error| d.store_failed(error))?;
                 (JobSet::Dead, format!("purged {purged} dead jobs"))
             }
             "pause" => {
@@ -109,7 +142,13 @@ pub(super) async fn act<St: QueueStore + ListLocks + Sync>(
                 queue.resume().await.map_err(|error| d.store_failed(error))?;
                 (JobSet::Waiting, "resumed".to_string())
             }
-            other => return Err(failure(&d, StatusCode::NOT_FOUND, &format!("no action {}", escape(other)))),
+            other => {
+                return Err(failure(
+                    &d,
+                    StatusCode::NOT_FOUND,
+                    &format!("no action {}", escape(other)),
+                ));
+            }
         })
     };
     match outcome.await {

@@ -5,7 +5,11 @@ use std::fmt::Write;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 /// Characters left as they are in a path segment: the unreserved ones.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// `text` safe inside HTML text and attribute values.
 pub(super) fn escape(text: &str) -> String {
@@ -72,6 +76,10 @@ pub(super) fn page(base: &str, title: &str, signed_in: Option<bool>, body: &str)
             let _ = write!(out, "<span>read-only</span>");
         }
     }
-    let _ = write!(out, "</header><main><h1>{}</h1>{body}</main></body></html>", escape(title));
+    let _ = write!(
+        out,
+        "</header><main><h1>{}</h1>{body}</main></body></html>",
+        escape(title)
+    );
     out
 }

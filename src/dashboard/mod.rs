@@ -37,8 +37,8 @@ use axum::Router;
 use axum::routing::{get, post};
 use serde_json::Value;
 
-pub use self::options::DashboardOptions;
 use self::access::Access;
+pub use self::options::DashboardOptions;
 use crate::error::KeyError;
 use crate::queue::{DelayQueue, QueueStore};
 use crate::store::ListLocks;
@@ -71,7 +71,10 @@ where
             .route("/locks", get(pages::locks::<St>))
             .route("/queues/{queue}", get(pages::queue::<St>))
             .route("/queues/{queue}/jobs/{id}", get(pages::job::<St>))
-            .route("/login", get(actions::login_page::<St>).post(actions::login::<St>))
+            .route(
+                "/login",
+                get(actions::login_page::<St>).post(actions::login::<St>),
+            )
             .route("/queues/{queue}/{action}", post(actions::act::<St>))
             .with_state(Arc::new(self))
     }

@@ -33,44 +33,79 @@ fn respond(result: Result<String, Response>) -> Response {
 
 impl<St: QueueStore + ListLocks + Sync> Dashboard<St> {
     /// The queue `name`, if the registry knows it or it holds jobs; a 404 page otherwise.
-    pub(super) async fn known_queue(&self, name: &str) -> Result<(DelayQueue<Value, St>, QueueStats), Response> {
+    pub(super) async fn known_queue(
+        &self,
+        name: &str,
+    ) -> Result<(DelayQueue<Value, St>, QueueStats), Response> {
         let queue = self
             .queue(name)
             .map_err(|error| failure(self, StatusCode::BAD_REQUEST, &error.to_string()))?;
-        let unavailable = |error: &dyn std::fmt::Display| failure(self, StatusCode::BAD_GATEWAY, &format!("the store failed: {error}"));
+        let unavailable = |error: &dyn std::fmt::Display| {
+            failure(
+                self,
+                StatusCode::BAD_GATEWAY,
+                &format!("the store failed: {error}"),
+            )
+        };
         let stats = queue.stats().await.map_err(|error| unavailable(&error))?;
         if stats == QueueStats::default() {
-            let known = self.store.registered().await.map_err(|error| unavailable(&error))?;
+            let known = self
+                .store
+                .registered()
+                .await
+                .map_err(|error| unavailable(&error))?;
             if !known.iter().any(|known| known == name) {
-                return Err(failure(self, StatusCode::NOT_FOUND, &format!("no queue {name:?} under this prefix")));
+                return Err(failure(
+                    self,
+                    StatusCode::NOT_FOUND,
+                    &format!("no queue {name:?} under this prefix"),
+                ));
             }
         }
         Ok((queue, stats))
     }
 
     pub(super) fn store_failed(&self, error: impl std::fmt::Display) -> Response {
-        failure(self, StatusCode::BAD_GATEWAY, &format!("the store failed: {error}"))
+        failure(
+            self,
+            StatusCode::BAD_GATEWAY,
+            &format!("the store failed: {error}"),
+        )
     }
 }
 
 /// Every queue: counts, and the last hour's throughput, lag and failures.
-pub(super) async fn queues<St: QueueStore + ListLocks + Sync>(State(dashboard): Shared<St>, headers: HeaderMap) -> Response {
+pub(super) async fn queues<St: QueueStore + ListLocks + Sync>(
+    State(dashboard): Shared<St>,
+    headers: HeaderMap,
+) -> Response {
     respond(queues_page(&dashboard, &headers).await)
 }
 
-async fn queues_page<St: QueueStore + ListLocks + Sync>(d: &Dashboard<St>, headers: &HeaderMap) -> Result<String, Response> {
-    let names = d.store.registered().await.map_err(|error| d.store_failed(error))?;
+async fn queues_page<St: QueueStore + ListLocks + Sync>(
+    d: &Dashboard<St>,
+    headers: &HeaderMap,
+) -> Result<String, Response> {
+    let names = d
+        .store
+        .registered()
+        .await
+        .map_err(|error| d.store_failed(error))?;
     let now = SystemTime::now();
     let mut body = String::from(
         "<table id=queues><tr><th>Queue</th><th class=num>waiting</th><th class=num>due</th>\
          <th class=num>in_flight</th><th class=num>dead</th><th class=num>done</th><th>Last hour</th></tr>",
     );
     for name in &names {
-        let queue = d.queue(name).map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
+        let queue = d
+            .queue(name)
+            .map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
         let stats = queue.stats().await.map_err(|error| d.store_failed(error))?;
         let activity = queue.activity().await.map_err(|error| d.store_failed(error))?;
         let throughput = per_minute(&activity, now, |m| m.done as f64);
-        let lag = per_minute(&activity, now, |m| m.lag_mean().map_or(0.0, |lag| lag.as_secs_f64() * 1000.0));
+        let lag = per_minute(&activity, now, |m| {
+            m.lag_mean().map_or(0.0, |lag| lag.as_secs_f64() * 1000.0)
+        });
         let failures = per_minute(&activity, now, |m| (m.failed + m.dead) as f64);
         let _ = write!(
             body,
@@ -93,7 +128,12 @@ async fn queues_page<St: QueueStore + ListLocks + Sync>(d: &Dashboard<St>, heade
     if names.is_empty() {
         body.push_str("<p>No queue has registered under this prefix yet: a queue registers on its first push, or when a scheduler starts on it.</p>");
     }
-    Ok(page(&d.options.base, "Queues", d.access.signed_in(headers), &body))
+    Ok(page(
+        &d.options.base,
+        "Queues",
+        d.access.signed_in(headers),
+        &body,
+    ))
 }
 
 #[derive(serde::Deserialize)]
@@ -123,11 +163,15 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
     let (queue, stats) = d.known_queue(name).await?;
     let set: JobSet = match query.set.as_deref() {
         None => JobSet::Waiting,
-        Some(set) => set.parse().map_err(|error: String| failure(d, StatusCode::BAD_REQUEST, &error))?,
+        Some(set) => set
+            .parse()
+            .map_err(|error: String| failure(d, StatusCode::BAD_REQUEST, &error))?,
     };
     let after = match query.after.as_deref() {
         None => None,
-        Some(cursor) => Some(parse_cursor(cursor).ok_or_else(|| failure(d, StatusCode::BAD_REQUEST, "after: <ms>/<id>"))?),
+        Some(cursor) => Some(
+            parse_cursor(cursor).ok_or_else(|| failure(d, StatusCode::BAD_REQUEST, "after: <ms>/<id>"))?,
+        ),
     };
     let entries = queue
         .list_after(set, after.as_ref(), d.options.page_size)
@@ -142,7 +186,9 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
         let _ = write!(body, "<p class=notice id=notice>{}</p>", escape(notice));
     }
     if stats.paused {
-        body.push_str("<p class=paused id=paused>Paused: claims hand out nothing until the queue is resumed.</p>");
+        body.push_str(
+            "<p class=paused id=paused>Paused: claims hand out nothing until the queue is resumed.</p>",
+        );
     }
     let _ = write!(
         body,
@@ -152,7 +198,11 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
         stats.waiting, stats.due, stats.in_flight, stats.dead, stats.done
     );
     if can_act {
-        let (action, label) = if stats.paused { ("resume", "Resume") } else { ("pause", "Pause") };
+        let (action, label) = if stats.paused {
+            ("resume", "Resume")
+        } else {
+            ("pause", "Pause")
+        };
         body.push_str(&action_form(d, &here, action, None, label, None));
         body.push_str(&action_form(
             d,
@@ -183,7 +233,11 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
         body,
         "<table id=jobs><tr><th>id</th><th>{}</th><th class=num>attempt</th><th>payload</th>{}{}</tr>",
         set.time_label(),
-        if set == JobSet::Dead { "<th>reason</th>" } else { "" },
+        if set == JobSet::Dead {
+            "<th>reason</th>"
+        } else {
+            ""
+        },
         if can_act { "<th></th>" } else { "" },
     );
     for entry in &entries {
@@ -215,9 +269,18 @@ fn job_row<St: QueueStore + ListLocks + Sync>(
     can_act: bool,
 ) -> String {
     let (attempt, payload) = match &entry.envelope {
-        Some(Ok(envelope)) => (envelope.attempt.to_string(), format!("<code>{}</code>", escape(&summary(&envelope.payload)))),
-        Some(Err(error)) => ("-".to_string(), format!("<span class=bad>undecodable: {}</span>", escape(error))),
-        None => ("-".to_string(), "<span class=bad>undecodable: no bytes</span>".to_string()),
+        Some(Ok(envelope)) => (
+            envelope.attempt.to_string(),
+            format!("<code>{}</code>", escape(&summary(&envelope.payload))),
+        ),
+        Some(Err(error)) => (
+            "-".to_string(),
+            format!("<span class=bad>undecodable: {}</span>", escape(error)),
+        ),
+        None => (
+            "-".to_string(),
+            "<span class=bad>undecodable: no bytes</span>".to_string(),
+        ),
     };
     let mut row = format!(
         "<tr data-id='{id}'><td><a href='{here}/jobs/{link}'><code>{id}</code></a></td><td>{}</td><td class=num>{attempt}</td><td>{payload}</td>",
@@ -250,10 +313,20 @@ fn row_actions(set: JobSet) -> &'static [(&'static str, &'static str)] {
 
 /// A POST form for `action` on the queue at `here` (on job `id`), with the CSRF field, and a
 /// confirmation first when `confirm` says what it does.
-fn action_form<St>(d: &Dashboard<St>, here: &str, action: &str, id: Option<&str>, label: &str, confirm: Option<&str>) -> String {
+fn action_form<St>(
+    d: &Dashboard<St>,
+    here: &str,
+    action: &str,
+    id: Option<&str>,
+    label: &str,
+    confirm: Option<&str>,
+) -> String {
     let mut form = format!(
         "<form class=inline method=post action='{here}/{action}'{}><input type=hidden name=csrf value='{}'>",
-        confirm.map_or(String::new(), |question| format!(" onsubmit='return confirm(\"{}\")'", escape(question))),
+        confirm.map_or(String::new(), |question| format!(
+            " onsubmit='return confirm(\"{}\")'",
+            escape(question)
+        )),
         d.access.csrf,
     );
     if let Some(id) = id {
@@ -262,7 +335,11 @@ fn action_form<St>(d: &Dashboard<St>, here: &str, action: &str, id: Option<&str>
     if confirm.is_some() {
         form.push_str("<input type=hidden name=confirm value=yes>");
     }
-    let _ = write!(form, "<button type=submit name=do value='{action}'>{}</button></form> ", escape(label));
+    let _ = write!(
+        form,
+        "<button type=submit name=do value='{action}'>{}</button></form> ",
+        escape(label)
+    );
     form
 }
 
@@ -283,11 +360,17 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
 ) -> Result<String, Response> {
     let (queue, _) = d.known_queue(name).await?;
     let job_id = JobId::new(id).map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
-    let status = queue.status(&job_id).await.map_err(|error| d.store_failed(error))?;
+    let status = queue
+        .status(&job_id)
+        .await
+        .map_err(|error| d.store_failed(error))?;
     let info = queue.job(&job_id).await.map_err(|error| d.store_failed(error))?;
     let here = d.link(&format!("/queues/{}", encode(name)));
     let signed_in = d.access.signed_in(headers);
-    let mut body = format!("<p><a href='{here}'>← queue {}</a></p><table id=status>", escape(name));
+    let mut body = format!(
+        "<p><a href='{here}'>← queue {}</a></p><table id=status>",
+        escape(name)
+    );
     let mut field = |label: &str, value: String| {
         let _ = write!(body, "<tr><th>{label}</th><td>{value}</td></tr>");
     };
@@ -299,19 +382,29 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
             field("attempts", attempts.map_or("-".into(), |n| n.to_string()));
             Some(JobSet::Waiting)
         }
-        JobStatus::InFlight { lease_until, attempts } => {
+        JobStatus::InFlight {
+            lease_until,
+            attempts,
+        } => {
             field("status", "in_flight".into());
             field("lease_deadline", time(*lease_until));
             field("attempts", attempts.map_or("-".into(), |n| n.to_string()));
             Some(JobSet::InFlight)
         }
-        JobStatus::Done { finished_at, attempts } => {
+        JobStatus::Done {
+            finished_at,
+            attempts,
+        } => {
             field("status", "done".into());
             field("finished_at", time(*finished_at));
             field("attempts", attempts.map_or("-".into(), |n| n.to_string()));
             Some(JobSet::Done)
         }
-        JobStatus::Dead { buried_at, reason, attempts } => {
+        JobStatus::Dead {
+            buried_at,
+            reason,
+            attempts,
+        } => {
             field("status", "dead".into());
             field("buried_at", time(*buried_at));
             field("reason", escape(reason.as_deref().unwrap_or("")));
@@ -319,7 +412,10 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
             Some(JobSet::Dead)
         }
         JobStatus::Unknown => {
-            field("status", "unknown (never pushed, deleted, or finished and not kept)".into());
+            field(
+                "status",
+                "unknown (never pushed, deleted, or finished and not kept)".into(),
+            );
             None
         }
     };
@@ -329,10 +425,18 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
                 field("last error", escape(error));
             }
             let pretty = serde_json::to_string_pretty(&envelope).unwrap_or_default();
-            let _ = write!(body, "</table><h2>Envelope</h2><pre id=envelope>{}</pre>", escape(&pretty));
+            let _ = write!(
+                body,
+                "</table><h2>Envelope</h2><pre id=envelope>{}</pre>",
+                escape(&pretty)
+            );
         }
         Some(Err(error)) => {
-            let _ = write!(body, "</table><p class=bad id=envelope>undecodable: {}</p>", escape(&error));
+            let _ = write!(
+                body,
+                "</table><p class=bad id=envelope>undecodable: {}</p>",
+                escape(&error)
+            );
         }
         None => body.push_str("</table>"),
     }
@@ -345,7 +449,10 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
 }
 
 /// The held locks: key, remaining TTL, fence, line.
-pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(State(d): Shared<St>, headers: HeaderMap) -> Response {
+pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
+    State(d): Shared<St>,
+    headers: HeaderMap,
+) -> Response {
     let locks = match d.store.list_locks(1_000).await {
         Ok(locks) => locks,
         Err(error) => return d.store_failed(error),
@@ -359,7 +466,8 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(State(d): Shared<St
             body,
             "<tr><td><code>{}</code></td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td>{}</td></tr>",
             escape(&lock.key),
-            lock.remaining.map_or("no TTL".into(), |left| format!("{} ms", left.as_millis())),
+            lock.remaining
+                .map_or("no TTL".into(), |left| format!("{} ms", left.as_millis())),
             lock.fence,
             lock.waiters,
             escape(lock.reserved_for.as_deref().unwrap_or("")),
@@ -369,7 +477,13 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(State(d): Shared<St
     if locks.is_empty() {
         body.push_str("<p>No lock is held.</p>");
     }
-    Html(page(&d.options.base, "Locks", d.access.signed_in(&headers), &body)).into_response()
+    Html(page(
+        &d.options.base,
+        "Locks",
+        d.access.signed_in(&headers),
+        &body,
+    ))
+    .into_response()
 }
 
 /// The payload as compact JSON, cut to 80 characters.
@@ -382,7 +496,9 @@ fn summary(payload: &Value) -> String {
 }
 
 fn epoch_ms(at: SystemTime) -> u128 {
-    at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis()
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis()
 }
 
 /// `<ms>/<id>` as a cursor.

@@ -526,7 +526,10 @@ where
             for page in here.chunks(MAX_PAGE) {
                 let jobs: Vec<(&JobId, LockToken)> =
                     page.iter().map(|&i| (&leases[i].id, leases[i].token)).collect();
-                for (&i, done) in page.iter().zip(self.store.ack(shard, &jobs, self.retention).await?) {
+                for (&i, done) in page
+                    .iter()
+                    .zip(self.store.ack(shard, &jobs, self.retention).await?)
+                {
                     acked[i] = done;
                 }
             }
@@ -769,7 +772,10 @@ where
         for shard in self.shards.names() {
             let mut after: Option<ListCursor> = None;
             loop {
-                let page = self.store.list(shard, JobSet::Dead, after.as_ref(), MAX_PAGE).await?;
+                let page = self
+                    .store
+                    .list(shard, JobSet::Dead, after.as_ref(), MAX_PAGE)
+                    .await?;
                 let Some(last) = page.last() else {
                     break;
                 };

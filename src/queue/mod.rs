@@ -34,8 +34,8 @@ pub use self::policy::RetryPolicy;
 pub use self::retention::Retention;
 pub use self::rules::{MAX_JOB_ID_LEN, MAX_LEASE, MAX_PAGE};
 pub use self::shards::MAX_SHARDS;
-pub use self::status::JobStatus;
 pub(crate) use self::shards::Shards;
+pub use self::status::JobStatus;
 pub use self::store::{Cancelled, Due, JobSet, ListCursor, QueueStats, QueueStore, RawJobState};
 #[doc(hidden)]
 pub use self::store::{ClaimBatch, ClaimLimits, ListedJob, RawClaim, RawJob};

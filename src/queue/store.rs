@@ -317,14 +317,19 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
 
     /// Pauses (`true`) or resumes (`false`) the queue: a paused queue's claims hand out
     /// nothing, and resuming wakes its schedulers. Whether it was paused before.
-    fn pause(&self, queue: &QueueName, paused: bool) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn pause(&self, queue: &QueueName, paused: bool)
+    -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Makes the waiting job `id` due now; `false` when it is not waiting.
-    fn run_now(&self, queue: &QueueName, id: &JobId) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn run_now(&self, queue: &QueueName, id: &JobId)
+    -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// The queue's activity per minute over the last hour, oldest first: the claims, acks,
     /// failures and burials the store counted as they happened.
-    fn activity(&self, queue: &QueueName) -> impl Future<Output = Result<Vec<MinuteActivity>, StoreError>> + Send;
+    fn activity(
+        &self,
+        queue: &QueueName,
+    ) -> impl Future<Output = Result<Vec<MinuteActivity>, StoreError>> + Send;
 
     /// Moves the dead jobs among `ids` (at most [`MAX_PAGE`](super::MAX_PAGE)) back to wait, due now; how many moved.
     fn requeue(

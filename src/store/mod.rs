@@ -16,9 +16,9 @@ mod memory;
 mod redis;
 pub(crate) mod time;
 
+pub use self::list_locks::{ListLocks, LockInfo};
 pub use self::memory::MemoryStore;
 pub(crate) use self::redis::keys as redis_keys;
-pub use self::list_locks::{ListLocks, LockInfo};
 pub use self::redis::{RedisStore, RedisStoreBuilder};
 
 pub(crate) use self::sealed::Sealed;

@@ -12,9 +12,9 @@ use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::queue::rules::{NO_ENVELOPE, lease_ran_out, oversized};
 use crate::queue::{
-    ACTIVITY_MINUTES, Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListCursor, ListedJob, MAX_LEASE,
-    MAX_PAGE, MinuteActivity, QueueName, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Retention,
-    Wakeups,
+    ACTIVITY_MINUTES, Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListCursor, ListedJob,
+    MAX_LEASE, MAX_PAGE, MinuteActivity, QueueName, QueueStats, QueueStore, RawClaim, RawJob, RawJobState,
+    Retention, Wakeups,
 };
 use crate::store::handover::Promotion;
 use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
@@ -134,7 +134,9 @@ impl QueueState {
         for (name, count) in counts {
             entry.add(name, *count);
         }
-        self.activity = self.activity.split_off(&minute.saturating_sub(ACTIVITY_MINUTES - 1));
+        self.activity = self
+            .activity
+            .split_off(&minute.saturating_sub(ACTIVITY_MINUTES - 1));
     }
 
     /// Keeps the finished job `id` under `retention`, forgetting the oldest beyond it.
@@ -146,7 +148,8 @@ impl QueueState {
             self.done.remove(&(at, id.clone()));
         }
         self.done.insert((now, id.clone()));
-        let oldest_kept = now.saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
+        let oldest_kept =
+            now.saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
         while let Some((at, old)) = self.done.first().cloned() {
             if at >= oldest_kept && self.done.len() <= retention.max_count {
                 break;
@@ -318,7 +321,9 @@ impl QueueStore for MemoryStore {
                     }
                 }
             }
-            let lags = jobs.iter().map(|job| u64::try_from(now - to_epoch_ms(job.due)).unwrap_or(0));
+            let lags = jobs
+                .iter()
+                .map(|job| u64::try_from(now - to_epoch_ms(job.due)).unwrap_or(0));
             let lag_max = lags.clone().max().unwrap_or(0);
             q.record(
                 now,
@@ -385,7 +390,10 @@ impl QueueStore for MemoryStore {
                 return None;
             }
             // A new envelope records a failed attempt; without one, the job only waits its turn.
-            q.record(now_ms(), &[(if envelope.is_some() { "failed" } else { "postponed" }, 1)]);
+            q.record(
+                now_ms(),
+                &[(if envelope.is_some() { "failed" } else { "postponed" }, 1)],
+            );
             if let Some(envelope) = envelope {
                 q.jobs.insert(id.clone(), envelope);
             }

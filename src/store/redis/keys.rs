@@ -235,8 +235,8 @@ mod tests {
         assert_declares(
             prelude,
             &[
-                "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES", "FENCE", "HANDED", "DONE",
-                "FINISHED", "ACTIVITY", "PAUSED",
+                "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES", "FENCE", "HANDED",
+                "DONE", "FINISHED", "ACTIVITY", "PAUSED",
             ],
         );
         for set in JobSet::ALL {

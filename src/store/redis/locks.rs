@@ -10,9 +10,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use super::{RedisStore, keys};
-use crate::store::LockInfo;
 use crate::error::StoreError;
 use crate::key::decode_tag;
+use crate::store::LockInfo;
 
 /// `*`, `?`, `[`, `]` and `\` escaped for a SCAN pattern.
 fn glob_escape(text: &str) -> String {

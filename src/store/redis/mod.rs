@@ -10,7 +10,6 @@ mod queue;
 mod scripts;
 mod wake;
 
-
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 

@@ -312,7 +312,8 @@ where
         after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Vec<ListedJob>, StoreError> {
-        let (after_ms, after_id) = after.map_or((0, ""), |cursor| (to_epoch_ms(cursor.at), cursor.id.as_str()));
+        let (after_ms, after_id) =
+            after.map_or((0, ""), |cursor| (to_epoch_ms(cursor.at), cursor.id.as_str()));
         let page: Vec<ListReply> = self
             .queue_script(&QUEUE_LIST, queue)
             .arg(QueueKeys::set_name(set))

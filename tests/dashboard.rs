@@ -1,0 +1,346 @@
+//! The dashboard in a real browser: headless Chromium, driven through chromedriver (Debian's
+//! `chromium` and `chromium-driver`, which `.ci/run` installs), against a real Redis. Signs in,
+//! opens each page, requeues a dead job with a click and checks Redis; screenshots each page
+//! (into `target/dashboard-screenshots/`, and into `docs/screenshots/` for the README when
+//! `REDEFER_UPDATE_SCREENSHOTS` is set). Without chromedriver the browser test is skipped,
+//! unless `REDEFER_REQUIRE_BROWSER` is set (CI sets it).
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use redefer::dashboard::{Dashboard, DashboardOptions};
+use redefer::lock::LockStore;
+use redefer::queue::{DelayQueue, JobId, JobSet, RawJobState};
+use redefer::{LockKey, LockToken, RedisStore};
+use serde_json::{Value, json};
+
+use support::{RedisServer, eventually, free_port};
+
+const TOKEN: &str = "let-me-act";
+
+/// Serves `dashboard` on a free loopback port; its base URL.
+async fn serve(dashboard: Dashboard<RedisStore>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, dashboard.router()).await });
+    url
+}
+
+/// A queue with jobs in every state, an undecodable entry, activity and a held lock.
+async fn deployment(server: &RedisServer) -> (RedisStore, DelayQueue<Value, RedisStore>, String) {
+    let store = server.store().await;
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    for n in 1..=3 {
+        queue
+            .push(
+                &json!({ "order": n, "action": "charge", "amount_cents": 1999 * n }),
+                Duration::from_secs(600 * n),
+            )
+            .await
+            .unwrap();
+    }
+    queue
+        .push_many(&[json!({ "order": 7 }), json!({ "order": 8 })], Duration::ZERO)
+        .await
+        .unwrap();
+    let mut claimed = queue.claim(2, Duration::from_secs(300)).await.unwrap().jobs;
+    let dead = claimed.remove(0);
+    queue
+        .bury(&dead.lease, "card declined after 5 attempts")
+        .await
+        .unwrap();
+    queue.ack(&claimed.remove(0).lease).await.unwrap();
+    let prefix = store.prefix().as_str().to_string();
+    let _: () = server
+        .cmd(
+            redis::cmd("HSET")
+                .arg(format!("{prefix}:q:{{orders}}:jobs"))
+                .arg("foreign")
+                .arg("\u{1}not json"),
+        )
+        .await;
+    let _: () = server
+        .cmd(
+            redis::cmd("ZADD")
+                .arg(format!("{prefix}:q:{{orders}}:delayed"))
+                .arg(4_102_444_800_000u64)
+                .arg("foreign"),
+        )
+        .await;
+    store
+        .try_acquire(
+            &LockKey::new("order:{42}").unwrap(),
+            LockToken::random(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    (store, queue, dead.envelope.id.to_string())
+}
+
+/// chromedriver on a free port, or `None` when this machine has none.
+fn chromedriver() -> Option<(Child, u16)> {
+    let port = free_port();
+    match Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(child) => Some((child, port)),
+        Err(error) => {
+            assert!(
+                std::env::var_os("REDEFER_REQUIRE_BROWSER").is_none(),
+                "REDEFER_REQUIRE_BROWSER is set and chromedriver cannot start: {error}"
+            );
+            eprintln!("skipped: no chromedriver ({error}); install chromium and chromium-driver");
+            None
+        }
+    }
+}
+
+async fn browser(port: u16) -> Client {
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        json!({ "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"] }),
+    );
+    let webdriver = format!("http://127.0.0.1:{port}");
+    // chromedriver takes a moment to listen: a refused session is retried until it does.
+    eventually(Duration::from_secs(20), "chromedriver accepts a session", || {
+        let capabilities = capabilities.clone();
+        let webdriver = webdriver.clone();
+        async move {
+            ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                .capabilities(capabilities)
+                .connect(&webdriver)
+                .await
+                .ok()
+        }
+    })
+    .await
+}
+
+async fn screenshot(client: &Client, name: &str) {
+    let png = client.screenshot().await.unwrap();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), &png).unwrap();
+    if std::env::var_os("REDEFER_UPDATE_SCREENSHOTS").is_some() {
+        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots");
+        std::fs::create_dir_all(&docs).unwrap();
+        std::fs::write(docs.join(format!("{name}.png")), &png).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_requeues_a_dead_job_with_a_click() {
+    let Some((mut driver, port)) = chromedriver() else {
+        return;
+    };
+    let server = RedisServer::start();
+    let (store, queue, dead) = deployment(&server).await;
+    let url = serve(Dashboard::new(
+        store,
+        DashboardOptions::default().token(Some(TOKEN.into())),
+    ))
+    .await;
+    let client = browser(port).await;
+
+    client.goto(&format!("{url}/login")).await.unwrap();
+    client
+        .find(Locator::Id("token"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    client
+        .find(Locator::Id("sign-in"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let queues = client.wait().for_element(Locator::Id("queues")).await.unwrap();
+    let text = queues.text().await.unwrap();
+    assert!(text.contains("orders"), "{text}");
+    screenshot(&client, "queues").await;
+
+    client
+        .find(Locator::LinkText("orders"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let jobs = client.wait().for_element(Locator::Id("jobs")).await.unwrap();
+    let text = jobs.text().await.unwrap();
+    assert!(
+        text.contains("undecodable"),
+        "the foreign entry is shown as such: {text}"
+    );
+    screenshot(&client, "queue").await;
+
+    client
+        .find(Locator::Css("a[href$='set=dead']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let row = client
+        .wait()
+        .for_element(Locator::Css(&format!(
+            "tr[data-id='{dead}'] button[value=requeue]"
+        )))
+        .await
+        .unwrap();
+    screenshot(&client, "dead").await;
+    row.click().await.unwrap();
+    let notice = client.wait().for_element(Locator::Id("notice")).await.unwrap();
+    assert_eq!(notice.text().await.unwrap(), format!("requeued {dead}"));
+
+    // Redis says so too.
+    let job = queue
+        .job(&JobId::new(dead.as_str()).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(job.state, RawJobState::Delayed { .. }),
+        "{:?}",
+        job.state
+    );
+    assert_eq!(queue.stats().await.unwrap().dead, 0);
+
+    client
+        .goto(&format!("{url}/queues/orders/jobs/{dead}"))
+        .await
+        .unwrap();
+    let envelope = client.wait().for_element(Locator::Id("envelope")).await.unwrap();
+    assert!(
+        envelope.text().await.unwrap().contains("\"order\""),
+        "the decoded payload"
+    );
+    screenshot(&client, "job").await;
+    client.goto(&format!("{url}/locks")).await.unwrap();
+    let locks = client.wait().for_element(Locator::Id("locks")).await.unwrap();
+    assert!(locks.text().await.unwrap().contains("order:{42}"));
+    screenshot(&client, "locks").await;
+    assert_eq!(
+        queue.list(JobSet::Done, 10).await.unwrap().len(),
+        0,
+        "no retention: none kept"
+    );
+
+    client.close().await.unwrap();
+    let _ = driver.kill();
+    let _ = driver.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
+    let server = RedisServer::start();
+    let (store, queue, dead) = deployment(&server).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let requeue = |url: &str| format!("{url}/queues/orders/requeue");
+
+    let url = serve(Dashboard::new(
+        store.clone(),
+        DashboardOptions::default().token(Some(TOKEN.into())),
+    ))
+    .await;
+    let page = http
+        .get(format!("{url}/queues/orders?set=dead"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!page.contains("<button"), "no actions before signing in");
+    let forged = http
+        .post(requeue(&url))
+        .form(&[("id", dead.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403, "no session, no CSRF field");
+    let signed_in = http
+        .post(format!("{url}/login"))
+        .form(&[("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), 303);
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let without_csrf = http
+        .post(requeue(&url))
+        .header("cookie", &cookie)
+        .form(&[("id", dead.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        without_csrf.status(),
+        403,
+        "a cross-site form has the cookie but not the field"
+    );
+    let wrong = http
+        .post(format!("{url}/login"))
+        .form(&[("token", "guess")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 403);
+    assert_eq!(queue.stats().await.unwrap().dead, 1, "nothing moved");
+    let bearer = http
+        .post(requeue(&url))
+        .bearer_auth(TOKEN)
+        .form(&[("id", dead.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bearer.status(), 303, "a script with the token");
+    assert_eq!(queue.stats().await.unwrap().dead, 0);
+
+    let read_only = serve(Dashboard::new(store, DashboardOptions::default())).await;
+    let page = http
+        .get(format!("{read_only}/queues/orders"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("read-only") && !page.contains("<button"), "{page}");
+    let refused = http
+        .post(format!("{read_only}/queues/orders/pause"))
+        .bearer_auth("")
+        .form(&[("csrf", "")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+    assert!(!queue.stats().await.unwrap().paused);
+    let unknown = http
+        .get(format!("{read_only}/queues/ordres"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404, "a mistyped queue is not an empty page");
+}
