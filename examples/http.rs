@@ -8,7 +8,9 @@
 //!     # while the first runs: 409 Conflict, Retry-After: 5
 //! curl -X PUT localhost:3000/orders/7 -H 'prefer: respond-async' -H 'content-type: application/json' -d '{"note":"shipped"}'
 //!     # while the first runs: 202 Accepted {"job_id": ...}; the scheduler applies it afterwards
+//! curl localhost:3000/jobs/<job_id> # that job's status: waiting, in_flight, done (kept an hour), dead
 //! curl localhost:3000/orders/7      # the order's last note and the fencing token it was written under
+//! open http://localhost:3000/redefer/ # the dashboard (read-only unless REDEFER_DASHBOARD_TOKEN is set)
 //! curl localhost:3000/metrics       # Prometheus text
 //! ```
 //!
@@ -27,10 +29,12 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use futures_util::future::BoxFuture;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use redefer::dashboard::{Dashboard, DashboardOptions};
 use redefer::lock::LockStore;
-use redefer::queue::DelayQueue;
-use redefer::queue::QueueStore;
+use redefer::queue::{DelayQueue, JobId, JobStatus, QueueError, QueueStore, Retention};
+use redefer::store::ListLocks;
 use redefer::strategy::Defer;
 use redefer::{
     Error, LockLayer, MemoryStore, Outcome, RedisStore, Scheduler, SchedulerOptions, current_lock,
@@ -67,10 +71,14 @@ struct Change {
 
 type Stack = BoxCloneSyncService<UpdateOrder, Outcome<OrderState>, Error<Infallible>>;
 
+/// Looks up a job's status in the deferral queue.
+type StatusOf = Arc<dyn Fn(JobId) -> BoxFuture<'static, Result<JobStatus, QueueError>> + Send + Sync>;
+
 #[derive(Clone)]
 struct App {
     fail_fast: Stack,
     deferring: Stack,
+    status_of: StatusOf,
     orders: Arc<Mutex<HashMap<u64, OrderState>>>,
     metrics: PrometheusHandle,
 }
@@ -99,7 +107,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The routes, over `store`, with a scheduler re-injecting deferred changes.
-fn app<S: LockStore + QueueStore>(
+fn app<S: LockStore + QueueStore + ListLocks + Sync>(
     store: S,
     metrics: PrometheusHandle,
 ) -> Result<Router, Box<dyn std::error::Error>> {
@@ -125,7 +133,20 @@ fn app<S: LockStore + QueueStore>(
             Ok::<_, Infallible>(state)
         }
     });
-    let queue = DelayQueue::<UpdateOrder, _>::new(store.clone(), "order-updates")?;
+    // Finished jobs are kept an hour (at most 100,000), so a 202's job id can be followed.
+    let queue = DelayQueue::<UpdateOrder, _>::new(store.clone(), "order-updates")?
+        .retain_finished(Retention::new(100_000, Duration::from_secs(3600)));
+    let dashboard = Dashboard::new(
+        store.clone(),
+        DashboardOptions::default()
+            .token(std::env::var("REDEFER_DASHBOARD_TOKEN").ok())
+            .mounted_at("/redefer"),
+    );
+    let lookup = queue.clone();
+    let status_of: StatusOf = Arc::new(move |id| {
+        let queue = lookup.clone();
+        Box::pin(async move { queue.status(&id).await })
+    });
     let lock = LockLayer::new(store, |change: &UpdateOrder| {
         Some(format!("order:{}", change.order))
     })
@@ -141,16 +162,19 @@ fn app<S: LockStore + QueueStore>(
     let app = App {
         fail_fast: BoxCloneSyncService::new(fail_fast),
         deferring: BoxCloneSyncService::new(deferring),
+        status_of,
         orders,
         metrics,
     };
     Ok(Router::new()
         .route("/orders/{order}", get(show).put(update))
+        .route("/jobs/{id}", get(job_status))
         .route(
             "/metrics",
             get(|State(app): State<App>| async move { app.metrics.render() }),
         )
-        .with_state(app))
+        .with_state(app)
+        .nest("/redefer", dashboard.router()))
 }
 
 async fn update(
@@ -201,6 +225,22 @@ async fn show(State(app): State<App>, Path(order): Path<u64>) -> Response {
     match app.orders.lock().unwrap_or_else(|e| e.into_inner()).get(&order) {
         Some(state) => Json(state.clone()).into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// `GET /jobs/{id}`: where the deferred change with this id (a 202's `job_id`) is.
+async fn job_status(State(app): State<App>, Path(id): Path<String>) -> Response {
+    let Ok(id) = JobId::new(id) else {
+        return (StatusCode::BAD_REQUEST, Json(json!({ "error": "not a job id" }))).into_response();
+    };
+    match (app.status_of)(id).await {
+        Ok(JobStatus::Unknown) => (StatusCode::NOT_FOUND, Json(JobStatus::Unknown)).into_response(),
+        Ok(status) => Json(status).into_response(),
+        Err(error) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "error": error.to_string() })),
+        )
+            .into_response(),
     }
 }
 

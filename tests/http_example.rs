@@ -120,7 +120,15 @@ async fn the_http_example_maps_lock_outcomes_to_http() {
     let accepted = put(&client, &order(3), json!({ "note": "deferred" }), true).await;
     assert_eq!(accepted.status(), 202);
     let body: Value = accepted.json().await.unwrap();
-    assert_eq!(body["job_id"].as_str().unwrap().len(), 32);
+    let job_id = body["job_id"].as_str().unwrap().to_string();
+    assert_eq!(job_id.len(), 32);
+    let job = |id: String| {
+        let (client, url) = (client.clone(), format!("{}/jobs/{id}", service.base));
+        async move { client.get(&url).send().await.unwrap() }
+    };
+    let waiting: Value = job(job_id.clone()).await.json().await.unwrap();
+    assert_eq!(waiting["status"], "waiting", "{waiting}");
+    assert_eq!(job("0".repeat(32)).await.status(), 404, "an id never pushed");
     assert_eq!(
         put(&client, &order(3), json!({ "note": "refused" }), false)
             .await
@@ -140,6 +148,17 @@ async fn the_http_example_maps_lock_outcomes_to_http() {
         applied["fence"].as_u64().unwrap() > held_fence.expect("fenced").0,
         "written under a later lock"
     );
+    // After the fact, the 202's job id says it is done, and how many runs it took.
+    let done = eventually(Duration::from_secs(10), "the job is acked", || {
+        let reply = job(job_id.clone());
+        async move {
+            let status: Value = reply.await.json().await.ok()?;
+            (status["status"] == "done").then_some(status)
+        }
+    })
+    .await;
+    assert_eq!(done["attempts"], 1, "{done}");
+    assert!(done["finished_at"].is_string(), "{done}");
 
     let metrics = client
         .get(format!("{}/metrics", service.base))
