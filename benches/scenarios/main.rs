@@ -17,6 +17,7 @@ mod contention;
 mod handoff;
 mod idle;
 mod lock;
+mod operations;
 mod peer;
 mod promotion;
 mod queue;
@@ -45,7 +46,7 @@ impl Size {
     }
 }
 
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
     "lock",
     "queue",
     "peer",
@@ -54,6 +55,7 @@ const SCENARIOS: [&str; 8] = [
     "contention",
     "handoff",
     "idle",
+    "operations",
 ];
 
 fn main() {
@@ -104,6 +106,7 @@ fn main() {
                     "contention" => contention::run(&server, size).await,
                     "handoff" => handoff::run(&server, size).await,
                     "idle" => idle::run(&server, size).await,
+                    "operations" => operations::run(&server, size).await,
                     _ => unreachable!("filtered against SCENARIOS"),
                 }
             }
