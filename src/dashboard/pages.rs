@@ -375,43 +375,35 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
         let _ = write!(body, "<tr><th>{label}</th><td>{value}</td></tr>");
     };
     field("id", format!("<code>{}</code>", escape(id)));
-    let set = match &status {
-        JobStatus::Waiting { due, attempts } => {
-            field("status", "waiting".into());
-            field("due", time(*due));
-            field("attempts", attempts.map_or("-".into(), |n| n.to_string()));
-            Some(JobSet::Waiting)
-        }
+    // Where the job is, when (in that set's terms), and its runs.
+    let found = match &status {
+        JobStatus::Waiting { due, attempts } => Some((JobSet::Waiting, *due, *attempts, None)),
         JobStatus::InFlight {
             lease_until,
             attempts,
-        } => {
-            field("status", "in_flight".into());
-            field("lease_deadline", time(*lease_until));
-            field("attempts", attempts.map_or("-".into(), |n| n.to_string()));
-            Some(JobSet::InFlight)
-        }
+        } => Some((JobSet::InFlight, *lease_until, *attempts, None)),
         JobStatus::Done {
             finished_at,
             attempts,
-        } => {
-            field("status", "done".into());
-            field("finished_at", time(*finished_at));
-            field("attempts", attempts.map_or("-".into(), |n| n.to_string()));
-            Some(JobSet::Done)
-        }
+        } => Some((JobSet::Done, *finished_at, *attempts, None)),
         JobStatus::Dead {
             buried_at,
             reason,
             attempts,
-        } => {
-            field("status", "dead".into());
-            field("buried_at", time(*buried_at));
-            field("reason", escape(reason.as_deref().unwrap_or("")));
+        } => Some((JobSet::Dead, *buried_at, *attempts, reason.as_deref())),
+        JobStatus::Unknown => None,
+    };
+    let set = match found {
+        Some((set, at, attempts, reason)) => {
+            field("status", set.as_str().into());
+            field(set.time_label(), time(at));
+            if set == JobSet::Dead {
+                field("reason", escape(reason.unwrap_or("")));
+            }
             field("attempts", attempts.map_or("-".into(), |n| n.to_string()));
-            Some(JobSet::Dead)
+            Some(set)
         }
-        JobStatus::Unknown => {
+        None => {
             field(
                 "status",
                 "unknown (never pushed, deleted, or finished and not kept)".into(),
