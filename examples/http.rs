@@ -35,13 +35,13 @@ use redefer::dashboard::{Dashboard, DashboardOptions};
 use redefer::lock::LockStore;
 use redefer::queue::{DelayQueue, JobId, JobStatus, QueueError, QueueStore, Retention};
 use redefer::store::ListLocks;
-use redefer::strategy::Defer;
+use redefer::strategy::{Defer, FailFast, Switch};
 use redefer::{
-    Error, LockLayer, MemoryStore, Outcome, RedisStore, Scheduler, SchedulerOptions, current_lock,
+    BoxLockService, Error, LockLayer, MemoryStore, Outcome, RedisStore, Scheduler, SchedulerOptions,
+    current_lock,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt, service_fn};
 
 /// What the lock stack handles: one change to one order.
@@ -50,6 +50,9 @@ struct UpdateOrder {
     order: u64,
     note: String,
     work_ms: u64,
+    /// The client sent `Prefer: respond-async`: a conflict defers the change instead of
+    /// refusing it.
+    respond_async: bool,
 }
 
 /// An order as last written, with the fencing token of the lock it was written under.
@@ -69,15 +72,15 @@ struct Change {
     work_ms: u64,
 }
 
-type Stack = BoxCloneSyncService<UpdateOrder, Outcome<OrderState>, Error<Infallible>>;
+/// The lock stack, named: its strategy, extractor and handler types erased.
+type Stack = BoxLockService<UpdateOrder, OrderState, Infallible>;
 
 /// Looks up a job's status in the deferral queue.
 type StatusOf = Arc<dyn Fn(JobId) -> BoxFuture<'static, Result<JobStatus, QueueError>> + Send + Sync>;
 
 #[derive(Clone)]
 struct App {
-    fail_fast: Stack,
-    deferring: Stack,
+    orders_stack: Stack,
     status_of: StatusOf,
     orders: Arc<Mutex<HashMap<u64, OrderState>>>,
     metrics: PrometheusHandle,
@@ -147,21 +150,27 @@ fn app<S: LockStore + QueueStore + ListLocks + Sync>(
         let queue = lookup.clone();
         Box::pin(async move { queue.status(&id).await })
     });
-    let lock = LockLayer::new(store, |change: &UpdateOrder| {
-        Some(format!("order:{}", change.order))
-    })
-    .ttl(Duration::from_secs(5));
-    let fail_fast = lock.clone().layer(handler.clone());
-    let deferring = lock.on_conflict(Defer::new(queue.clone())).layer(handler);
+    // One stack: a change whose client prefers an async answer is deferred when its order is
+    // locked; any other is refused with 409.
+    let respond_async = |change: &UpdateOrder| change.respond_async;
+    let orders_stack: Stack = BoxLockService::new(
+        LockLayer::new(store, |change: &UpdateOrder| {
+            Some(format!("order:{}", change.order))
+        })
+        .ttl(Duration::from_secs(5))
+        .on_conflict(Switch::when(respond_async, Defer::new(queue.clone())).otherwise(FailFast))
+        .layer(handler),
+    );
     let options = SchedulerOptions {
         max_idle: Duration::from_millis(500),
         ..SchedulerOptions::default()
     };
     // Runs until the process ends; a service with its own shutdown would keep the handle.
-    let _scheduler = Scheduler::new(queue, deferring.clone()).options(options).start();
+    let _scheduler = Scheduler::new(queue, orders_stack.clone())
+        .options(options)
+        .start();
     let app = App {
-        fail_fast: BoxCloneSyncService::new(fail_fast),
-        deferring: BoxCloneSyncService::new(deferring),
+        orders_stack,
         status_of,
         orders,
         metrics,
@@ -187,13 +196,9 @@ async fn update(
         order,
         note: change.note,
         work_ms: change.work_ms,
+        respond_async: prefers_async(&headers),
     };
-    let stack = if prefers_async(&headers) {
-        app.deferring
-    } else {
-        app.fail_fast
-    };
-    match stack.oneshot(change).await {
+    match app.orders_stack.oneshot(change).await {
         Ok(Outcome::Done(state)) => (StatusCode::OK, Json(state)).into_response(),
         Ok(Outcome::Deferred(deferred)) => {
             let due_in = deferred.due.duration_since(SystemTime::now()).unwrap_or_default();

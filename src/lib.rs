@@ -52,7 +52,7 @@ pub use crate::config::{Config, ConfigError};
 pub use crate::error::{BoxError, KeyError, StoreError};
 pub use crate::key::{LockKey, Prefix};
 pub use crate::lock::{Fencing, FencingToken, HeldLock, LockToken, current_lock};
-pub use crate::middleware::{Deferred, Error, KeyExtractor, LockLayer, LockService, Outcome};
+pub use crate::middleware::{BoxLockService, Deferred, Error, KeyExtractor, LockLayer, LockService, Outcome};
 pub use crate::renewal::LossReason;
 pub use crate::scheduler::{Scheduler, SchedulerHandle, SchedulerOptions, SchedulerReport, current_job};
 pub use crate::store::{MemoryStore, RedisStore};

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redefer::lock::{Acquisition, LockStore};
-use redefer::strategy::{Conflict, ConflictStrategy, Decision, FailFast, Retry};
+use redefer::strategy::{Conflict, ConflictStrategy, Decision, FailFast, Retry, Switch};
 use redefer::{
     Backoff, BoxError, Error, Fencing, FencingToken, LockKey, LockLayer, LockToken, Outcome, current_lock,
 };
@@ -375,6 +375,40 @@ async fn retry_falls_through_to_the_strategy_it_is_given<S: LockStore>(store: S)
     }
 }
 
+async fn a_switch_answers_each_request_with_its_own_strategy<S: LockStore>(store: S) {
+    #[derive(Clone)]
+    struct Refuse(&'static str);
+    impl<Req> ConflictStrategy<Req> for Refuse {
+        fn on_conflict(
+            &self,
+            _: Conflict,
+            _: &Req,
+        ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
+            std::future::ready(Err::<Decision, BoxError>(self.0.into()))
+        }
+    }
+    // Even orders are one kind of caller, odd ones another; each of both keys is held.
+    let even = |order: &u32| order % 2 == 0;
+    let service = LockLayer::new(store.clone(), |order: &u32| Some(format!("order:{}", order / 10)))
+        .on_conflict(Switch::when(even, Refuse("even")).otherwise(Refuse("odd")))
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    let key = LockKey::new("order:5").unwrap();
+    hold(&store, &key, LONG).await;
+    for (order, expected) in [(50, "even"), (51, "odd"), (52, "even")] {
+        match service.clone().oneshot(order).await {
+            Err(Error::Strategy(error)) => assert_eq!(error.to_string(), expected, "order {order}"),
+            other => panic!("order {order}: {other:?}"),
+        }
+    }
+    let defaulted = LockLayer::new(store, |order: &u32| Some(format!("order:{}", order / 10)))
+        .on_conflict(Switch::when(even, Refuse("even")))
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    assert!(
+        matches!(defaulted.oneshot(51).await, Err(Error::Locked { .. })),
+        "the others fail fast by default"
+    );
+}
+
 async fn requests_without_a_key_pass_through_unlocked<S: LockStore>(store: S) {
     hold(&store, &hot_key(), LONG).await;
     let service = LockLayer::new(store, |_: &u32| None::<String>)
@@ -415,6 +449,7 @@ async fn the_inner_service_made_ready_is_the_one_called<S: LockStore>(store: S) 
 }
 
 for_each_store!(
+    a_switch_answers_each_request_with_its_own_strategy,
     requests_on_one_key_never_overlap_and_fences_increase,
     without_fencing_requests_never_overlap_and_get_no_token,
     released_after_success,

@@ -4,6 +4,7 @@
 //!
 //! Laid out as tower lays out its own middleware: the layer, the service, its future, its error.
 
+mod boxed;
 mod call;
 mod error;
 mod extract;
@@ -12,6 +13,7 @@ mod layer;
 mod outcome;
 mod service;
 
+pub use self::boxed::BoxLockService;
 pub use self::error::Error;
 pub use self::extract::KeyExtractor;
 pub use self::future::ResponseFuture;

@@ -7,15 +7,18 @@
 //! | [`Retry`] | short critical sections, rare collisions | the waiting request holds its slot |
 //! | [`Defer`] | asynchronous work (messages, jobs) | the request runs later, from a delay queue |
 //!
-//! Strategies compose: [`Retry`] falls through to another strategy once its bounds are spent.
+//! Strategies compose: [`Retry`] falls through to another strategy once its bounds are spent,
+//! and [`Switch`] picks one per request (interactive callers fail fast, webhooks defer).
 
 mod defer;
 mod fail_fast;
 mod retry;
+mod switch;
 
 pub use self::defer::Defer;
 pub use self::fail_fast::FailFast;
 pub use self::retry::{Retry, RetryLimits};
+pub use self::switch::Switch;
 
 use std::future::Future;
 use std::time::Duration;
