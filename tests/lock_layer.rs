@@ -388,7 +388,7 @@ async fn a_switch_answers_each_request_with_its_own_strategy<S: LockStore>(store
         }
     }
     // Even orders are one kind of caller, odd ones another; each of both keys is held.
-    let even = |order: &u32| order % 2 == 0;
+    let even = |order: &u32| order.is_multiple_of(2);
     let service = LockLayer::new(store.clone(), |order: &u32| Some(format!("order:{}", order / 10)))
         .on_conflict(Switch::when(even, Refuse("even")).otherwise(Refuse("odd")))
         .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
