@@ -8,7 +8,7 @@ use redis::cluster_routing::Slot;
 
 use crate::config::Config;
 use crate::key::{LockKey, Prefix, decode_tag};
-use crate::queue::{DelayQueue, Envelope, JobId, Json, QueueName};
+use crate::queue::{ACTIVITY_MINUTES, DelayQueue, Envelope, JobId, Json, MinuteActivity, QueueName};
 use crate::store::MemoryStore;
 use crate::store::redis_keys::{self, QueueKeys};
 
@@ -126,5 +126,33 @@ pub fn config_parsing(data: &[u8]) {
         config
             .queue::<(), _>(MemoryStore::new())
             .expect("a valid configuration builds its queue");
+    }
+}
+
+/// An activity hash as another client may have left it (lines of `field=value`): decoding never
+/// panics, and gives at most an hour of minutes, oldest first, none after the latest.
+pub fn activity_decoding(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let fields: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
+    let minutes = MinuteActivity::from_hash(&fields);
+    assert!(
+        minutes.len() as u64 <= ACTIVITY_MINUTES,
+        "{} minutes",
+        minutes.len()
+    );
+    assert!(
+        minutes.windows(2).all(|pair| pair[0].minute < pair[1].minute),
+        "minutes in order, each once"
+    );
+    for minute in &minutes {
+        assert!(
+            minute
+                .lag_mean()
+                .is_none_or(|lag| lag.as_millis() <= u128::from(minute.lag_total_ms))
+        );
     }
 }

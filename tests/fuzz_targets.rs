@@ -40,12 +40,42 @@ fn config_parsing_corpus() {
         .for_each(|input| fuzz::config_parsing(input));
 }
 
+#[test]
+fn activity_decoding_corpus() {
+    corpus("activity_decoding")
+        .iter()
+        .for_each(|input| fuzz::activity_decoding(input));
+}
+
 /// JSON-ish text, so that generated inputs get past the first byte of the parsers.
 fn json_like() -> impl Strategy<Value = Vec<u8>> {
     "[{}\\[\\]\",:0-9a-z_ .-]{0,200}".prop_map(String::into_bytes)
 }
 
+/// Lines of `<minute>:<counter>=<count>` around one latest minute, with junk mixed in.
+fn activity_like() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(
+        prop_oneof![
+            (
+                29_000_000u64..29_000_200,
+                "claimed|done|failed|postponed|dead|lag_ms|lag_max_ms|x",
+                any::<u64>()
+            )
+                .prop_map(|(minute, name, count)| format!("{minute}:{name}={count}")),
+            (29_000_000u64..29_000_200).prop_map(|minute| format!("minute={minute}")),
+            ".{0,20}",
+        ],
+        0..200,
+    )
+    .prop_map(|lines| lines.join("\n").into_bytes())
+}
+
 proptest! {
+    #[test]
+    fn activity_decoding_bytes(data in prop_oneof![any::<Vec<u8>>(), activity_like()]) {
+        fuzz::activity_decoding(&data);
+    }
+
     #[test]
     fn envelope_decoding_bytes(data in prop_oneof![any::<Vec<u8>>(), json_like()]) {
         fuzz::envelope_decoding(&data);

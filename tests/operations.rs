@@ -228,3 +228,51 @@ for_each_store!(
     pages_by_cursor_list_every_entry_once_in_order,
     the_activity_counts_each_minute_s_claims_acks_failures_and_burials,
 );
+
+/// The activity hash is for people: one another client broke (a field that is no number, a
+/// key of the wrong type) costs its counts, never a claim or an ack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_activity_hash_never_fails_a_job_operation() {
+    let server = support::RedisServer::start();
+    let store = server.store().await;
+    let activity = format!("{}:q:{{jobs}}:activity", store.prefix().as_str());
+    let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap();
+    queue.push_many(&[1, 2], Duration::ZERO).await.unwrap();
+    let now_minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60;
+    for minute in [now_minute, now_minute + 1] {
+        let _: () = server
+            .cmd(
+                ::redis::cmd("HSET")
+                    .arg(&activity)
+                    .arg(format!("{minute}:claimed"))
+                    .arg("not a number"),
+            )
+            .await;
+    }
+    let job = queue
+        .claim(1, LEASE)
+        .await
+        .expect("a claim despite the broken hash")
+        .jobs
+        .remove(0);
+    assert!(queue.ack(&job.lease).await.unwrap());
+    let _: () = server.cmd(::redis::cmd("DEL").arg(&activity)).await;
+    let _: () = server
+        .cmd(::redis::cmd("SET").arg(&activity).arg("a string"))
+        .await;
+    let job = queue
+        .claim(1, LEASE)
+        .await
+        .expect("a claim despite a key of the wrong type")
+        .jobs
+        .remove(0);
+    assert!(queue.ack(&job.lease).await.unwrap());
+    assert!(
+        queue.activity().await.is_err(),
+        "reading it is the one thing that fails"
+    );
+}

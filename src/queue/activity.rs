@@ -37,7 +37,7 @@ impl MinuteActivity {
     /// No activity yet in `minute` (ms since the epoch / 60,000).
     pub(crate) fn starting(minute: u64) -> Self {
         MinuteActivity {
-            minute: SystemTime::UNIX_EPOCH + Duration::from_secs(minute.saturating_mul(60)),
+            minute: start_of(minute).unwrap_or(SystemTime::UNIX_EPOCH),
             claimed: 0,
             done: 0,
             failed: 0,
@@ -77,6 +77,23 @@ impl MinuteActivity {
         *counter = counter.saturating_add(count);
     }
 
+    /// The minutes of an activity hash as read from a store (`<minute>:<counter>` -> count,
+    /// `minute` -> the minute last written): values that are not counts are skipped, as are
+    /// fields that name no minute.
+    pub(crate) fn from_hash(fields: &[(String, String)]) -> Vec<MinuteActivity> {
+        let latest = fields
+            .iter()
+            .find(|(name, _)| name == "minute")
+            .and_then(|(_, value)| value.parse().ok())
+            .unwrap_or(0);
+        MinuteActivity::from_fields(
+            fields
+                .iter()
+                .filter_map(|(name, value)| Some((name.as_str(), value.parse().ok()?))),
+            latest,
+        )
+    }
+
     /// The minutes in a store's `<minute>:<counter>` fields, oldest first, those more than
     /// [`ACTIVITY_MINUTES`] before `latest` left out. Fields that do not parse are skipped:
     /// the hash is outside bytes.
@@ -92,7 +109,12 @@ impl MinuteActivity {
             let Ok(minute) = minute.parse::<u64>() else {
                 continue;
             };
-            if minute + ACTIVITY_MINUTES <= latest || minute > latest {
+            // Out of the hour before `latest`, or a minute no clock can reach (written by
+            // another client): skipped.
+            if minute.saturating_add(ACTIVITY_MINUTES) <= latest
+                || minute > latest
+                || start_of(minute).is_none()
+            {
                 continue;
             }
             minutes
@@ -102,4 +124,9 @@ impl MinuteActivity {
         }
         minutes.into_values().collect()
     }
+}
+
+/// When `minute` (ms since the epoch / 60,000) starts, if a `SystemTime` can hold it.
+fn start_of(minute: u64) -> Option<SystemTime> {
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(minute.checked_mul(60)?))
 }

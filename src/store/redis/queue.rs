@@ -380,17 +380,7 @@ where
             .arg(&self.keys(queue).activity)
             .query_async(&mut self.conn.clone())
             .await?;
-        let latest = fields
-            .iter()
-            .find(|(name, _)| name == "minute")
-            .and_then(|(_, value)| value.parse().ok())
-            .unwrap_or(0);
-        Ok(MinuteActivity::from_fields(
-            fields
-                .iter()
-                .filter_map(|(name, value)| Some((name.as_str(), value.parse().ok()?))),
-            latest,
-        ))
+        Ok(MinuteActivity::from_hash(&fields))
     }
 
     fn wakeups(&self, queue: &QueueName) -> Wakeups {

@@ -110,8 +110,8 @@ if #due > 0 then
     end
     record(now, {'claimed', #claimed, 'lag_ms', lag})
     local field = math.floor(now / 60000) .. ':lag_max_ms'
-    if lag_max > (tonumber(redis.call('HGET', ACTIVITY, field)) or 0) then
-      redis.call('HSET', ACTIVITY, field, lag_max)
+    if lag_max > (tonumber(redis.pcall('HGET', ACTIVITY, field)) or 0) then
+      redis.pcall('HSET', ACTIVITY, field, lag_max)
     end
   end
 end

@@ -73,26 +73,35 @@ end
 
 -- Adds `counts` ({counter, n, counter, n, ...}) to the current minute's activity. When the
 -- minute changes, drops the fields of minutes out of the window first: the hash stays within
--- ACTIVITY_MINUTES minutes of counters, read back by operators' dashboards.
+-- ACTIVITY_MINUTES minutes of counters, read back by operators' dashboards. The counters are
+-- for people: every call is a `redis.pcall`, so that a hash another client broke (a wrong
+-- type, a field that is not a number) costs its counts, never the job operation around it.
 local function record(now, counts)
   local minute = math.floor(now / 60000)
-  local last = tonumber(redis.call('HGET', ACTIVITY, 'minute'))
+  local last = tonumber(redis.pcall('HGET', ACTIVITY, 'minute'))
   if last ~= minute then
-    if last then
+    -- Ours holds at most ACTIVITY_MINUTES + 1 minutes of 7 counters; a larger hash was
+    -- written by someone else, and is dropped rather than scanned (bounded work).
+    if (tonumber(redis.pcall('HLEN', ACTIVITY)) or 0) > ACTIVITY_MINUTES * 16 then
+      redis.pcall('DEL', ACTIVITY)
+    elseif last then
       local stale = {}
-      for _, field in ipairs(redis.call('HKEYS', ACTIVITY)) do
+      local fields = redis.pcall('HKEYS', ACTIVITY)
+      for _, field in ipairs(fields) do
         local at = tonumber(string.match(field, '^(%d+):'))
         if at and at <= minute - ACTIVITY_MINUTES then
           stale[#stale + 1] = field
         end
       end
-      batched('HDEL', ACTIVITY, stale)
+      for first = 1, #stale, 1000 do
+        redis.pcall('HDEL', ACTIVITY, unpack(stale, first, math.min(first + 999, #stale)))
+      end
     end
-    redis.call('HSET', ACTIVITY, 'minute', minute)
+    redis.pcall('HSET', ACTIVITY, 'minute', minute)
   end
   for i = 1, #counts, 2 do
     if counts[i + 1] > 0 then
-      redis.call('HINCRBY', ACTIVITY, minute .. ':' .. counts[i], counts[i + 1])
+      redis.pcall('HINCRBY', ACTIVITY, minute .. ':' .. counts[i], counts[i + 1])
     end
   end
 end
