@@ -9,7 +9,7 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use redefer::dashboard::{Dashboard, DashboardOptions};
@@ -71,6 +71,33 @@ async fn deployment(server: &RedisServer) -> (RedisStore, DelayQueue<Value, Redi
                 .arg("foreign"),
         )
         .await;
+    // An hour of activity, as the scripts count it, so that the plots have a past.
+    let activity = format!("{prefix}:q:{{orders}}:activity");
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60;
+    for age in 1..60u64 {
+        let minute = now - age;
+        let done = 600 + (age * 37 % 23) * 20;
+        for (counter, count) in [
+            ("claimed", done + 3),
+            ("done", done),
+            ("failed", age % 7),
+            ("dead", u64::from(age % 19 == 0)),
+            ("lag_ms", (done + 3) * (2 + age % 5)),
+        ] {
+            let _: () = server
+                .cmd(
+                    redis::cmd("HSET")
+                        .arg(&activity)
+                        .arg(format!("{minute}:{counter}"))
+                        .arg(count),
+                )
+                .await;
+        }
+    }
     store
         .try_acquire(
             &LockKey::new("order:{42}").unwrap(),
@@ -169,6 +196,8 @@ async fn an_operator_requeues_a_dead_job_with_a_click() {
     let queues = client.wait().for_element(Locator::Id("queues")).await.unwrap();
     let text = queues.text().await.unwrap();
     assert!(text.contains("orders"), "{text}");
+    let bars = client.find_all(Locator::Css("#queues svg rect")).await.unwrap();
+    assert_eq!(bars.len(), 3 * 60, "three plots of an hour, a bar per minute");
     screenshot(&client, "queues").await;
 
     client

@@ -41,7 +41,7 @@ pub(super) fn bars(label: &str, unit: &str, values: &[f64]) -> String {
     let mut svg = String::new();
     let _ = write!(
         svg,
-        "<div class=plot><small>{} (max {} {})</small>\
+        "<div class=plot><small>{}, last hour (max {} {})</small>\
          <svg width={WIDTH} height={HEIGHT} viewBox='0 0 {WIDTH} {HEIGHT}' role=img aria-label='{}'>\
          <line x1=0 y1={HEIGHT} x2={WIDTH} y2={HEIGHT} stroke='#c5ccd3'/>",
         escape(label),
@@ -91,6 +91,6 @@ mod tests {
         assert_eq!(values.iter().sum::<f64>(), 7.0, "minute 900 is out of the hour");
         let svg = bars("done", "/min", &values);
         assert_eq!(svg.matches("<rect").count(), 60);
-        assert!(svg.contains("max 5 /min"));
+        assert!(svg.contains("last hour (max 5 /min)"));
     }
 }
