@@ -360,11 +360,8 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
 ) -> Result<String, Response> {
     let (queue, _) = d.known_queue(name).await?;
     let job_id = JobId::new(id).map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
-    let status = queue
-        .status(&job_id)
-        .await
-        .map_err(|error| d.store_failed(error))?;
     let info = queue.job(&job_id).await.map_err(|error| d.store_failed(error))?;
+    let status = JobStatus::of(info.as_ref());
     let here = d.link(&format!("/queues/{}", encode(name)));
     let signed_in = d.access.signed_in(headers);
     let mut body = format!(

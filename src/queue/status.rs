@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Codec, DelayQueue, JobId, QueueError, QueueStore, RawJobState};
+use super::{Codec, DelayQueue, JobId, JobInfo, QueueError, QueueStore, RawJobState};
 
 /// Where a job is, as [`DelayQueue::status`] finds it. `attempts` counts the runs the job had
 /// (for a job in flight, the current one included); `None` when its bytes do not decode.
@@ -51,6 +51,40 @@ pub enum JobStatus {
     Unknown,
 }
 
+impl JobStatus {
+    /// The status of a job as [`DelayQueue::job`] read it (`None`: no such job).
+    pub fn of<T>(job: Option<&JobInfo<T>>) -> JobStatus {
+        let Some(job) = job else {
+            return JobStatus::Unknown;
+        };
+        let failed = match &job.envelope {
+            Some(Ok(envelope)) => Some(envelope.attempt),
+            _ => None,
+        };
+        let runs = failed.map(|failed| failed.saturating_add(1));
+        match job.state.clone() {
+            RawJobState::Delayed { due } => JobStatus::Waiting {
+                due,
+                attempts: failed,
+            },
+            RawJobState::InFlight { lease_until } => JobStatus::InFlight {
+                lease_until,
+                attempts: runs,
+            },
+            RawJobState::Done { finished_at } => JobStatus::Done {
+                finished_at,
+                attempts: runs,
+            },
+            RawJobState::Dead { buried_at, reason } => JobStatus::Dead {
+                buried_at,
+                reason,
+                attempts: runs,
+            },
+            RawJobState::Missing => JobStatus::Unknown,
+        }
+    }
+}
+
 impl<T, St, Enc> DelayQueue<T, St, Enc>
 where
     T: Serialize + DeserializeOwned,
@@ -73,33 +107,6 @@ where
     /// # Ok(()) }
     /// ```
     pub async fn status(&self, id: &JobId) -> Result<JobStatus, QueueError> {
-        let Some(job) = self.job(id).await? else {
-            return Ok(JobStatus::Unknown);
-        };
-        let failed = match job.envelope {
-            Some(Ok(envelope)) => Some(envelope.attempt),
-            _ => None,
-        };
-        let runs = failed.map(|failed| failed.saturating_add(1));
-        Ok(match job.state {
-            RawJobState::Delayed { due } => JobStatus::Waiting {
-                due,
-                attempts: failed,
-            },
-            RawJobState::InFlight { lease_until } => JobStatus::InFlight {
-                lease_until,
-                attempts: runs,
-            },
-            RawJobState::Done { finished_at } => JobStatus::Done {
-                finished_at,
-                attempts: runs,
-            },
-            RawJobState::Dead { buried_at, reason } => JobStatus::Dead {
-                buried_at,
-                reason,
-                attempts: runs,
-            },
-            RawJobState::Missing => JobStatus::Unknown,
-        })
+        Ok(JobStatus::of(self.job(id).await?.as_ref()))
     }
 }

@@ -127,6 +127,12 @@ impl QueueState {
     /// Adds `counts` to the current minute's activity, forgetting minutes out of the window.
     fn record(&mut self, now: i64, counts: &[(&str, u64)]) {
         let minute = u64::try_from(now / 60_000).unwrap_or(0);
+        if !self.activity.contains_key(&minute) {
+            // A new minute: the ones out of the window go.
+            self.activity = self
+                .activity
+                .split_off(&minute.saturating_sub(ACTIVITY_MINUTES - 1));
+        }
         let entry = self
             .activity
             .entry(minute)
@@ -134,9 +140,6 @@ impl QueueState {
         for (name, count) in counts {
             entry.add(name, *count);
         }
-        self.activity = self
-            .activity
-            .split_off(&minute.saturating_sub(ACTIVITY_MINUTES - 1));
     }
 
     /// Keeps the finished job `id` under `retention`, forgetting the oldest beyond it.
