@@ -378,3 +378,52 @@ async fn cancel_run_now_pause_and_resume_act_on_the_queue() {
         redefer(&server, &prefix, &["cancel", job.envelope.id.as_str()]).expect_err("exit 1");
     assert!(cancel_running.contains("in flight"), "{cancel_running}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_command_serves_the_pages_on_loopback_read_only_without_a_token() {
+    use std::io::{BufRead, BufReader};
+
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store, "orders").unwrap();
+    queue
+        .push(&serde_json::json!({ "order": 1 }), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let port = support::free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_redefer"))
+        .args(["--url", &server.url(), "--prefix", &prefix, "dashboard"])
+        .args(["--bind", &format!("127.0.0.1:{port}")])
+        .env_remove("REDEFER_DASHBOARD_TOKEN")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run redefer dashboard");
+    // It says where it listens once it does.
+    let mut first = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(
+        first.contains(&format!("http://127.0.0.1:{port}")) && first.contains("read-only"),
+        "{first}"
+    );
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!("http://127.0.0.1:{port}/queues/orders"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("order"));
+    let refused = http
+        .post(format!("http://127.0.0.1:{port}/queues/orders/pause"))
+        .form(&[("csrf", "")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+    assert!(!queue.stats().await.unwrap().paused);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
