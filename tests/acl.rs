@@ -32,8 +32,11 @@ fn commands_in_scripts() -> std::collections::BTreeSet<String> {
     let mut commands = std::collections::BTreeSet::new();
     for entry in std::fs::read_dir(dir).expect("the scripts") {
         let text = std::fs::read_to_string(entry.expect("a script").path()).expect("script text");
-        // `redis.call('ZADD', ...)` and the claim script's `batched('ZADD', ...)`.
-        for call in text.split("redis.call('").chain(text.split("batched('")).skip(1) {
+        // `redis.call('ZADD', ...)`, `redis.pcall('HINCRBY', ...)` and `batched('ZADD', ...)`.
+        let calls = ["redis.call('", "redis.pcall('", "batched('"]
+            .into_iter()
+            .flat_map(|call| text.split(call).skip(1));
+        for call in calls {
             if let Some(name) = call
                 .split('\'')
                 .next()
