@@ -234,7 +234,7 @@ async fn an_unknown_queue_is_an_error_and_queues_lists_the_known_ones() {
     assert!(wrong_prefix.contains("known: none"), "{wrong_prefix}");
     assert_eq!(
         json(&server, &prefix, &["queues"]),
-        serde_json::json!([{ "queue": "orders" }])
+        serde_json::json!([{ "queue": "orders", "shards": 1 }])
     );
     assert_eq!(json(&server, &prefix, &["stats"])["waiting"], 1);
 }
@@ -426,4 +426,29 @@ async fn the_dashboard_command_serves_the_pages_on_loopback_read_only_without_a_
     assert!(!queue.stats().await.unwrap().paused);
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_queue_is_read_with_its_registered_shards_and_a_wrong_count_is_an_error() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store, "orders")
+        .unwrap()
+        .shards(4)
+        .unwrap();
+    let items: Vec<Value> = (0..8).map(|n| serde_json::json!(n)).collect();
+    queue.push_many(&items, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(
+        json(&server, &prefix, &["stats"])["waiting"],
+        8,
+        "no --shards: the registered count, every shard"
+    );
+    assert_eq!(json(&server, &prefix, &["--shards", "4", "stats"])["waiting"], 8);
+    let wrong = redefer(&server, &prefix, &["--shards", "1", "stats"]).expect_err("exit 1");
+    assert!(
+        wrong.contains("has 4 shards") && wrong.contains("--shards says 1"),
+        "{wrong}"
+    );
+    assert_eq!(json(&server, &prefix, &["queues"])[0]["shards"], 4);
 }

@@ -372,4 +372,21 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         .await
         .unwrap();
     assert_eq!(unknown.status(), 404, "a mistyped queue is not an empty page");
+
+    // A sharded queue is read over its registered shards.
+    let refunds = DelayQueue::<Value, _>::new(queue.store().clone(), "refunds")
+        .unwrap()
+        .shards(3)
+        .unwrap();
+    let items: Vec<Value> = (0..6).map(|n| json!({ "refund": n })).collect();
+    refunds.push_many(&items, Duration::from_secs(60)).await.unwrap();
+    let page = http
+        .get(format!("{read_only}/queues/refunds"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("waiting (6)"), "{page}");
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use redefer::Backoff;
 use redefer::queue::{AfterFailure, DelayQueue, JobId, QueueError, RetryPolicy};
-use redefer::queue::{Cancelled, Due, JobSet, QueueStats, QueueStore, RawJobState};
+use redefer::queue::{Cancelled, Due, JobSet, QueueStats, QueueStore, RawJobState, RegisteredQueue};
 use tokio::sync::Mutex;
 
 use support::{eventually, for_each_store};
@@ -633,12 +633,23 @@ async fn a_bulk_push_stores_each_job_once<St: QueueStore>(store: St) {
 
 async fn a_queue_registers_itself_on_its_first_push<S: QueueStore>(store: S) {
     let orders = DelayQueue::<u32, _>::new(store.clone(), "orders").unwrap();
-    let refunds = DelayQueue::<u32, _>::new(store.clone(), "refunds").unwrap();
+    let refunds = DelayQueue::<u32, _>::new(store.clone(), "refunds")
+        .unwrap()
+        .shards(3)
+        .unwrap();
     assert!(store.registered().await.unwrap().is_empty(), "nothing pushed yet");
     orders.push(&1, Duration::from_secs(60)).await.unwrap();
     orders.clone().push(&2, Duration::from_secs(60)).await.unwrap();
     refunds.push_many(&[3], Duration::from_secs(60)).await.unwrap();
-    assert_eq!(store.registered().await.unwrap(), ["orders", "refunds"]);
+    let registered = |name: &str, shards| RegisteredQueue {
+        name: name.to_string(),
+        shards,
+    };
+    assert_eq!(
+        store.registered().await.unwrap(),
+        [registered("orders", 1), registered("refunds", 3)],
+        "each with its shard count"
+    );
 }
 
 for_each_store!(

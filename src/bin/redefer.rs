@@ -150,19 +150,23 @@ type Failure = Box<dyn std::error::Error>;
 struct Target {
     prefix: String,
     queue: String,
-    shards: usize,
+    /// The shard count given (flag, or config file), and by what; `None`: as registered.
+    shards: Option<(usize, &'static str)>,
 }
 
 impl Target {
     fn of(cli: &Cli) -> Result<Target, Failure> {
-        let config = match &cli.config {
-            Some(path) => read_config(path)?,
-            None => Config::default(),
+        let config = cli.config.as_deref().map(read_config).transpose()?;
+        let shards = match (cli.shards, &config) {
+            (Some(shards), _) => Some((shards, "--shards")),
+            (None, Some(config)) => Some((config.queue.shards, "the config file")),
+            (None, None) => None,
         };
+        let config = config.unwrap_or_default();
         Ok(Target {
             prefix: cli.prefix.clone().unwrap_or(config.prefix),
             queue: cli.queue.clone().unwrap_or(config.queue.name),
-            shards: cli.shards.unwrap_or(config.queue.shards),
+            shards,
         })
     }
 }
@@ -182,26 +186,42 @@ fn read_config(path: &std::path::Path) -> Result<Config, Failure> {
     Ok(config)
 }
 
-/// Fails for a queue the registry does not know and that holds nothing: a mistyped `--queue`
-/// or `--prefix` is an error, not a row of zeros. A queue with jobs counts as known (it may
-/// predate the registry).
-async fn known_queue<St: QueueStore>(queue: &DelayQueue<Value, St>, prefix: &str) -> Result<(), Failure> {
-    let known = queue.store().registered().await?;
-    if known.iter().any(|name| name == queue.name().as_str()) {
-        return Ok(());
-    }
-    let stats = queue.stats().await?;
-    if stats != QueueStats::default() {
-        return Ok(());
+/// The queue the command works on, with its shards: as given, else as registered. Fails for a
+/// queue the registry does not know and that holds nothing (a mistyped `--queue` or
+/// `--prefix` is an error, not a row of zeros; a queue with jobs counts as known: it may
+/// predate the registry), and for a shard count that is not the one its application registered
+/// (the command would read other keys).
+async fn known_queue<St: QueueStore>(store: &St, target: &Target) -> Result<DelayQueue<Value, St>, Failure> {
+    let known = store.registered().await?;
+    let registered = known.iter().find(|known| known.name == target.queue);
+    let shards = match (target.shards, registered) {
+        (Some((given, source)), Some(registered)) if given != registered.shards => {
+            return Err(format!(
+                "queue {:?} has {} shards, as its application registered it; {source} says {given}",
+                target.queue, registered.shards
+            )
+            .into());
+        }
+        (Some((given, _)), _) => given,
+        (None, Some(registered)) => registered.shards,
+        (None, None) => 1,
+    };
+    let queue = DelayQueue::<Value, _>::new(store.clone(), target.queue.as_str())?.shards(shards)?;
+    if registered.is_some() || queue.stats().await? != QueueStats::default() {
+        return Ok(queue);
     }
     let known = if known.is_empty() {
         "none".to_string()
     } else {
-        known.join(", ")
+        known
+            .iter()
+            .map(|known| known.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     Err(format!(
-        "no queue {:?} under prefix {prefix:?} (known: {known}); check --queue and --prefix",
-        queue.name().as_str()
+        "no queue {:?} under prefix {:?} (known: {known}); check --queue and --prefix",
+        target.queue, target.prefix
     )
     .into())
 }
@@ -248,23 +268,23 @@ where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
     RedisStore<Conn>: ListLocks,
 {
-    let queue = DelayQueue::<Value, _>::new(store.clone(), target.queue.as_str())?.shards(target.shards)?;
-    if !matches!(
-        cli.command,
-        Command::Queues | Command::Locks { .. } | Command::Dashboard { .. }
-    ) {
-        known_queue(&queue, &target.prefix).await?;
-    }
+    // Every command but these works on one queue, which must be one the application has.
+    let queue = match cli.command {
+        Command::Queues | Command::Locks { .. } | Command::Dashboard { .. } => None,
+        _ => Some(known_queue(&store, &target).await?),
+    };
+    let queue = || queue.as_ref().ok_or("this command names no queue");
     let output = match cli.command {
         Command::Queues => Output::Table(
             store
                 .registered()
                 .await?
                 .into_iter()
-                .map(|name| json!({ "queue": name }))
+                .map(|queue| json!({ "queue": queue.name, "shards": queue.shards }))
                 .collect(),
         ),
         Command::Stats => {
+            let queue = queue()?;
             let stats = queue.stats().await?;
             Output::Record(json!({
                 "waiting": stats.waiting,
@@ -276,6 +296,7 @@ where
             }))
         }
         Command::List { set, limit, after } => {
+            let queue = queue()?;
             let after = after.as_deref().map(parse_cursor).transpose()?;
             let entries = queue.list_after(set, after.as_ref(), limit).await?;
             Output::Table(
@@ -286,6 +307,7 @@ where
             )
         }
         Command::Show { id } => {
+            let queue = queue()?;
             let id = JobId::new(id)?;
             let Some(info) = queue.job(&id).await? else {
                 return Err(format!("no job {id} in queue {}", target.queue).into());
@@ -312,13 +334,14 @@ where
             Output::Record(record)
         }
         Command::Requeue { ids, all } => {
+            let queue = queue()?;
             let moved = if all {
                 queue.requeue_dead().await?
             } else {
                 let ids = ids.into_iter().map(JobId::new).collect::<Result<Vec<_>, _>>()?;
                 // Only dead jobs move: any other is named, and nothing is moved.
                 for id in &ids {
-                    let state = where_is(&queue, id).await?;
+                    let state = where_is(queue, id).await?;
                     if state != "dead" {
                         return Err(format!("job {id} is not dead ({state}): nothing requeued").into());
                     }
@@ -328,6 +351,7 @@ where
             Output::Record(json!({ "requeued": moved }))
         }
         Command::Cancel { id } => {
+            let queue = queue()?;
             let id = JobId::new(id)?;
             match queue.cancel(&id).await? {
                 Cancelled::Deleted => Output::Record(json!({ "cancelled": id })),
@@ -342,16 +366,18 @@ where
             }
         }
         Command::RunNow { id } => {
+            let queue = queue()?;
             let id = JobId::new(id)?;
             if !queue.run_now(&id).await? {
-                let state = where_is(&queue, &id).await?;
+                let state = where_is(queue, &id).await?;
                 return Err(format!("job {id} is not waiting ({state}): nothing to run now").into());
             }
             Output::Record(json!({ "due_now": id }))
         }
-        Command::Pause => Output::Record(json!({ "paused": true, "was_paused": queue.pause().await? })),
-        Command::Resume => Output::Record(json!({ "paused": false, "was_paused": queue.resume().await? })),
+        Command::Pause => Output::Record(json!({ "paused": true, "was_paused": queue()?.pause().await? })),
+        Command::Resume => Output::Record(json!({ "paused": false, "was_paused": queue()?.resume().await? })),
         Command::Purge { set, yes } => {
+            let queue = queue()?;
             if !yes {
                 return Err("purge deletes jobs for good: add --yes".into());
             }
@@ -379,9 +405,11 @@ where
             token,
             read_only,
         } => {
-            let options = DashboardOptions::default()
-                .token(if read_only { None } else { token })
-                .queue_shards(target.queue.as_str(), target.shards);
+            let mut options = DashboardOptions::default().token(if read_only { None } else { token });
+            // A count given by flag or config file wins over the registry's for its queue.
+            if let Some((shards, _)) = target.shards {
+                options = options.queue_shards(target.queue.as_str(), shards);
+            }
             let listener = tokio::net::TcpListener::bind(bind).await?;
             eprintln!(
                 "redefer dashboard on http://{} ({})",

@@ -79,9 +79,10 @@ where
             .with_state(Arc::new(self))
     }
 
-    /// The queue `name` with the shard count the options give it, its payloads read as JSON.
-    fn queue(&self, name: &str) -> Result<DelayQueue<Value, St>, KeyError> {
-        let shards = self.options.shards.get(name).copied().unwrap_or(1);
+    /// The queue `name`, its payloads read as JSON, with the shard count the options give it,
+    /// else the one it `registered` with, else 1.
+    fn queue(&self, name: &str, registered: Option<usize>) -> Result<DelayQueue<Value, St>, KeyError> {
+        let shards = self.options.shards.get(name).copied().or(registered).unwrap_or(1);
         DelayQueue::new(self.store.clone(), name)?.shards(shards)
     }
 

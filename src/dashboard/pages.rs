@@ -37,30 +37,22 @@ impl<St: QueueStore + ListLocks + Sync> Dashboard<St> {
         &self,
         name: &str,
     ) -> Result<(DelayQueue<Value, St>, QueueStats), Response> {
+        let known = self
+            .store
+            .registered()
+            .await
+            .map_err(|error| self.store_failed(error))?;
+        let registered = known.iter().find(|known| known.name == name);
         let queue = self
-            .queue(name)
+            .queue(name, registered.map(|known| known.shards))
             .map_err(|error| failure(self, StatusCode::BAD_REQUEST, &error.to_string()))?;
-        let unavailable = |error: &dyn std::fmt::Display| {
-            failure(
+        let stats = queue.stats().await.map_err(|error| self.store_failed(error))?;
+        if registered.is_none() && stats == QueueStats::default() {
+            return Err(failure(
                 self,
-                StatusCode::BAD_GATEWAY,
-                &format!("the store failed: {error}"),
-            )
-        };
-        let stats = queue.stats().await.map_err(|error| unavailable(&error))?;
-        if stats == QueueStats::default() {
-            let known = self
-                .store
-                .registered()
-                .await
-                .map_err(|error| unavailable(&error))?;
-            if !known.iter().any(|known| known == name) {
-                return Err(failure(
-                    self,
-                    StatusCode::NOT_FOUND,
-                    &format!("no queue {name:?} under this prefix"),
-                ));
-            }
+                StatusCode::NOT_FOUND,
+                &format!("no queue {name:?} under this prefix"),
+            ));
         }
         Ok((queue, stats))
     }
@@ -96,9 +88,10 @@ async fn queues_page<St: QueueStore + ListLocks + Sync>(
         "<table id=queues><tr><th>Queue</th><th class=num>waiting</th><th class=num>due</th>\
          <th class=num>in_flight</th><th class=num>dead</th><th class=num>done</th><th>Last hour</th></tr>",
     );
-    for name in &names {
+    for registered in &names {
+        let name = &registered.name;
         let queue = d
-            .queue(name)
+            .queue(name, Some(registered.shards))
             .map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
         let stats = queue.stats().await.map_err(|error| d.store_failed(error))?;
         let activity = queue.activity().await.map_err(|error| d.store_failed(error))?;

@@ -403,7 +403,7 @@ where
         if self.registered.load(Ordering::Relaxed) {
             return;
         }
-        match self.store.register(&self.name).await {
+        match self.store.register(&self.name, self.shards.names().len()).await {
             Ok(()) => self.registered.store(true, Ordering::Relaxed),
             Err(error) => tracing::warn!(queue = %self.name, %error, "cannot add the queue to the registry"),
         }

@@ -36,7 +36,9 @@ pub use self::rules::{MAX_JOB_ID_LEN, MAX_LEASE, MAX_PAGE};
 pub use self::shards::MAX_SHARDS;
 pub(crate) use self::shards::Shards;
 pub use self::status::JobStatus;
-pub use self::store::{Cancelled, Due, JobSet, ListCursor, QueueStats, QueueStore, RawJobState};
+pub use self::store::{
+    Cancelled, Due, JobSet, ListCursor, QueueStats, QueueStore, RawJobState, RegisteredQueue,
+};
 #[doc(hidden)]
 pub use self::store::{ClaimBatch, ClaimLimits, ListedJob, RawClaim, RawJob};
 pub use self::wakeups::Wakeups;

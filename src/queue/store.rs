@@ -175,6 +175,16 @@ pub enum Cancelled {
     InFlight,
 }
 
+/// A queue as its registry knows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RegisteredQueue {
+    /// The queue's name.
+    pub name: String,
+    /// How many shards it has, as its application last said (1 for a queue registered before
+    /// shard counts were).
+    pub shards: usize,
+}
+
 /// A queue's counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct QueueStats {
@@ -298,12 +308,17 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
     /// Counts the queue's jobs.
     fn stats(&self, queue: &QueueName) -> impl Future<Output = Result<QueueStats, StoreError>> + Send;
 
-    /// Adds `queue` to the store's registry of queues (under its prefix), which operators'
-    /// tools read to tell a queue from a mistyped name. Idempotent.
-    fn register(&self, queue: &QueueName) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Adds `queue`, spread over `shards` physical queues, to the store's registry of queues
+    /// (under its prefix), which operators' tools read to tell a queue from a mistyped name
+    /// and to find its shards. Idempotent.
+    fn register(
+        &self,
+        queue: &QueueName,
+        shards: usize,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The queues in the registry, by name.
-    fn registered(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    fn registered(&self) -> impl Future<Output = Result<Vec<RegisteredQueue>, StoreError>> + Send;
 
     /// Up to `limit` (at most [`MAX_PAGE`](super::MAX_PAGE)) entries of `set` in time order
     /// (ties by id), from the first or from just `after` an entry.

@@ -41,7 +41,8 @@ pub struct MemoryStore {
     locks: Arc<Mutex<LockState>>,
     queues: Arc<Mutex<HashMap<QueueName, QueueState>>>,
     /// The registry of queues.
-    registered: Arc<Mutex<std::collections::BTreeSet<String>>>,
+    /// The registry of queues: name -> shards.
+    registered: Arc<Mutex<std::collections::BTreeMap<String, usize>>>,
     /// How long a released key stays reserved for the first in line.
     reservation: Duration,
 }

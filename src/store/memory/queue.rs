@@ -14,7 +14,7 @@ use crate::queue::rules::{NO_ENVELOPE, lease_ran_out, oversized};
 use crate::queue::{
     ACTIVITY_MINUTES, Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListCursor, ListedJob,
     MAX_LEASE, MAX_PAGE, MinuteActivity, QueueName, QueueStats, QueueStore, RawClaim, RawJob, RawJobState,
-    Retention, Wakeups,
+    RegisteredQueue, Retention, Wakeups,
 };
 use crate::store::handover::Promotion;
 use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
@@ -502,21 +502,24 @@ impl QueueStore for MemoryStore {
         }))
     }
 
-    async fn register(&self, queue: &QueueName) -> Result<(), StoreError> {
+    async fn register(&self, queue: &QueueName, shards: usize) -> Result<(), StoreError> {
         self.registered
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(queue.as_str().to_string());
+            .insert(queue.as_str().to_string(), shards);
         Ok(())
     }
 
-    async fn registered(&self) -> Result<Vec<String>, StoreError> {
+    async fn registered(&self) -> Result<Vec<RegisteredQueue>, StoreError> {
         Ok(self
             .registered
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .iter()
-            .cloned()
+            .map(|(name, shards)| RegisteredQueue {
+                name: name.clone(),
+                shards: *shards,
+            })
             .collect())
     }
 

@@ -78,6 +78,11 @@ pub(crate) fn registry_key(prefix: &Prefix) -> String {
     format!("{}:queues", prefix.as_str())
 }
 
+/// The hash of the registered queues' shard counts (`<prefix>:queue-shards`): name -> count.
+pub(crate) fn registry_shards_key(prefix: &Prefix) -> String {
+    format!("{}:queue-shards", prefix.as_str())
+}
+
 /// The key the store tries the server's conditional commands on when it connects; never
 /// written (the commands find it missing and do nothing).
 pub(crate) fn probe_key(prefix: &Prefix) -> String {

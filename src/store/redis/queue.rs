@@ -18,7 +18,7 @@ use crate::lock::LockToken;
 use crate::queue::rules::NOT_A_JOB_ID;
 use crate::queue::{
     Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE, MinuteActivity,
-    QueueName, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, Retention, Wakeups,
+    QueueName, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, RegisteredQueue, Retention, Wakeups,
 };
 use crate::store::time::{from_epoch_ms, millis, to_epoch_ms, ttl_millis};
 
@@ -272,22 +272,36 @@ where
         Ok(RawJob { state, envelope })
     }
 
-    async fn register(&self, queue: &QueueName) -> Result<(), StoreError> {
-        let () = redis::cmd("SADD")
-            .arg(keys::registry_key(&self.prefix))
-            .arg(queue.as_str())
+    async fn register(&self, queue: &QueueName, shards: usize) -> Result<(), StoreError> {
+        let () = redis::pipe()
+            .sadd(keys::registry_key(&self.prefix), queue.as_str())
+            .ignore()
+            .hset(keys::registry_shards_key(&self.prefix), queue.as_str(), shards)
+            .ignore()
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(())
     }
 
-    async fn registered(&self) -> Result<Vec<String>, StoreError> {
-        let mut names: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(keys::registry_key(&self.prefix))
+    async fn registered(&self) -> Result<Vec<RegisteredQueue>, StoreError> {
+        let (mut names, shards): (Vec<String>, std::collections::HashMap<String, String>) = redis::pipe()
+            .smembers(keys::registry_key(&self.prefix))
+            .hgetall(keys::registry_shards_key(&self.prefix))
             .query_async(&mut self.conn.clone())
             .await?;
         names.sort();
-        Ok(names)
+        Ok(names
+            .into_iter()
+            .map(|name| RegisteredQueue {
+                // A count that does not parse (another client's) reads as one shard.
+                shards: shards
+                    .get(&name)
+                    .and_then(|count| count.parse().ok())
+                    .filter(|count| (1..=crate::queue::MAX_SHARDS).contains(count))
+                    .unwrap_or(1),
+                name,
+            })
+            .collect())
     }
 
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
