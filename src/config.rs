@@ -391,6 +391,14 @@ mod tests {
             ("[scheduler]\nmax_idle = \"0s\"", "scheduler.max_idle: "),
             ("[scheduler]\ntime_limit = \"0s\"", "scheduler.time_limit: "),
             ("[queue]\nmax_payload = 0", "queue.max_payload: "),
+            (
+                "[queue]\nretention = { max_count = 0, max_age = \"1h\" }",
+                "queue.retention.max_count: ",
+            ),
+            (
+                "[queue]\nretention = { max_count = 10, max_age = \"0s\" }",
+                "queue.retention.max_age: ",
+            ),
         ];
         for (text, mentions) in invalid {
             let error = parsed(text).validate().unwrap_err().to_string();
@@ -412,9 +420,28 @@ mod tests {
     }
 
     #[test]
+    fn the_configured_retention_reaches_the_queue() {
+        let config = parsed("[queue]\nretention = { max_count = 500, max_age = \"2h\" }");
+        config.validate().unwrap();
+        let queue = config.queue::<u32, _>(crate::MemoryStore::new()).unwrap();
+        assert_eq!(
+            queue.retention(),
+            Some(Retention::new(500, Duration::from_secs(7200)))
+        );
+        let plain = parsed("").queue::<u32, _>(crate::MemoryStore::new()).unwrap();
+        assert_eq!(plain.retention(), None, "none by default");
+    }
+
+    #[test]
     fn unknown_fields_and_bad_durations_do_not_parse() {
         assert!(toml::from_str::<Config>("[lock]\nttl = \"10 parsecs\"").is_err());
         assert!(toml::from_str::<Config>("[lock]\nttll = \"10s\"").is_err());
         assert!(toml::from_str::<Config>("[strategy]\nthen = \"pray\"").is_err());
+        assert!(
+            toml::from_str::<Config>(
+                "[queue]\nretention = { max_count = 1, max_age = \"1h\", max_size = 2 }"
+            )
+            .is_err()
+        );
     }
 }

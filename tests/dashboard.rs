@@ -43,6 +43,14 @@ async fn deployment(server: &RedisServer) -> (RedisStore, DelayQueue<Value, Redi
             .await
             .unwrap();
     }
+    // A payload that would be a script if it were not escaped.
+    queue
+        .push(
+            &json!({ "note": "<script>alert('xss')</script>" }),
+            Duration::from_secs(3600),
+        )
+        .await
+        .unwrap();
     queue
         .push_many(&[json!({ "order": 7 }), json!({ "order": 8 })], Duration::ZERO)
         .await
@@ -233,6 +241,40 @@ async fn an_operator_requeues_a_dead_job_with_a_click() {
     row.click().await.unwrap();
     let notice = client.wait().for_element(Locator::Id("notice")).await.unwrap();
     assert_eq!(notice.text().await.unwrap(), format!("requeued {dead}"));
+    // Purging asks first, on a page of its own; back changes nothing, yes purges.
+    client
+        .find(Locator::Id("purge"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client
+        .wait()
+        .for_element(Locator::Id("back"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client.wait().for_element(Locator::Id("jobs")).await.unwrap();
+    client
+        .find(Locator::Id("purge"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client
+        .wait()
+        .for_element(Locator::Css("button[value=purge-dead]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let notice = client.wait().for_element(Locator::Id("notice")).await.unwrap();
+    assert_eq!(notice.text().await.unwrap(), "purged 0 dead jobs");
 
     // Redis says so too.
     let job = queue
@@ -296,6 +338,23 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         .await
         .unwrap();
     assert!(!page.contains("<button"), "no actions before signing in");
+    let waiting = http.get(format!("{url}/queues/orders")).send().await.unwrap();
+    assert_eq!(
+        waiting.headers()["x-frame-options"],
+        "DENY",
+        "never framed by another site"
+    );
+    assert!(
+        waiting.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("frame-ancestors 'none'")
+    );
+    let waiting = waiting.text().await.unwrap();
+    assert!(
+        waiting.contains("&lt;script&gt;") && !waiting.contains("<script>alert"),
+        "payloads are escaped"
+    );
     let forged = http
         .post(requeue(&url))
         .form(&[("id", dead.as_str())])
@@ -345,6 +404,14 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         .await
         .unwrap();
     assert_eq!(bearer.status(), 303, "a script with the token");
+    let unconfirmed = http
+        .post(format!("{url}/queues/orders/purge-dead"))
+        .bearer_auth(TOKEN)
+        .form(&[("csrf", "")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unconfirmed.status(), 400, "a purge needs its confirmation");
     assert_eq!(queue.stats().await.unwrap().dead, 0);
 
     let read_only = serve(Dashboard::new(store, DashboardOptions::default())).await;

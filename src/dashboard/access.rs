@@ -9,8 +9,9 @@
 //! Scripts send `Authorization: Bearer <token>` instead, which no other site can make a
 //! browser send.
 
-use axum::http::HeaderMap;
-use axum::http::header::{AUTHORIZATION, COOKIE};
+use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, COOKIE, X_FRAME_OPTIONS};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::Response;
 
 /// The name of the session cookie.
 pub(super) const SESSION_COOKIE: &str = "redefer_session";
@@ -90,6 +91,23 @@ impl Access {
             _ => Err("the form is stale or from another site (CSRF check)"),
         }
     }
+}
+
+/// Every response: never framed by another site (a signed-in operator cannot be made to click
+/// an action inside someone else's page), no script at all (the pages have none: an injected
+/// one would not run), forms posted to the dashboard only, and never cached (the pages carry
+/// the CSRF field).
+pub(super) async fn hardened(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        ),
+    );
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 /// 128 random bits, as hex.

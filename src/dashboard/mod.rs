@@ -72,10 +72,15 @@ where
             .route("/queues/{queue}", get(pages::queue::<St>))
             .route("/queues/{queue}/jobs/{id}", get(pages::job::<St>))
             .route(
+                "/queues/{queue}/confirm/purge-dead",
+                get(pages::confirm_purge::<St>),
+            )
+            .route(
                 "/login",
                 get(actions::login_page::<St>).post(actions::login::<St>),
             )
             .route("/queues/{queue}/{action}", post(actions::act::<St>))
+            .layer(axum::middleware::map_response(access::hardened))
             .with_state(Arc::new(self))
     }
 

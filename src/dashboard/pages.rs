@@ -196,15 +196,12 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
         } else {
             ("pause", "Pause")
         };
-        body.push_str(&action_form(d, &here, action, None, label, None));
-        body.push_str(&action_form(
-            d,
-            &here,
-            "purge-dead",
-            None,
-            "Purge dead jobs",
-            Some("Delete every dead job of this queue, for good?"),
-        ));
+        body.push_str(&action_form(d, &here, action, &[], label));
+        // Purging asks first, on a page of its own: no script needed.
+        let _ = write!(
+            body,
+            "<form class=inline method=get action='{here}/confirm/purge-dead'><button type=submit id=purge>Purge dead jobs…</button></form>"
+        );
     }
     body.push_str("<p class=tabs>");
     for tab in JobSet::ALL {
@@ -287,7 +284,7 @@ fn job_row<St: QueueStore + ListLocks + Sync>(
     if can_act {
         row.push_str("<td>");
         for (action, label) in row_actions(set) {
-            row.push_str(&action_form(d, here, action, Some(&entry.id), label, None));
+            row.push_str(&action_form(d, here, action, &[("id", &entry.id)], label));
         }
         row.push_str("</td>");
     }
@@ -304,29 +301,21 @@ fn row_actions(set: JobSet) -> &'static [(&'static str, &'static str)] {
     }
 }
 
-/// A POST form for `action` on the queue at `here` (on job `id`), with the CSRF field, and a
-/// confirmation first when `confirm` says what it does.
+/// A POST form for `action` on the queue at `here`, with the CSRF field and `fields` (the job's
+/// id, a confirmation).
 fn action_form<St>(
     d: &Dashboard<St>,
     here: &str,
     action: &str,
-    id: Option<&str>,
+    fields: &[(&str, &str)],
     label: &str,
-    confirm: Option<&str>,
 ) -> String {
     let mut form = format!(
-        "<form class=inline method=post action='{here}/{action}'{}><input type=hidden name=csrf value='{}'>",
-        confirm.map_or(String::new(), |question| format!(
-            " onsubmit='return confirm(\"{}\")'",
-            escape(question)
-        )),
+        "<form class=inline method=post action='{here}/{action}'><input type=hidden name=csrf value='{}'>",
         d.access.csrf,
     );
-    if let Some(id) = id {
-        let _ = write!(form, "<input type=hidden name=id value='{}'>", escape(id));
-    }
-    if confirm.is_some() {
-        form.push_str("<input type=hidden name=confirm value=yes>");
+    for (name, value) in fields {
+        let _ = write!(form, "<input type=hidden name={name} value='{}'>", escape(value));
     }
     let _ = write!(
         form,
@@ -334,6 +323,39 @@ fn action_form<St>(
         escape(label)
     );
     form
+}
+
+/// Asks before the dead-letter set is purged: how many would go, yes or back.
+pub(super) async fn confirm_purge<St: QueueStore + ListLocks + Sync>(
+    State(dashboard): Shared<St>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    respond(confirm_purge_page(&dashboard, &name, &headers).await)
+}
+
+async fn confirm_purge_page<St: QueueStore + ListLocks + Sync>(
+    d: &Dashboard<St>,
+    name: &str,
+    headers: &HeaderMap,
+) -> Result<String, Response> {
+    let signed_in = d.access.signed_in(headers);
+    if signed_in != Some(true) {
+        return Err(failure(
+            d,
+            StatusCode::FORBIDDEN,
+            "sign in first (or the dashboard is read-only)",
+        ));
+    }
+    let (_, stats) = d.known_queue(name).await?;
+    let here = d.link(&format!("/queues/{}", encode(name)));
+    let body = format!(
+        "<p>Delete the {} dead jobs of queue {}, for good?</p>{}<a id=back href='{here}?set=dead'>No, back</a>",
+        stats.dead,
+        escape(name),
+        action_form(d, &here, "purge-dead", &[("confirm", "yes")], "Yes, purge them"),
+    );
+    Ok(page(&d.options.base, "Purge dead jobs", signed_in, &body))
 }
 
 /// One job in full: status, envelope, actions.
@@ -424,7 +446,7 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
     }
     if signed_in == Some(true) {
         for (action, label) in set.map_or(&[][..], row_actions) {
-            body.push_str(&action_form(d, &here, action, Some(id), label, None));
+            body.push_str(&action_form(d, &here, action, &[("id", id)], label));
         }
     }
     Ok(page(&d.options.base, &format!("Job {id}"), signed_in, &body))

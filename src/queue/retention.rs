@@ -25,6 +25,7 @@ use std::time::Duration;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Retention {
     /// The most finished jobs kept (at least 1).
     pub max_count: usize,
