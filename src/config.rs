@@ -82,7 +82,7 @@ pub struct LockConfig {
     #[serde(with = "humantime_serde")]
     pub ttl: Duration,
     /// Whether handlers get fencing tokens: `"on"` (default) or `"off"`, the cheapest
-    /// acquire; see [`Fencing`](crate::Fencing) for what off costs in safety.
+    /// acquire; see [`Fencing`] for what off costs in safety.
     pub fencing: Fencing,
 }
 
