@@ -440,6 +440,16 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         .unwrap();
     assert_eq!(unknown.status(), 404, "a mistyped queue is not an empty page");
 
+    // A broken activity hash (another client's) costs the plots, not the page.
+    let activity = format!("{}:q:{{orders}}:activity", queue.store().prefix().as_str());
+    let _: () = server.cmd(redis::cmd("DEL").arg(&activity)).await;
+    let _: () = server
+        .cmd(redis::cmd("SET").arg(&activity).arg("not a hash"))
+        .await;
+    let queues = http.get(format!("{read_only}/")).send().await.unwrap();
+    assert_eq!(queues.status(), 200);
+    assert!(queues.text().await.unwrap().contains("activity unreadable"));
+
     // A sharded queue is read over its registered shards.
     let refunds = DelayQueue::<Value, _>::new(queue.store().clone(), "refunds")
         .unwrap()

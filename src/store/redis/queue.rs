@@ -390,10 +390,20 @@ where
     async fn activity(&self, queue: &QueueName) -> Result<Vec<MinuteActivity>, StoreError> {
         // A plain read of one key: the hash is small (an hour of counters) and its own
         // `minute` field says which minute the counters run up to.
-        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        let fields: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
             .arg(&self.keys(queue).activity)
             .query_async(&mut self.conn.clone())
             .await?;
+        // Bytes another client wrote need not be UTF-8: such a field parses as no minute.
+        let fields: Vec<(String, String)> = fields
+            .into_iter()
+            .map(|(name, value)| {
+                (
+                    String::from_utf8_lossy(&name).into_owned(),
+                    String::from_utf8_lossy(&value).into_owned(),
+                )
+            })
+            .collect();
         Ok(MinuteActivity::from_hash(&fields))
     }
 
