@@ -23,7 +23,10 @@ use support::{RedisServer, eventually, free_port};
 const TOKEN: &str = "let-me-act";
 
 /// Serves `dashboard` on a free loopback port; its base URL.
-async fn serve(dashboard: Dashboard<RedisStore>) -> String {
+async fn serve<St>(dashboard: Dashboard<St>) -> String
+where
+    St: redefer::queue::QueueStore + redefer::store::ListLocks + Sync,
+{
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, dashboard.router()).await });
@@ -466,4 +469,48 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         .await
         .unwrap();
     assert!(page.contains("waiting (6)"), "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_serves_the_in_memory_store_too() {
+    let store = redefer::MemoryStore::new();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    queue
+        .push(&json!({ "order": 1 }), Duration::from_secs(60))
+        .await
+        .unwrap();
+    store
+        .try_acquire(
+            &LockKey::new("order:{9}").unwrap(),
+            LockToken::random(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let url = serve(Dashboard::new(store, DashboardOptions::default())).await;
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!("{url}/queues/orders"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("waiting (1)") && page.contains("{&quot;order&quot;:1}"),
+        "{page}"
+    );order&quot;:1")
+            || page.contains("{&quot;order&quot;:1}"),
+        "{page}"
+    );
+    let locks = http
+        .get(format!("{url}/locks"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(locks.contains("order:{9}"), "{locks}");
 }
