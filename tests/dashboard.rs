@@ -500,9 +500,6 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
     assert!(
         page.contains("waiting (1)") && page.contains("{&quot;order&quot;:1}"),
         "{page}"
-    );order&quot;:1")
-            || page.contains("{&quot;order&quot;:1}"),
-        "{page}"
     );
     let locks = http
         .get(format!("{url}/locks"))
