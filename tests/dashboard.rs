@@ -163,6 +163,30 @@ async fn browser(port: u16) -> Client {
     .await
 }
 
+/// Clicks the element `what` once the page shows it.
+async fn click(client: &Client, what: Locator<'_>) {
+    client
+        .wait()
+        .for_element(what)
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+/// The text of the element `what` once the page shows it.
+async fn text(client: &Client, what: Locator<'_>) -> String {
+    client
+        .wait()
+        .for_element(what)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 async fn screenshot(client: &Client, name: &str) {
     let png = client.screenshot().await.unwrap();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots");
@@ -197,42 +221,22 @@ async fn an_operator_requeues_a_dead_job_with_a_click() {
         .send_keys(TOKEN)
         .await
         .unwrap();
-    client
-        .find(Locator::Id("sign-in"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let queues = client.wait().for_element(Locator::Id("queues")).await.unwrap();
-    let text = queues.text().await.unwrap();
-    assert!(text.contains("orders"), "{text}");
+    click(&client, Locator::Id("sign-in")).await;
+    let queues = text(&client, Locator::Id("queues")).await;
+    assert!(queues.contains("orders"), "{queues}");
     let bars = client.find_all(Locator::Css("#queues svg rect")).await.unwrap();
     assert_eq!(bars.len(), 3 * 60, "three plots of an hour, a bar per minute");
     screenshot(&client, "queues").await;
 
-    client
-        .find(Locator::LinkText("orders"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let jobs = client.wait().for_element(Locator::Id("jobs")).await.unwrap();
-    let text = jobs.text().await.unwrap();
+    click(&client, Locator::LinkText("orders")).await;
+    let jobs = text(&client, Locator::Id("jobs")).await;
     assert!(
-        text.contains("undecodable"),
-        "the foreign entry is shown as such: {text}"
+        jobs.contains("undecodable"),
+        "the foreign entry is shown as such: {jobs}"
     );
     screenshot(&client, "queue").await;
 
-    client
-        .find(Locator::Css("a[href$='set=dead']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::Css("a[href$='set=dead']")).await;
     let row = client
         .wait()
         .for_element(Locator::Css(&format!(
@@ -242,42 +246,17 @@ async fn an_operator_requeues_a_dead_job_with_a_click() {
         .unwrap();
     screenshot(&client, "dead").await;
     row.click().await.unwrap();
-    let notice = client.wait().for_element(Locator::Id("notice")).await.unwrap();
-    assert_eq!(notice.text().await.unwrap(), format!("requeued {dead}"));
+    assert_eq!(
+        text(&client, Locator::Id("notice")).await,
+        format!("requeued {dead}")
+    );
     // Purging asks first, on a page of its own; back changes nothing, yes purges.
-    client
-        .find(Locator::Id("purge"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    client
-        .wait()
-        .for_element(Locator::Id("back"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    client.wait().for_element(Locator::Id("jobs")).await.unwrap();
-    client
-        .find(Locator::Id("purge"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    client
-        .wait()
-        .for_element(Locator::Css("button[value=purge-dead]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let notice = client.wait().for_element(Locator::Id("notice")).await.unwrap();
-    assert_eq!(notice.text().await.unwrap(), "purged 0 dead jobs");
+    click(&client, Locator::Id("purge")).await;
+    click(&client, Locator::Id("back")).await;
+    text(&client, Locator::Id("jobs")).await;
+    click(&client, Locator::Id("purge")).await;
+    click(&client, Locator::Css("button[value=purge-dead]")).await;
+    assert_eq!(text(&client, Locator::Id("notice")).await, "purged 0 dead jobs");
 
     // Redis says so too.
     let job = queue
@@ -296,15 +275,13 @@ async fn an_operator_requeues_a_dead_job_with_a_click() {
         .goto(&format!("{url}/queues/orders/jobs/{dead}"))
         .await
         .unwrap();
-    let envelope = client.wait().for_element(Locator::Id("envelope")).await.unwrap();
     assert!(
-        envelope.text().await.unwrap().contains("\"order\""),
+        text(&client, Locator::Id("envelope")).await.contains("\"order\""),
         "the decoded payload"
     );
     screenshot(&client, "job").await;
     client.goto(&format!("{url}/locks")).await.unwrap();
-    let locks = client.wait().for_element(Locator::Id("locks")).await.unwrap();
-    assert!(locks.text().await.unwrap().contains("order:{42}"));
+    assert!(text(&client, Locator::Id("locks")).await.contains("order:{42}"));
     screenshot(&client, "locks").await;
     assert_eq!(
         queue.list(JobSet::Done, 10).await.unwrap().len(),
