@@ -59,6 +59,8 @@ async fn hold<S: LockStore>(store: &S, key: &LockKey, ttl: Duration) -> LockToke
 struct Observed<C> {
     strategy: C,
     conflicts: Arc<AtomicU32>,
+    /// How long the call had waited at each conflict, in order.
+    waited: Arc<std::sync::Mutex<Vec<Duration>>>,
     first_conflict: Arc<std::sync::Mutex<Option<oneshot::Sender<()>>>>,
 }
 
@@ -68,6 +70,7 @@ impl<C> Observed<C> {
         let observed = Observed {
             strategy,
             conflicts: Arc::default(),
+            waited: Arc::default(),
             first_conflict: Arc::new(std::sync::Mutex::new(Some(tx))),
         };
         (observed, rx)
@@ -81,6 +84,7 @@ impl<Req, C: ConflictStrategy<Req>> ConflictStrategy<Req> for Observed<C> {
         request: &Req,
     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
         self.conflicts.fetch_add(1, Ordering::SeqCst);
+        self.waited.lock().unwrap().push(conflict.waited);
         if let Some(tx) = self.first_conflict.lock().unwrap().take() {
             let _ = tx.send(());
         }
@@ -334,15 +338,27 @@ async fn retry_gives_up_within_max_wait<S: LockStore>(store: S) {
             .max_attempts(100)
             .max_wait(Duration::from_millis(120)),
     );
-    let conflicts = strategy.conflicts.clone();
+    let waited = strategy.waited.clone();
     let service = LockLayer::new(store, by_order)
         .on_conflict(strategy)
         .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
     assert!(matches!(service.oneshot(HOT).await, Err(Error::Locked { .. })));
-    assert_eq!(
-        conflicts.load(Ordering::SeqCst),
-        3,
-        "waits of 50 ms fit twice into 120 ms"
+    // Judged on the time each conflict had waited, not on the machine's speed: every conflict
+    // but the last was retried because a 50 ms wait still fit into 120 ms; the last fell
+    // through because it did not.
+    let waited = waited.lock().unwrap().clone();
+    let (last, retried) = waited.split_last().expect("conflicts");
+    let wait = Duration::from_millis(50);
+    let max_wait = Duration::from_millis(120);
+    assert!(
+        !retried.is_empty(),
+        "the first conflict, 0 ms in, retries: {waited:?}"
+    );
+    assert!(retried.iter().all(|w| *w + wait <= max_wait), "{waited:?}");
+    assert!(*last + wait > max_wait, "{waited:?}");
+    assert!(
+        waited.len() <= 3,
+        "waits of 50 ms fit at most twice into 120 ms: {waited:?}"
     );
 }
 
