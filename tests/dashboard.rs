@@ -33,6 +33,11 @@ where
     url
 }
 
+/// The body of a GET of `url`.
+async fn body(http: &reqwest::Client, url: String) -> String {
+    http.get(url).send().await.unwrap().text().await.unwrap()
+}
+
 /// A queue with jobs in every state, an undecodable entry, activity and a held lock.
 async fn deployment(server: &RedisServer) -> (RedisStore, DelayQueue<Value, RedisStore>, String) {
     let store = server.store().await;
@@ -309,14 +314,7 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         DashboardOptions::default().token(Some(TOKEN.into())),
     ))
     .await;
-    let page = http
-        .get(format!("{url}/queues/orders?set=dead"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = body(&http, format!("{url}/queues/orders?set=dead")).await;
     assert!(!page.contains("<button"), "no actions before signing in");
     let waiting = http.get(format!("{url}/queues/orders")).send().await.unwrap();
     assert_eq!(
@@ -395,14 +393,7 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
     assert_eq!(queue.stats().await.unwrap().dead, 0);
 
     let read_only = serve(Dashboard::new(store, DashboardOptions::default())).await;
-    let page = http
-        .get(format!("{read_only}/queues/orders"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = body(&http, format!("{read_only}/queues/orders")).await;
     assert!(page.contains("read-only") && !page.contains("<button"), "{page}");
     let refused = http
         .post(format!("{read_only}/queues/orders/pause"))
@@ -437,14 +428,7 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         .unwrap();
     let items: Vec<Value> = (0..6).map(|n| json!({ "refund": n })).collect();
     refunds.push_many(&items, Duration::from_secs(60)).await.unwrap();
-    let page = http
-        .get(format!("{read_only}/queues/refunds"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = body(&http, format!("{read_only}/queues/refunds")).await;
     assert!(page.contains("waiting (6)"), "{page}");
 }
 
@@ -466,25 +450,11 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
         .unwrap();
     let url = serve(Dashboard::new(store, DashboardOptions::default())).await;
     let http = reqwest::Client::new();
-    let page = http
-        .get(format!("{url}/queues/orders"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = body(&http, format!("{url}/queues/orders")).await;
     assert!(
         page.contains("waiting (1)") && page.contains("{&quot;order&quot;:1}"),
         "{page}"
     );
-    let locks = http
-        .get(format!("{url}/locks"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let locks = body(&http, format!("{url}/locks")).await;
     assert!(locks.contains("order:{9}"), "{locks}");
 }
