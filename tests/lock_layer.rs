@@ -253,6 +253,59 @@ async fn renewal_keeps_the_lock_through_a_handler_three_ttls_long<S: LockStore>(
     assert!(is_free(&store, &hot_key()).await);
 }
 
+/// A handler that blocks its worker thread (synchronous I/O, a CPU loop) for three TTLs keeps
+/// its lock: the renewal does not wait for the handler's task to be polled.
+async fn a_handler_blocking_its_thread_keeps_the_lock<S: LockStore>(store: S) {
+    let ttl = Duration::from_millis(300);
+    let (entered_tx, entered_rx) = oneshot::channel::<()>();
+    let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
+    let returned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let service = LockLayer::new(store.clone(), by_order)
+        .ttl(ttl)
+        .layer(service_fn({
+            let returned = returned.clone();
+            move |_: u32| {
+                let (entered_tx, returned) = (entered_tx.clone(), returned.clone());
+                async move {
+                    entered_tx.lock().unwrap().take().unwrap().send(()).unwrap();
+                    std::thread::sleep(ttl * 3);
+                    returned.store(true, Ordering::SeqCst);
+                    Ok::<_, Infallible>(current_lock().unwrap().fence)
+                }
+            }
+        }));
+    // The call blocks a worker; the test's own task runs on the runtime's main thread.
+    let call = tokio::spawn(service.oneshot(HOT));
+    entered_rx.await.unwrap();
+    let entered = tokio::time::Instant::now();
+    // How long after the handler began the last probe that found the key held returned.
+    let mut probed_until = Duration::ZERO;
+    while !call.is_finished() {
+        let free = is_free(&store, &hot_key()).await;
+        // Free after the handler returned is its release.
+        if returned.load(Ordering::SeqCst) {
+            break;
+        }
+        assert!(
+            !free,
+            "another request took the key {:?} after the handler began",
+            entered.elapsed()
+        );
+        probed_until = entered.elapsed();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        probed_until > ttl * 2,
+        "the probes stalled: the last returned {probed_until:?} after the handler began"
+    );
+    let outcome = call.await.unwrap();
+    assert!(
+        matches!(outcome, Ok(Outcome::Done(Some(_)))),
+        "the call ended with {outcome:?}"
+    );
+    assert!(is_free(&store, &hot_key()).await);
+}
+
 async fn fail_fast_reports_the_remaining_ttl<S: LockStore>(store: S) {
     let holder = hold(&store, &hot_key(), Duration::from_secs(10)).await;
     let service =
@@ -473,6 +526,7 @@ for_each_store!(
     released_after_inner_panic,
     released_after_the_caller_drops_the_future,
     renewal_keeps_the_lock_through_a_handler_three_ttls_long,
+    a_handler_blocking_its_thread_keeps_the_lock,
     fail_fast_reports_the_remaining_ttl,
     retry_succeeds_once_the_holder_releases,
     retry_gives_up_after_max_attempts_and_falls_through,

@@ -433,6 +433,49 @@ async fn a_configured_stack_retries_then_defers<St: LockStore + QueueStore>(stor
     scheduler.shutdown().await;
 }
 
+/// A job whose handler blocks its worker thread for three lease TTLs keeps its lease (and its
+/// lock): no other claimer receives it meanwhile, and it runs once.
+async fn a_handler_blocking_its_thread_keeps_the_job_lease<St: LockStore + QueueStore>(store: St) {
+    let ttl = Duration::from_millis(300);
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let handler = service_fn(move |charge: Charge| {
+        let started_tx = started_tx.clone();
+        async move {
+            started_tx.send(charge.job).unwrap();
+            std::thread::sleep(ttl * 3);
+            Ok::<_, std::convert::Infallible>(())
+        }
+    });
+    let service = LockLayer::new(store.clone(), by_order).ttl(ttl).layer(handler);
+    queue
+        .push(&Charge { order: 1, job: 7 }, Duration::ZERO)
+        .await
+        .unwrap();
+    let scheduler = Scheduler::new(queue.clone(), service)
+        .options(SchedulerOptions {
+            lease: ttl,
+            ..options()
+        })
+        .start();
+    assert_eq!(started.recv().await, Some(7));
+    let began = tokio::time::Instant::now();
+    // Another claimer, on the test's own thread, tries to take the job while the handler runs.
+    while began.elapsed() < ttl * 3 {
+        let claimed = queue.claim(10, LONG).await.unwrap();
+        assert!(
+            claimed.jobs.is_empty(),
+            "another claimer received the job {:?} after the handler began",
+            began.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_for_stats(&queue, QueueStats::default(), "the job is acked").await;
+    let report = scheduler.shutdown().await;
+    assert_eq!(report.acked, 1);
+    assert!(started.try_recv().is_err(), "the job ran once");
+}
+
 for_each_store!(
     a_deferred_request_runs_once_after_the_holder_releases,
     a_request_that_keeps_meeting_the_lock_waits_then_is_buried,
@@ -441,4 +484,5 @@ for_each_store!(
     a_job_pushed_while_the_scheduler_sleeps_starts_when_due,
     shutdown_gives_unfinished_jobs_back_for_another_scheduler,
     a_configured_stack_retries_then_defers,
+    a_handler_blocking_its_thread_keeps_the_job_lease,
 );

@@ -17,7 +17,7 @@ use crate::lock::{
     Acquisition, Fencing, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, Waiter, run_holding,
 };
 use crate::metric_names;
-use crate::renewal::{lease_granted, renew_until_lost, while_valid};
+use crate::renewal::{Renewal, while_valid};
 use crate::scheduler::current_job;
 use crate::strategy::{Conflict, ConflictStrategy, Decision};
 
@@ -156,21 +156,25 @@ where
             key: key.clone(),
             fence,
         };
-        let valid = lease_granted(acquired_at, shared.ttl);
+        let renewal = Renewal::start("lock", shared.ttl, acquired_at, {
+            let (store, key, ttl) = (shared.store.clone(), key.clone(), shared.ttl);
+            move || {
+                let (store, key) = (store.clone(), key.clone());
+                async move { store.extend(&key, token, ttl).await }
+            }
+        });
+        let lease = renewal.lease();
         let handler = while_valid(
-            valid.clone(),
+            &lease,
             run_holding(
                 held,
                 AssertUnwindSafe(async move { inner.call(request).await }).catch_unwind(),
             ),
         );
-        let renewal = renew_until_lost("lock", shared.ttl, valid, || {
-            shared.store.extend(&key, token, shared.ttl)
-        });
         let ended = tokio::select! {
-            // Renewal first, and the handler polled only while the lock is surely ours: a
-            // process resumed after a pause longer than the TTL stops its handler before it
-            // takes another step.
+            // The renewal first (it arms its timer before the handler's first poll), and the
+            // handler polled only while the lock is surely ours: a process resumed after a
+            // pause longer than the TTL stops its handler before it takes another step.
             biased;
             lost = renewal => Err(lost),
             finished = handler => finished,

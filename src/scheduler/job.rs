@@ -24,7 +24,7 @@ use crate::metric_names::QueueMetrics;
 use crate::middleware::{Error, Outcome};
 use crate::queue::QueueStore;
 use crate::queue::{AfterFailure, ClaimedJob, Codec, DelayQueue, Lease, QueueError};
-use crate::renewal::{LossReason, lease_granted, renew_until_lost, while_valid};
+use crate::renewal::{LossReason, Renewal, while_valid};
 
 /// How a run of the service ended, before settling.
 enum Ran {
@@ -135,9 +135,16 @@ where
             metrics.reinjected.increment(1);
             metrics.lag.record(lag.as_secs_f64());
             let signals = RunSignals::default();
-            let valid = lease_granted(claimed_at, lease_ttl);
+            let renewal = Renewal::start("job lease", lease_ttl, claimed_at, {
+                let (queue, lease) = (queue.clone(), lease.clone());
+                move || {
+                    let (queue, lease) = (queue.clone(), lease.clone());
+                    async move { queue.extend_lease(&lease, lease_ttl).await }
+                }
+            });
+            let valid = renewal.lease();
             let call = while_valid(
-                valid.clone(),
+                &valid,
                 run_for_job(
                     context,
                     signals.clone(),
@@ -148,9 +155,6 @@ where
                     .catch_unwind(),
                 ),
             );
-            let renewal = renew_until_lost("job lease", lease_ttl, valid, || {
-                queue.extend_lease(&lease, lease_ttl)
-            });
             // The time limit and the shutdown's abandon stop a handler still running; once it
             // has returned (its lock release may still be on its way), the run finishes and
             // the job is settled, so that a finished job never runs again.

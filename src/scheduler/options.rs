@@ -32,6 +32,10 @@ pub struct SchedulerOptions {
     /// fails with "timed out after D" (counted like any failed attempt). A handler that never
     /// returns would otherwise hold its job in flight forever, renewing its lease. For a limit
     /// per request type, or one that covers only the handler, see the README on `TimeoutLayer`.
+    ///
+    /// The handler is stopped at its next `.await`: code that blocks its thread runs on until
+    /// it returns or awaits (its lease is renewed meanwhile), and work it handed to
+    /// `spawn_blocking` is not stopped at all.
     #[serde(with = "humantime_serde")]
     pub time_limit: Duration,
     /// The longest the scheduler sleeps without looking at the queue, should a wake-up be missed.
