@@ -426,6 +426,9 @@ async fn the_dashboard_command_serves_the_pages_on_loopback_read_only_without_a_
     assert!(!queue.stats().await.unwrap().paused);
     child.kill().unwrap();
     child.wait().unwrap();
+    // Anything but loopback needs a token: such a dashboard would show every payload to all.
+    let exposed = redefer(&server, &prefix, &["dashboard", "--bind", "0.0.0.0:0"]).expect_err("exit 1");
+    assert!(exposed.contains("without a token"), "{exposed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,13 +29,44 @@ where
 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, dashboard.router()).await });
+    let app = dashboard
+        .router()
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await });
     url
 }
 
 /// The body of a GET of `url`.
 async fn body(http: &reqwest::Client, url: String) -> String {
     http.get(url).send().await.unwrap().text().await.unwrap()
+}
+
+/// A client that does not follow redirects (so that a sign-in's cookie can be read).
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Signs in at `url` with `token`: the response.
+async fn sign_in(http: &reqwest::Client, url: &str, token: &str) -> reqwest::Response {
+    http.post(format!("{url}/login"))
+        .form(&[("token", token)])
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The `name=value` of a sign-in's session cookie.
+fn session_cookie(signed_in: &reqwest::Response) -> String {
+    signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 /// A queue with jobs in every state, an undecodable entry, activity and a held lock.
@@ -303,10 +334,7 @@ async fn an_operator_requeues_a_dead_job_with_a_click() {
 async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
     let server = RedisServer::start();
     let (store, queue, dead) = deployment(&server).await;
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = http_client();
     let requeue = |url: &str| format!("{url}/queues/orders/requeue");
 
     let url = serve(Dashboard::new(
@@ -314,9 +342,53 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         DashboardOptions::default().token(Some(TOKEN.into())),
     ))
     .await;
-    let page = body(&http, format!("{url}/queues/orders?set=dead")).await;
-    assert!(!page.contains("<button"), "no actions before signing in");
-    let waiting = http.get(format!("{url}/queues/orders")).send().await.unwrap();
+    // With a token, a stranger reads nothing: every page answers 401 and the sign-in form.
+    for path in [
+        "/".to_string(),
+        "/locks".to_string(),
+        "/queues/orders".to_string(),
+        "/queues/orders?set=dead".to_string(),
+        format!("/queues/orders/jobs/{dead}"),
+        "/queues/orders/confirm/purge-dead".to_string(),
+        "/queues/nothing-here".to_string(),
+    ] {
+        let stranger = http.get(format!("{url}{path}")).send().await.unwrap();
+        assert_eq!(stranger.status(), 401, "{path}");
+        let page = stranger.text().await.unwrap();
+        assert!(
+            page.contains("id=token")
+                && !page.contains("amount_cents")
+                && !page.contains("orders")
+                && !page.contains(&dead),
+            "{path}: {page}"
+        );
+    }
+    let wrong_bearer = http
+        .get(format!("{url}/queues/orders"))
+        .bearer_auth("guess")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_bearer.status(), 401);
+    let page = http
+        .get(format!("{url}/queues/orders?set=dead"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains(&dead) && !page.contains("<button"),
+        "a script with the token reads, and gets no forms"
+    );
+    let waiting = http
+        .get(format!("{url}/queues/orders"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(
         waiting.headers()["x-frame-options"],
         "DENY",
@@ -340,20 +412,26 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         .await
         .unwrap();
     assert_eq!(forged.status(), 403, "no session, no CSRF field");
-    let signed_in = http
-        .post(format!("{url}/login"))
-        .form(&[("token", TOKEN)])
+    let signed_in = sign_in(&http, &url, TOKEN).await;
+    assert_eq!(signed_in.status(), 303);
+    let set_cookie = signed_in.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        set_cookie.contains("HttpOnly")
+            && set_cookie.contains("SameSite=Strict")
+            && !set_cookie.contains("Secure"),
+        "{set_cookie}"
+    );
+    let cookie = session_cookie(&signed_in);
+    let page = http
+        .get(format!("{url}/queues/orders?set=dead"))
+        .header("cookie", &cookie)
         .send()
         .await
+        .unwrap()
+        .text()
+        .await
         .unwrap();
-    assert_eq!(signed_in.status(), 303);
-    let cookie = signed_in.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
+    assert!(page.contains("<button"), "a signed-in browser gets the actions");
     let without_csrf = http
         .post(requeue(&url))
         .header("cookie", &cookie)
@@ -366,12 +444,7 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         403,
         "a cross-site form has the cookie but not the field"
     );
-    let wrong = http
-        .post(format!("{url}/login"))
-        .form(&[("token", "guess")])
-        .send()
-        .await
-        .unwrap();
+    let wrong = sign_in(&http, &url, "guess").await;
     assert_eq!(wrong.status(), 403);
     assert_eq!(queue.stats().await.unwrap().dead, 1, "nothing moved");
     let bearer = http
@@ -457,4 +530,194 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
     );
     let locks = body(&http, format!("{url}/locks")).await;
     assert!(locks.contains("order:{9}"), "{locks}");
+}
+
+/// The CSRF field a page's forms carry.
+fn csrf_field(page: &str) -> String {
+    let at = page
+        .find("name=csrf value='")
+        .expect("a form with the CSRF field")
+        + "name=csrf value='".len();
+    page[at..].split('\'').next().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_ins_are_limited_per_client_address() {
+    let url = serve(Dashboard::new(
+        redefer::MemoryStore::new(),
+        DashboardOptions::default().token(Some(TOKEN.into())),
+    ))
+    .await;
+    let http = http_client();
+    let started = std::time::Instant::now();
+    let (mut checked, mut limited) = (0u32, 0u32);
+    for attempt in 0..1_000 {
+        let response = sign_in(&http, &url, &format!("guess-{attempt}")).await;
+        match response.status().as_u16() {
+            403 => checked += 1,
+            429 => {
+                limited += 1;
+                let retry_after: u64 = response.headers()["retry-after"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!((1..=6).contains(&retry_after), "Retry-After: {retry_after}");
+            }
+            other => panic!("attempt {attempt}: {other}"),
+        }
+    }
+    // 10 at once, then one every 6 s.
+    let refilled = u32::try_from(started.elapsed().as_secs() / 6).unwrap() + 1;
+    assert!(
+        (10..=10 + refilled).contains(&checked),
+        "{checked} of 1,000 guesses were checked"
+    );
+    assert_eq!(checked + limited, 1_000);
+    // The right token waits its turn too: guessing cannot be sped up by knowing when to stop.
+    assert_eq!(sign_in(&http, &url, TOKEN).await.status(), 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_end_when_signed_out_or_expired_and_are_secure_over_https() {
+    let store = redefer::MemoryStore::new();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    queue
+        .push(&json!({ "order": 1 }), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(500);
+    let url = serve(Dashboard::new(
+        store,
+        DashboardOptions::default()
+            .token(Some(TOKEN.into()))
+            .served_over_https(true)
+            .session_ttl(ttl),
+    ))
+    .await;
+    let http = http_client();
+    let read = |cookie: String| {
+        let http = http.clone();
+        let url = url.clone();
+        async move {
+            let response = http
+                .get(format!("{url}/queues/orders"))
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    let first = sign_in(&http, &url, TOKEN).await;
+    let set_cookie = first.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(set_cookie.contains("; Secure"), "{set_cookie}");
+    let first = session_cookie(&first);
+    let second = session_cookie(&sign_in(&http, &url, TOKEN).await);
+    assert_ne!(first, second, "a session per sign-in");
+    let (status, page) = read(first.clone()).await;
+    assert_eq!(status, 200);
+    // Signing out takes the form's CSRF field, and ends that session only.
+    let no_field = http
+        .post(format!("{url}/logout"))
+        .header("cookie", &first)
+        .form(&[("csrf", "forged")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_field.status(), 403);
+    let signed_out = http
+        .post(format!("{url}/logout"))
+        .header("cookie", &first)
+        .form(&[("csrf", csrf_field(&page))])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_out.status(), 303);
+    assert_eq!(read(first).await.0, 401, "signed out");
+    assert_eq!(read(second.clone()).await.0, 200, "the other session goes on");
+    tokio::time::sleep(ttl).await;
+    assert_eq!(read(second).await.0, 401, "expired");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_read_lets_strangers_read_but_not_act() {
+    let store = redefer::MemoryStore::new();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    queue
+        .push(&json!({ "order": 1 }), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let url = serve(Dashboard::new(
+        store,
+        DashboardOptions::default()
+            .token(Some(TOKEN.into()))
+            .public_read(true),
+    ))
+    .await;
+    let http = http_client();
+    let page = http.get(format!("{url}/queues/orders")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(
+        page.contains("order") && !page.contains("<button") && page.contains("id=login"),
+        "{page}"
+    );
+    let refused = http
+        .post(format!("{url}/queues/orders/pause"))
+        .form(&[("csrf", "")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+    assert!(!queue.stats().await.unwrap().paused);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invisible_and_reordering_characters_are_shown_escaped() {
+    let store = redefer::MemoryStore::new();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    queue
+        .push(&json!({ "file": "invoice\u{202E}fdp.exe" }), Duration::ZERO)
+        .await
+        .unwrap();
+    let claimed = queue.claim(1, Duration::from_secs(60)).await.unwrap().jobs;
+    let id = claimed[0].envelope.id.to_string();
+    queue
+        .bury(&claimed[0].lease, "declined\u{2066} by\u{200B} bank\u{2069}")
+        .await
+        .unwrap();
+    store
+        .try_acquire(
+            &LockKey::new("order:\u{202E}42").unwrap(),
+            LockToken::random(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let url = serve(Dashboard::new(store, DashboardOptions::default())).await;
+    let http = http_client();
+    for (path, shown) in [
+        (
+            "/queues/orders?set=dead".to_string(),
+            vec![
+                "invoice\\u{202E}fdp.exe",
+                "declined\\u{2066} by\\u{200B} bank\\u{2069}",
+            ],
+        ),
+        (
+            format!("/queues/orders/jobs/{id}"),
+            vec!["invoice\\u{202E}fdp.exe", "declined\\u{2066}"],
+        ),
+        ("/locks".to_string(), vec!["order:\\u{202E}42"]),
+    ] {
+        let page = body(&http, format!("{url}{path}")).await;
+        for text in shown {
+            assert!(page.contains(text), "{path}: {text} in {page}");
+        }
+        assert!(
+            !page.contains(['\u{202E}', '\u{2066}', '\u{2069}', '\u{200B}']),
+            "{path}: a raw control character in {page}"
+        );
+    }
 }

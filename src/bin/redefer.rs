@@ -113,16 +113,26 @@ enum Command {
     },
     /// Serve the web dashboard: queues, jobs, locks, and actions.
     Dashboard {
-        /// Where to listen. Loopback by default: anything else exposes the actions to the network.
+        /// Where to listen. Loopback by default; any other address needs a token.
         #[arg(long, default_value = "127.0.0.1:7070")]
         bind: std::net::SocketAddr,
-        /// The token the actions (requeue, cancel, run now, purge, pause, resume) need. Without
-        /// one, the dashboard is read-only.
+        /// The token that signs in: every page and action (requeue, cancel, run now, purge,
+        /// pause, resume) needs it. Without one, the dashboard is read-only and readable by
+        /// anyone who reaches it, so it serves on loopback only.
         #[arg(long, env = "REDEFER_DASHBOARD_TOKEN")]
         token: Option<String>,
-        /// Turn the actions off, token or not.
+        /// Turn the actions off, token or not (the token still guards reading).
         #[arg(long)]
         read_only: bool,
+        /// Let anyone read the pages; the actions still need the token.
+        #[arg(long)]
+        public_read: bool,
+        /// The dashboard is reached over HTTPS (a proxy in front): the session cookie is `Secure`.
+        #[arg(long)]
+        https: bool,
+        /// How long a sign-in lasts.
+        #[arg(long, default_value = "12h", value_parser = humantime::parse_duration)]
+        session_ttl: std::time::Duration,
     },
 }
 
@@ -243,6 +253,16 @@ fn without_password(url: &str) -> String {
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     let target = Target::of(&cli)?;
+    if let Command::Dashboard { bind, token, .. } = &cli.command {
+        let has_token = token.as_deref().is_some_and(|token| !token.is_empty());
+        if !bind.ip().is_loopback() && !has_token {
+            return Err(format!(
+                "refusing to serve the dashboard on {bind} without a token: anyone who reaches it \
+                 could read every payload. Give --token (or REDEFER_DASHBOARD_TOKEN), or bind to loopback"
+            )
+            .into());
+        }
+    }
     let builder = RedisStore::builder().prefix(target.prefix.as_str())?;
     let unreachable = |error: redefer::StoreError| -> Failure {
         format!(
@@ -404,8 +424,18 @@ where
             bind,
             token,
             read_only,
+            public_read,
+            https,
+            session_ttl,
         } => {
-            let mut options = DashboardOptions::default().token(if read_only { None } else { token });
+            let mut options = DashboardOptions::default()
+                .token(token)
+                .public_read(public_read)
+                .served_over_https(https)
+                .session_ttl(session_ttl);
+            if read_only {
+                options = options.without_actions();
+            }
             // A count given by flag or config file wins over the registry's for its queue.
             if let Some((shards, _)) = target.shards {
                 options = options.queue_shards(target.queue.as_str(), shards);
@@ -414,13 +444,16 @@ where
             eprintln!(
                 "redefer dashboard on http://{} ({})",
                 listener.local_addr()?,
-                if options.read_only() {
-                    "read-only"
-                } else {
-                    "actions need the token"
+                match (options.has_token(), options.read_only()) {
+                    (false, _) => "read-only, readable by anyone who reaches it",
+                    (true, true) => "read-only, reading needs the token",
+                    (true, false) => "reading and actions need the token",
                 }
             );
-            let app = Dashboard::new(store, options).router();
+            // The connection's address feeds the sign-in limit.
+            let app = Dashboard::new(store, options)
+                .router()
+                .into_make_service_with_connect_info::<std::net::SocketAddr>();
             axum::serve(listener, app).await?;
             return Ok(());
         }

@@ -1,13 +1,19 @@
-//! The actions: sign in, then requeue, cancel, run now, purge dead, pause, resume. Each is a
-//! POST that [`Access::may_act`](super::access::Access::may_act) lets through, answered by a
+//! The actions: sign in and out, then requeue, cancel, run now, purge dead, pause, resume.
+//! Each is a POST that [`Access::may_act`](super::access::Access::may_act) lets through, answered by a
 //! redirect to the queue's page with what was done.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Instant;
+
 use axum::Form;
-use axum::extract::{Path, State};
-use axum::http::header::{LOCATION, SET_COOKIE};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, State};
+use axum::http::header::{LOCATION, RETRY_AFTER, SET_COOKIE};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 
+use super::Dashboard;
+use super::access::Visitor;
 use super::html::{encode, escape, page};
 use super::pages::{Shared, failure};
 use crate::queue::{Cancelled, JobId, JobSet, QueueStore};
@@ -18,25 +24,38 @@ pub(super) async fn login_page<St: QueueStore + ListLocks + Sync>(
     State(d): Shared<St>,
     headers: HeaderMap,
 ) -> Response {
-    if d.access.read_only() {
+    if !d.access.has_token() {
         return failure(
             &d,
             StatusCode::FORBIDDEN,
-            "the dashboard is read-only: start it with a token to act",
+            "the dashboard has no token: it is read-only, and there is nothing to sign in to",
         );
     }
+    let visitor = d.access.visitor(&headers);
+    Html(page(&d.options.base, "Sign in", Some(&visitor), &login_form(&d))).into_response()
+}
+
+/// What a stranger gets instead of a page of a dashboard with a token: 401 and the sign-in
+/// form.
+pub(super) fn sign_in_first<St>(d: &Dashboard<St>) -> Response {
     let body = format!(
+        "<p class=bad>Sign in to read this dashboard.</p>{}",
+        login_form(d)
+    );
+    (
+        StatusCode::UNAUTHORIZED,
+        [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+        Html(page(&d.options.base, "Sign in", Some(&Visitor::Stranger), &body)),
+    )
+        .into_response()
+}
+
+fn login_form<St>(d: &Dashboard<St>) -> String {
+    format!(
         "<form method=post action='{}'><label>Token <input type=password name=token id=token autofocus></label> \
          <button type=submit id=sign-in>Sign in</button></form>",
         d.link("/login")
-    );
-    Html(page(
-        &d.options.base,
-        "Sign in",
-        d.access.signed_in(&headers),
-        &body,
-    ))
-    .into_response()
+    )
 }
 
 #[derive(serde::Deserialize)]
@@ -44,23 +63,87 @@ pub(super) struct Login {
     token: String,
 }
 
-/// Checks the token; signs the browser in with the session cookie.
+/// The client's address, from the connection, when the server recorded it
+/// (`into_make_service_with_connect_info::<SocketAddr>`).
+pub(super) struct ClientAddress(Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let address = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(address)| address.ip());
+        Ok(ClientAddress(address))
+    }
+}
+
+/// Checks the token, at most as often as the client's sign-in limit allows; signs the
+/// browser in with a new session.
 pub(super) async fn login<St: QueueStore + ListLocks + Sync>(
     State(d): Shared<St>,
+    ClientAddress(client): ClientAddress,
     Form(login): Form<Login>,
 ) -> Response {
+    if !d.access.has_token() {
+        return failure(&d, StatusCode::FORBIDDEN, "the dashboard has no token");
+    }
+    // Clients whose address the server did not record share one limit.
+    let client = client.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    if let Err(wait) = d.access.sign_ins.attempt(client, Instant::now()) {
+        let seconds = wait
+            .as_secs()
+            .saturating_add(u64::from(wait.subsec_nanos() > 0))
+            .max(1);
+        let mut response = failure(
+            &d,
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!("too many sign-in attempts from this address: try again in {seconds} s"),
+        );
+        response.headers_mut().insert(RETRY_AFTER, seconds.into());
+        return response;
+    }
     if !d.access.is_token(&login.token) {
         return failure(&d, StatusCode::FORBIDDEN, "wrong token");
     }
-    let home = d.link("/");
     (
         StatusCode::SEE_OTHER,
         [
-            (SET_COOKIE, d.access.session_cookie(&d.options.base)),
-            (LOCATION, home),
+            (SET_COOKIE, d.access.sign_in(&d.options.base)),
+            (LOCATION, d.link("/")),
         ],
     )
         .into_response()
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct LogoutForm {
+    csrf: Option<String>,
+}
+
+/// Ends the browser's session (the form's CSRF field shows the browser asked for it).
+pub(super) async fn logout<St: QueueStore + ListLocks + Sync>(
+    State(d): Shared<St>,
+    headers: HeaderMap,
+    Form(form): Form<LogoutForm>,
+) -> Response {
+    match d.access.visitor(&headers) {
+        Visitor::SignedIn { csrf } if form.csrf.as_deref() == Some(csrf.as_str()) => (
+            StatusCode::SEE_OTHER,
+            [
+                (SET_COOKIE, d.access.sign_out(&headers, &d.options.base)),
+                (LOCATION, d.link("/login")),
+            ],
+        )
+            .into_response(),
+        Visitor::SignedIn { .. } => failure(
+            &d,
+            StatusCode::FORBIDDEN,
+            "the form is stale or from another site (CSRF check)",
+        ),
+        _ => failure(&d, StatusCode::FORBIDDEN, "not signed in"),
+    }
 }
 
 #[derive(serde::Deserialize)]

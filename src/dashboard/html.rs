@@ -4,6 +4,8 @@ use std::fmt::Write;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
+use super::access::Visitor;
+
 /// Characters left as they are in a path segment: the unreserved ones.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
@@ -11,7 +13,9 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// `text` safe inside HTML text and attribute values.
+/// `text` safe inside HTML text and attribute values, and shown as it is: characters that
+/// would not show as themselves are written as `\u{...}` instead (see [`is_invisible`]), so a
+/// name, key, payload or error cannot reorder or hide what the page shows around it.
 pub(super) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -21,10 +25,34 @@ pub(super) fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            c if is_invisible(c) => {
+                let _ = write!(out, "\\u{{{:X}}}", u32::from(c));
+            }
             other => out.push(other),
         }
     }
     out
+}
+
+/// Whether `c` is written escaped: controls but the newline and the tab, format characters
+/// (bidirectional overrides and isolates, zero-width spaces and joiners, the BOM, tags), line
+/// and paragraph separators, private use and unassigned code points, and the variation
+/// selectors (marks that change the character before them, invisibly).
+fn is_invisible(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    if c == '\n' || c == '\t' {
+        return false;
+    }
+    matches!(
+        c.general_category(),
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+            | GeneralCategory::PrivateUse
+            | GeneralCategory::Surrogate
+            | GeneralCategory::Unassigned
+    ) || matches!(c, '\u{FE00}'..='\u{FE0F}' | '\u{E0100}'..='\u{E01EF}' | '\u{180B}'..='\u{180F}')
 }
 
 /// `text` as one path segment or query value of a URL.
@@ -55,8 +83,8 @@ form.inline{display:inline}button{font:inherit;padding:2px 8px;cursor:pointer}
 .plot small{display:block;color:#5a6472}
 ";
 
-/// A whole page: `title`, the navigation, `body`.
-pub(super) fn page(base: &str, title: &str, signed_in: Option<bool>, body: &str) -> String {
+/// A whole page: `title`, the navigation (with who reads it, when known), `body`.
+pub(super) fn page(base: &str, title: &str, visitor: Option<&Visitor>, body: &str) -> String {
     let mut out = String::with_capacity(body.len() + 2048);
     let _ = write!(
         out,
@@ -65,16 +93,21 @@ pub(super) fn page(base: &str, title: &str, signed_in: Option<bool>, body: &str)
          <header><b>redefer</b><a href='{base}/'>Queues</a><a href='{base}/locks'>Locks</a>",
         title = escape(title),
     );
-    match signed_in {
-        Some(true) => {
-            let _ = write!(out, "<span>signed in</span>");
+    match visitor {
+        Some(Visitor::Anyone) => out.push_str("<span>read-only</span>"),
+        Some(Visitor::Stranger) => {
+            let _ = write!(out, "<a id=login href='{base}/login'>Sign in</a>");
         }
-        Some(false) => {
-            let _ = write!(out, "<a id=login href='{base}/login'>Sign in to act</a>");
+        Some(Visitor::SignedIn { csrf }) => {
+            let _ = write!(
+                out,
+                "<span>signed in</span><form class=inline method=post action='{base}/logout'>\
+                 <input type=hidden name=csrf value='{}'><button type=submit id=sign-out>Sign out</button></form>",
+                escape(csrf)
+            );
         }
-        None => {
-            let _ = write!(out, "<span>read-only</span>");
-        }
+        Some(Visitor::Bearer) => out.push_str("<span>token</span>"),
+        None => {}
     }
     let _ = write!(
         out,
@@ -82,4 +115,21 @@ pub(super) fn page(base: &str, title: &str, signed_in: Option<bool>, body: &str)
         escape(title)
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn invisible_and_reordering_characters_are_shown_escaped() {
+        assert_eq!(escape("evil\u{202E}gpj.exe"), "evil\\u{202E}gpj.exe");
+        assert_eq!(
+            escape("a\u{200B}b\u{2066}c\u{FEFF}d\u{0}e\u{1B}f\u{2028}g\u{E0041}h\u{FE0F}"),
+            "a\\u{200B}b\\u{2066}c\\u{FEFF}d\\u{0}e\\u{1B}f\\u{2028}g\\u{E0041}h\\u{FE0F}"
+        );
+        // What shows as itself stays: text in any script, emoji, the newline and the tab.
+        assert_eq!(escape("zoë 注文 🙂\tx\ny"), "zoë 注文 🙂\tx\ny");
+        assert_eq!(escape("<a href='x'>&"), "&lt;a href=&#39;x&#39;&gt;&amp;");
+    }
 }

@@ -6,9 +6,12 @@
 //! `Router` an application can mount (behind the `dashboard` feature); `redefer dashboard`
 //! serves the same pages on its own, on loopback by default.
 //!
-//! Actions are off unless a token is set ([`DashboardOptions::token`]); with one, they are
-//! POSTs that need a signed-in browser and the page's CSRF field, or the token as a bearer
-//! header (see the `access` module's notes).
+//! Without a token ([`DashboardOptions::token`]) the dashboard is read-only and readable by
+//! anyone who reaches it (keep it on loopback). With one, every page needs a signed-in browser
+//! or the token as a bearer header (unless [`DashboardOptions::public_read`]), and actions are
+//! POSTs that need the token or a signed-in browser and the page's CSRF field. Sign-ins are
+//! limited per client address: serve the router with its connect info, as below, so that the
+//! limit sees each client's address.
 //!
 //! ```no_run
 //! use redefer::dashboard::{Dashboard, DashboardOptions};
@@ -20,6 +23,7 @@
 //!     .mounted_at("/redefer");
 //! let app = axum::Router::new().nest("/redefer", Dashboard::new(store, options).router());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
 //! axum::serve(listener, app).await?;
 //! # Ok(()) }
 //! ```
@@ -30,10 +34,14 @@ mod html;
 mod options;
 mod pages;
 mod plot;
+mod sign_in_limit;
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::Value;
 
@@ -58,7 +66,7 @@ where
     /// A dashboard over the queues and locks of `store`, under its prefix.
     pub fn new(store: St, options: DashboardOptions) -> Self {
         Dashboard {
-            access: Access::new(options.token.clone()),
+            access: Access::new(&options),
             store,
             options,
         }
@@ -66,7 +74,8 @@ where
 
     /// The pages and actions, as a router to serve or to nest in an application's.
     pub fn router(self) -> Router {
-        Router::new()
+        let dashboard = Arc::new(self);
+        let pages = Router::new()
             .route("/", get(pages::queues::<St>))
             .route("/locks", get(pages::locks::<St>))
             .route("/queues/{queue}", get(pages::queue::<St>))
@@ -75,13 +84,17 @@ where
                 "/queues/{queue}/confirm/purge-dead",
                 get(pages::confirm_purge::<St>),
             )
+            .route_layer(from_fn_with_state(Arc::clone(&dashboard), readers_only::<St>));
+        Router::new()
+            .merge(pages)
             .route(
                 "/login",
                 get(actions::login_page::<St>).post(actions::login::<St>),
             )
+            .route("/logout", post(actions::logout::<St>))
             .route("/queues/{queue}/{action}", post(actions::act::<St>))
             .layer(axum::middleware::map_response(access::hardened))
-            .with_state(Arc::new(self))
+            .with_state(dashboard)
     }
 
     /// The queue `name`, its payloads read as JSON, with the shard count the options give it,
@@ -90,9 +103,26 @@ where
         let shards = self.options.shards.get(name).copied().or(registered).unwrap_or(1);
         DelayQueue::new(self.store.clone(), name)?.shards(shards)
     }
+}
 
+impl<St> Dashboard<St> {
     /// A link to `path` under the mount point.
     fn link(&self, path: &str) -> String {
         format!("{}{path}", self.options.base)
     }
+}
+
+/// Lets a page through to those who may read it, telling it who they are; others get the
+/// sign-in form.
+async fn readers_only<St: QueueStore + ListLocks + Sync>(
+    State(d): State<Arc<Dashboard<St>>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let visitor = d.access.visitor(request.headers());
+    if !d.access.may_read(&visitor) {
+        return actions::sign_in_first(&d);
+    }
+    request.extensions_mut().insert(visitor);
+    next.run(request).await
 }

@@ -4,12 +4,14 @@ use std::fmt::Write;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use axum::Extension;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use serde_json::Value;
 
 use super::Dashboard;
+use super::access::Visitor;
 use super::html::{encode, escape, page, time};
 use super::plot::{bars, per_minute};
 use crate::queue::{DelayQueue, JobId, JobSet, JobStatus, ListCursor, ListedEntry, QueueStats, QueueStore};
@@ -21,6 +23,11 @@ pub(super) type Shared<St> = State<Arc<Dashboard<St>>>;
 pub(super) fn failure<St>(dashboard: &Dashboard<St>, status: StatusCode, message: &str) -> Response {
     let body = format!("<p class=bad>{}</p>", escape(message));
     (status, Html(page(&dashboard.options.base, "Error", None, &body))).into_response()
+}
+
+/// The CSRF field of `visitor`'s action forms, when it may act through them.
+fn acting<'v, St>(d: &Dashboard<St>, visitor: &'v Visitor) -> Option<&'v str> {
+    visitor.csrf().filter(|_| !d.access.read_only())
 }
 
 /// `Ok(html)`, or the failure's page.
@@ -69,14 +76,14 @@ impl<St: QueueStore + ListLocks + Sync> Dashboard<St> {
 /// Every queue: counts, and the last hour's throughput, lag and failures.
 pub(super) async fn queues<St: QueueStore + ListLocks + Sync>(
     State(dashboard): Shared<St>,
-    headers: HeaderMap,
+    Extension(visitor): Extension<Visitor>,
 ) -> Response {
-    respond(queues_page(&dashboard, &headers).await)
+    respond(queues_page(&dashboard, &visitor).await)
 }
 
 async fn queues_page<St: QueueStore + ListLocks + Sync>(
     d: &Dashboard<St>,
-    headers: &HeaderMap,
+    visitor: &Visitor,
 ) -> Result<String, Response> {
     let names = d
         .store
@@ -132,12 +139,7 @@ async fn queues_page<St: QueueStore + ListLocks + Sync>(
     if names.is_empty() {
         body.push_str("<p>No queue has registered under this prefix yet: a queue registers on its first push, or when a scheduler starts on it.</p>");
     }
-    Ok(page(
-        &d.options.base,
-        "Queues",
-        d.access.signed_in(headers),
-        &body,
-    ))
+    Ok(page(&d.options.base, "Queues", Some(visitor), &body))
 }
 
 #[derive(serde::Deserialize)]
@@ -153,16 +155,16 @@ pub(super) async fn queue<St: QueueStore + ListLocks + Sync>(
     State(dashboard): Shared<St>,
     Path(name): Path<String>,
     Query(query): Query<QueueQuery>,
-    headers: HeaderMap,
+    Extension(visitor): Extension<Visitor>,
 ) -> Response {
-    respond(queue_page(&dashboard, &name, query, &headers).await)
+    respond(queue_page(&dashboard, &name, query, &visitor).await)
 }
 
 async fn queue_page<St: QueueStore + ListLocks + Sync>(
     d: &Dashboard<St>,
     name: &str,
     query: QueueQuery,
-    headers: &HeaderMap,
+    visitor: &Visitor,
 ) -> Result<String, Response> {
     let (queue, stats) = d.known_queue(name).await?;
     let set: JobSet = match query.set.as_deref() {
@@ -181,8 +183,7 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
         .list_after(set, after.as_ref(), d.options.page_size)
         .await
         .map_err(|error| d.store_failed(error))?;
-    let signed_in = d.access.signed_in(headers);
-    let can_act = signed_in == Some(true);
+    let csrf = acting(d, visitor);
     let here = d.link(&format!("/queues/{}", encode(name)));
 
     let mut body = String::new();
@@ -201,13 +202,13 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
          <td class=num>{}</td><td class=num>{}</td><td class=num>{}</td></tr></table>",
         stats.waiting, stats.due, stats.in_flight, stats.dead, stats.done
     );
-    if can_act {
+    if let Some(csrf) = csrf {
         let (action, label) = if stats.paused {
             ("resume", "Resume")
         } else {
             ("pause", "Pause")
         };
-        body.push_str(&action_form(d, &here, action, &[], label));
+        body.push_str(&action_form(csrf, &here, action, &[], label));
         // Purging asks first, on a page of its own: no script needed.
         let _ = write!(
             body,
@@ -239,10 +240,10 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
         } else {
             ""
         },
-        if can_act { "<th></th>" } else { "" },
+        if csrf.is_some() { "<th></th>" } else { "" },
     );
     for entry in &entries {
-        body.push_str(&job_row(d, &here, set, entry, can_act));
+        body.push_str(&job_row(&here, set, entry, csrf));
     }
     body.push_str("</table>");
     if entries.is_empty() {
@@ -257,18 +258,17 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
             encode(&format!("{}/{}", epoch_ms(cursor.at), cursor.id))
         );
     }
-    Ok(page(&d.options.base, &format!("Queue {name}"), signed_in, &body))
+    Ok(page(
+        &d.options.base,
+        &format!("Queue {name}"),
+        Some(visitor),
+        &body,
+    ))
 }
 
 /// One job of a listing: its link, time, attempt, payload (or why it does not decode) and,
-/// when the viewer may act, the actions its set allows.
-fn job_row<St: QueueStore + ListLocks + Sync>(
-    d: &Dashboard<St>,
-    here: &str,
-    set: JobSet,
-    entry: &ListedEntry<Value>,
-    can_act: bool,
-) -> String {
+/// when the viewer may act (with the forms' `csrf` field), the actions its set allows.
+fn job_row(here: &str, set: JobSet, entry: &ListedEntry<Value>, csrf: Option<&str>) -> String {
     let (attempt, payload) = match &entry.envelope {
         Some(Ok(envelope)) => (
             envelope.attempt.to_string(),
@@ -292,10 +292,10 @@ fn job_row<St: QueueStore + ListLocks + Sync>(
     if set == JobSet::Dead {
         let _ = write!(row, "<td>{}</td>", escape(entry.reason.as_deref().unwrap_or("")));
     }
-    if can_act {
+    if let Some(csrf) = csrf {
         row.push_str("<td>");
         for (action, label) in row_actions(set) {
-            row.push_str(&action_form(d, here, action, &[("id", &entry.id)], label));
+            row.push_str(&action_form(csrf, here, action, &[("id", &entry.id)], label));
         }
         row.push_str("</td>");
     }
@@ -312,18 +312,12 @@ fn row_actions(set: JobSet) -> &'static [(&'static str, &'static str)] {
     }
 }
 
-/// A POST form for `action` on the queue at `here`, with the CSRF field and `fields` (the job's
-/// id, a confirmation).
-fn action_form<St>(
-    d: &Dashboard<St>,
-    here: &str,
-    action: &str,
-    fields: &[(&str, &str)],
-    label: &str,
-) -> String {
+/// A POST form for `action` on the queue at `here`, with the `csrf` field and `fields` (the
+/// job's id, a confirmation).
+fn action_form(csrf: &str, here: &str, action: &str, fields: &[(&str, &str)], label: &str) -> String {
     let mut form = format!(
         "<form class=inline method=post action='{here}/{action}'><input type=hidden name=csrf value='{}'>",
-        d.access.csrf,
+        escape(csrf),
     );
     for (name, value) in fields {
         let _ = write!(form, "<input type=hidden name={name} value='{}'>", escape(value));
@@ -340,56 +334,60 @@ fn action_form<St>(
 pub(super) async fn confirm_purge<St: QueueStore + ListLocks + Sync>(
     State(dashboard): Shared<St>,
     Path(name): Path<String>,
-    headers: HeaderMap,
+    Extension(visitor): Extension<Visitor>,
 ) -> Response {
-    respond(confirm_purge_page(&dashboard, &name, &headers).await)
+    respond(confirm_purge_page(&dashboard, &name, &visitor).await)
 }
 
 async fn confirm_purge_page<St: QueueStore + ListLocks + Sync>(
     d: &Dashboard<St>,
     name: &str,
-    headers: &HeaderMap,
+    visitor: &Visitor,
 ) -> Result<String, Response> {
-    let signed_in = d.access.signed_in(headers);
-    if signed_in != Some(true) {
+    let Some(csrf) = acting(d, visitor) else {
         return Err(failure(
             d,
             StatusCode::FORBIDDEN,
             "sign in first (or the dashboard is read-only)",
         ));
-    }
+    };
     let (_, stats) = d.known_queue(name).await?;
     let here = d.link(&format!("/queues/{}", encode(name)));
     let body = format!(
         "<p>Delete the {} dead jobs of queue {}, for good?</p>{}<a id=back href='{here}?set=dead'>No, back</a>",
         stats.dead,
         escape(name),
-        action_form(d, &here, "purge-dead", &[("confirm", "yes")], "Yes, purge them"),
+        action_form(
+            csrf,
+            &here,
+            "purge-dead",
+            &[("confirm", "yes")],
+            "Yes, purge them"
+        ),
     );
-    Ok(page(&d.options.base, "Purge dead jobs", signed_in, &body))
+    Ok(page(&d.options.base, "Purge dead jobs", Some(visitor), &body))
 }
 
 /// One job in full: status, envelope, actions.
 pub(super) async fn job<St: QueueStore + ListLocks + Sync>(
     State(dashboard): Shared<St>,
     Path((name, id)): Path<(String, String)>,
-    headers: HeaderMap,
+    Extension(visitor): Extension<Visitor>,
 ) -> Response {
-    respond(job_page(&dashboard, &name, &id, &headers).await)
+    respond(job_page(&dashboard, &name, &id, &visitor).await)
 }
 
 async fn job_page<St: QueueStore + ListLocks + Sync>(
     d: &Dashboard<St>,
     name: &str,
     id: &str,
-    headers: &HeaderMap,
+    visitor: &Visitor,
 ) -> Result<String, Response> {
     let (queue, _) = d.known_queue(name).await?;
     let job_id = JobId::new(id).map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
     let info = queue.job(&job_id).await.map_err(|error| d.store_failed(error))?;
     let status = JobStatus::of(info.as_ref());
     let here = d.link(&format!("/queues/{}", encode(name)));
-    let signed_in = d.access.signed_in(headers);
     let mut body = format!(
         "<p><a href='{here}'>← queue {}</a></p><table id=status>",
         escape(name)
@@ -455,18 +453,18 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
         }
         None => body.push_str("</table>"),
     }
-    if signed_in == Some(true) {
+    if let Some(csrf) = acting(d, visitor) {
         for (action, label) in set.map_or(&[][..], row_actions) {
-            body.push_str(&action_form(d, &here, action, &[("id", id)], label));
+            body.push_str(&action_form(csrf, &here, action, &[("id", id)], label));
         }
     }
-    Ok(page(&d.options.base, &format!("Job {id}"), signed_in, &body))
+    Ok(page(&d.options.base, &format!("Job {id}"), Some(visitor), &body))
 }
 
 /// The held locks: key, remaining TTL, fence, line.
 pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
     State(d): Shared<St>,
-    headers: HeaderMap,
+    Extension(visitor): Extension<Visitor>,
 ) -> Response {
     let locks = match d.store.list_locks(1_000).await {
         Ok(locks) => locks,
@@ -492,13 +490,7 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
     if locks.is_empty() {
         body.push_str("<p>No lock is held.</p>");
     }
-    Html(page(
-        &d.options.base,
-        "Locks",
-        d.access.signed_in(&headers),
-        &body,
-    ))
-    .into_response()
+    Html(page(&d.options.base, "Locks", Some(&visitor), &body)).into_response()
 }
 
 /// The payload as compact JSON, cut to 80 characters.
