@@ -325,3 +325,61 @@ for_each_store!(
     retry_after_counts_the_line_and_the_typical_hold,
     when_a_reservation_runs_out_the_next_in_line_gets_the_key,
 );
+
+/// A store kept from one runtime to the next (a harness or a tool that builds a runtime per
+/// task) still hears who a key is handed to: the handoff subscriber starts again on the new
+/// runtime once the runtime it ran on is shut down. A `Retry` caller whose backoff is a minute
+/// gets the key as soon as it is released, on either runtime.
+#[test]
+fn a_store_used_from_a_new_runtime_still_hears_handoffs() {
+    use redefer::store::ListLocks;
+
+    let server = support::RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let store = runtime.block_on(server.store());
+    let wait_for_a_release = |runtime: &tokio::runtime::Runtime, store: RedisStore| {
+        runtime.block_on(async move {
+            let key = LockKey::new(KEY).unwrap();
+            // The store's connection of the runtime before is gone: it reconnects.
+            let holder = LockToken::random();
+            eventually(Duration::from_secs(10), "the store reconnects", || {
+                let (store, key) = (store.clone(), key.clone());
+                async move {
+                    store
+                        .try_acquire(&key, holder, Duration::from_secs(60))
+                        .await
+                        .ok()
+                }
+            })
+            .await;
+            let a_minute = Backoff::exponential(Duration::from_secs(60), Duration::from_secs(60));
+            let service = LockLayer::new(store.clone(), |_: &u32| Some(KEY.to_string()))
+                .on_conflict(
+                    Retry::new(a_minute)
+                        .max_attempts(1)
+                        .max_wait(Duration::from_secs(120)),
+                )
+                .layer(service_fn(|_: u32| async {
+                    Ok::<_, std::convert::Infallible>(())
+                }));
+            let call = tokio::spawn(service.oneshot(1));
+            eventually(Duration::from_secs(10), "the caller waits in line", || {
+                let store = store.clone();
+                async move {
+                    let locks = store.list_locks(10).await.ok()?;
+                    locks.iter().any(|lock| lock.waiters == 1).then_some(())
+                }
+            })
+            .await;
+            assert!(store.release(&key, holder).await.unwrap());
+            let done = tokio::time::timeout(Duration::from_secs(10), call)
+                .await
+                .expect("the caller heard the handoff (not its minute of backoff)");
+            assert!(done.unwrap().unwrap().done().is_some());
+        })
+    };
+    wait_for_a_release(&runtime, store.clone());
+    drop(runtime);
+    let next = tokio::runtime::Runtime::new().unwrap();
+    wait_for_a_release(&next, store);
+}

@@ -544,19 +544,45 @@ for_each_store!(
 #[tokio::test(flavor = "current_thread")]
 async fn the_release_is_on_the_connection_when_the_response_returns() {
     let server = support::TestRedis::start();
-    let store = server.store().await;
+    releases_are_on_the_connection_when_responses_return(server.store().await).await;
+}
+
+/// The same with a store over a connection the user made (`RedisStore::new`) on a server that
+/// has no script loaded: its first acquire loads them, so that its first release is one
+/// request too (a `NOSCRIPT` answer would send it again, after the next acquire).
+#[tokio::test(flavor = "current_thread")]
+async fn a_store_over_a_connection_of_the_user_s_keeps_its_first_releases_in_order() {
+    let server = support::RedisServer::start();
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let conn = ::redis::aio::ConnectionManager::new(client).await.unwrap();
+    releases_are_on_the_connection_when_responses_return(redefer::RedisStore::new(conn)).await;
+}
+
+/// Twenty calls, each followed at once by a command of the caller's own on the store's
+/// connection, then by an acquire through the store: both find the key released.
+async fn releases_are_on_the_connection_when_responses_return(store: redefer::RedisStore) {
     let service = LockLayer::new(store.clone(), by_order)
         .ttl(LONG)
         .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
-    for _ in 0..20 {
+    let lock_key = store.lock_redis_key(&hot_key());
+    for call in 0..20 {
         assert!(service.clone().oneshot(HOT).await.unwrap().done().is_some());
+        let held: bool = ::redis::cmd("EXISTS")
+            .arg(&lock_key)
+            .query_async(&mut store.connection())
+            .await
+            .unwrap();
+        assert!(
+            !held,
+            "call {call}: the key was still held when the response returned"
+        );
         let next = LockToken::random();
         assert!(
             matches!(
                 store.try_acquire(&hot_key(), next, LONG).await.unwrap(),
                 Acquisition::Acquired(_)
             ),
-            "the key was still held when the response returned"
+            "call {call}: the key was still held for the next acquire"
         );
         store.release(&hot_key(), next).await.unwrap();
     }

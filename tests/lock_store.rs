@@ -174,6 +174,26 @@ mod conditional {
     async fn conditional_commands_release_and_extend_where_the_server_has_them(kind: crate::support::Server) {
         let server = crate::support::RedisServer::start_of(kind);
         let store = server.store().await;
+        release_and_extend_with_the_servers_commands(&server, store, kind).await;
+    }
+
+    /// The same for a store over a connection the user made: its first acquire finds them.
+    async fn a_store_over_a_connection_of_the_user_s_finds_the_conditional_commands_too(
+        kind: crate::support::Server,
+    ) {
+        let server = crate::support::RedisServer::start_of(kind);
+        let client = ::redis::Client::open(server.url()).unwrap();
+        let conn = ::redis::aio::ConnectionManager::new(client).await.unwrap();
+        release_and_extend_with_the_servers_commands(&server, redefer::RedisStore::new(conn), kind).await;
+    }
+
+    async fn release_and_extend_with_the_servers_commands<Conn>(
+        server: &crate::support::RedisServer,
+        store: redefer::RedisStore<Conn>,
+        kind: crate::support::Server,
+    ) where
+        redefer::RedisStore<Conn>: LockStore,
+    {
         let k = key("order:1");
         let token = LockToken::random();
         acquired(&store, &k, token, LONG).await.expect("acquired");
@@ -201,11 +221,14 @@ mod conditional {
                 .unwrap_or(0)
         };
         match kind {
-            // One at connect (the probe), two releases.
+            // One when the store is prepared (the probe), two releases.
             crate::support::Server::Valkey => assert_eq!(calls("delifeq"), 3, "{stats}"),
             crate::support::Server::Redis => assert_eq!(calls("delifeq"), 0, "{stats}"),
         }
     }
 
-    crate::support::for_each_server!(conditional_commands_release_and_extend_where_the_server_has_them);
+    crate::support::for_each_server!(
+        conditional_commands_release_and_extend_where_the_server_has_them,
+        a_store_over_a_connection_of_the_user_s_finds_the_conditional_commands_too,
+    );
 }

@@ -51,6 +51,11 @@ impl Announcements {
         })
     }
 
+    /// Whether the subscriber still runs: its runtime may have been shut down.
+    pub(super) fn is_alive(&self) -> bool {
+        !self.task.is_finished()
+    }
+
     /// The announcements on `channel`, while the returned value lives.
     pub(super) fn watch(self: &Arc<Self>, channel: String) -> Handoffs {
         let receiver = {

@@ -205,6 +205,9 @@ where
         waiter: Option<&Waiter>,
         fencing: Fencing,
     ) -> Result<Acquisition, StoreError> {
+        // A store over a connection of the user's loads its scripts with its first acquire, so
+        // that the release to come is one request.
+        self.prepare().await?;
         // A release of the key on its way as the acquire goes out may reach the server after
         // it (the connection's queue being full): found held then, try again once it is answered.
         let releasing = self.releasing.pending(key);
@@ -219,7 +222,7 @@ where
     async fn extend(&self, key: &LockKey, token: LockToken, ttl: Duration) -> Result<bool, StoreError> {
         // The server's own SET IFEQ, where it has it: resets the TTL of the bare token. Not
         // set (another holder, or the line mark): the script decides.
-        if self.conditional.set_ifeq {
+        if self.conditional().set_ifeq {
             let set: Option<String> = redis::cmd("SET")
                 .arg(LockKeys::new(&self.prefix, key).lock)
                 .arg(token)
@@ -253,7 +256,7 @@ where
         let keys = LockKeys::new(&self.prefix, key);
         // The server's own DELIFEQ, where it has it: deletes the bare token (nobody in line).
         // A hold to report, another holder or a line mark: the scripts below.
-        if self.conditional.delifeq && held_for.is_none() {
+        if self.conditional().delifeq && held_for.is_none() {
             let deleted: Result<i64, _> = redis::cmd("DELIFEQ")
                 .arg(&keys.lock)
                 .arg(token)

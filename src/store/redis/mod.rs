@@ -10,7 +10,7 @@ mod queue;
 mod scripts;
 mod wake;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -50,10 +50,12 @@ pub struct RedisStore<Conn = ConnectionManager> {
     /// How long a released key stays reserved for the first in its line.
     reservation: Duration,
     /// The subscriber that tells waiting callers who a key was handed to, started on first use
-    /// and shared by the store's clones.
-    announcements: Arc<OnceLock<Option<Arc<Announcements>>>>,
-    /// The server's conditional commands, found when connecting.
-    conditional: Conditional,
+    /// and shared by the store's clones; started again on the runtime of the day when the
+    /// runtime it ran on was shut down.
+    announcements: Arc<Mutex<Option<Arc<Announcements>>>>,
+    /// The scripts loaded and the server's conditional commands found: when connecting, or
+    /// (a store over a connection of the user's) by the first acquire, push or claim.
+    prepared: Arc<tokio::sync::OnceCell<Conditional>>,
     /// The releases sent and not yet answered, shared by the store's clones.
     releasing: Arc<Releasing>,
 }
@@ -86,6 +88,10 @@ where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// A store over a connection you made, with the default prefix `redefer`.
+    ///
+    /// Its first acquire (or push, or claim) loads the scripts and finds out which conditional
+    /// commands the server has, as [`connect`](RedisStore::connect) does, so that every later
+    /// call is one request (a release keeps its place on the connection only as one request).
     pub fn new(conn: Conn) -> Self {
         RedisStore {
             conn,
@@ -94,9 +100,35 @@ where
             replication: None,
             reservation: DEFAULT_RESERVATION,
             announcements: Arc::default(),
-            conditional: Conditional::default(),
+            prepared: Arc::default(),
             releasing: Arc::default(),
         }
+    }
+
+    /// A store over `conn`, prepared: its scripts loaded and the server's commands found.
+    async fn prepared_now(conn: Conn, prefix: Prefix) -> Result<Self, StoreError> {
+        let store = RedisStore::new(conn).with_prefix(prefix);
+        store.prepare().await?;
+        Ok(store)
+    }
+
+    /// Loads the scripts and finds the server's conditional commands, once per store (and its
+    /// clones); a failure is tried again by the next call.
+    pub(crate) async fn prepare(&self) -> Result<Conditional, StoreError> {
+        let conditional = self
+            .prepared
+            .get_or_try_init(|| async {
+                let mut conn = self.conn.clone();
+                scripts::load_all(&mut conn).await?;
+                Ok::<_, StoreError>(Conditional::detect(&mut conn, &keys::probe_key(&self.prefix)).await)
+            })
+            .await?;
+        Ok(*conditional)
+    }
+
+    /// The server's conditional commands, as far as known: none before the store is prepared.
+    pub(crate) fn conditional(&self) -> Conditional {
+        self.prepared.get().copied().unwrap_or_default()
     }
 
     /// How long a released key stays reserved for the first in its line (default 2 s): the
@@ -117,16 +149,19 @@ where
         RedisStore { reservation, ..self }
     }
 
-    /// The handoff subscriber, started on first use (on the current runtime); `None` without
-    /// pub/sub clients or outside a runtime.
-    fn announcements(&self) -> Option<&Arc<Announcements>> {
-        self.announcements
-            .get_or_init(|| {
-                let clients = self.pubsub.clone()?;
-                tokio::runtime::Handle::try_current().ok()?;
-                Some(Announcements::start(clients))
-            })
-            .as_ref()
+    /// The handoff subscriber, started on first use on the current runtime, and again when
+    /// the runtime it ran on is gone (a store kept from one runtime to the next); `None`
+    /// without pub/sub clients or outside a runtime.
+    fn announcements(&self) -> Option<Arc<Announcements>> {
+        let clients = self.pubsub.clone()?;
+        let mut running = self.announcements.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(announcements) = running.as_ref().filter(|running| running.is_alive()) {
+            return Some(Arc::clone(announcements));
+        }
+        tokio::runtime::Handle::try_current().ok()?;
+        let started = Announcements::start(clients);
+        *running = Some(Arc::clone(&started));
+        Some(started)
     }
 
     /// The same store under another key prefix.
@@ -296,12 +331,9 @@ impl RedisStoreBuilder {
             .set_max_delay(Duration::from_millis(500));
         let mut conn = ConnectionManager::new_with_config(client.clone(), config).await?;
         eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
-        scripts::load_all(&mut conn).await?;
-        let conditional = Conditional::detect(&mut conn, &keys::probe_key(&self.prefix)).await;
-        Ok(RedisStore {
-            conditional,
-            ..RedisStore::new(conn).with_prefix(self.prefix).with_pubsub(client)
-        })
+        Ok(RedisStore::prepared_now(conn, self.prefix)
+            .await?
+            .with_pubsub(client))
     }
 
     /// Connects to a Redis Cluster through any of its `nodes` (`redis://host:port` each); the
@@ -321,17 +353,12 @@ impl RedisStoreBuilder {
         let mut conn = client.get_async_connection().await?;
         // Any node's answer stands for the cluster's: the nodes of one cluster share a config.
         eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
-        scripts::load_all(&mut conn).await?;
-        let conditional = Conditional::detect(&mut conn, &keys::probe_key(&self.prefix)).await;
         let pubsub = nodes
             .iter()
             .map(|node| redis::Client::open(*node))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(RedisStore {
-            conditional,
-            ..RedisStore::new(conn)
-                .with_prefix(self.prefix)
-                .with_pubsub_nodes(pubsub)
-        })
+        Ok(RedisStore::prepared_now(conn, self.prefix)
+            .await?
+            .with_pubsub_nodes(pubsub))
     }
 }

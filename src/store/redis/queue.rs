@@ -95,6 +95,7 @@ where
         envelope: Vec<u8>,
         due: Due,
     ) -> Result<Option<SystemTime>, StoreError> {
+        self.prepare().await?;
         let (mode, at) = due_args(due);
         let (stored, due_ms): (i64, i64) = self
             .queue_script(&QUEUE_PUSH, queue)
@@ -113,6 +114,7 @@ where
         jobs: &[(JobId, Vec<u8>)],
         due: Due,
     ) -> Result<(SystemTime, Vec<bool>), StoreError> {
+        self.prepare().await?;
         let (mode, at) = due_args(due);
         let mut invocation = self.queue_script(&QUEUE_PUSH_MANY, queue);
         invocation.arg(mode).arg(at);
@@ -131,6 +133,7 @@ where
         token: LockToken,
         limits: ClaimLimits,
     ) -> Result<ClaimBatch, StoreError> {
+        self.prepare().await?;
         let ClaimLimits {
             max_envelope,
             max_expiries,
