@@ -13,7 +13,7 @@ use crate::key::{DEFAULT_PREFIX, Prefix};
 use crate::lock::{Fencing, LockStore};
 use crate::middleware::LockLayer;
 use crate::queue::QueueStore;
-use crate::queue::{DEFAULT_MAX_PAYLOAD, DelayQueue, Json, Retention, RetryPolicy};
+use crate::queue::{Counters, DEFAULT_MAX_PAYLOAD, DelayQueue, Json, Retention, RetryPolicy};
 use crate::scheduler::SchedulerOptions;
 use crate::strategy::{Conflict, ConflictStrategy, Decision, Defer, FailFast, Retry, RetryLimits};
 
@@ -144,6 +144,9 @@ pub struct QueueConfig {
     /// Which finished jobs to keep for [`DelayQueue::status`] (default: none), e.g.
     /// `retention = { max_count = 100000, max_age = "1h" }`.
     pub retention: Option<Retention>,
+    /// Whether the queue's activity is counted per minute for the dashboard (`"on"`, the
+    /// default, or `"off"`; see [`Counters`]).
+    pub activity: Counters,
 }
 
 impl Default for QueueConfig {
@@ -154,6 +157,7 @@ impl Default for QueueConfig {
             max_payload: DEFAULT_MAX_PAYLOAD,
             retry: RetryPolicy::default(),
             retention: None,
+            activity: Counters::On,
         }
     }
 }
@@ -277,7 +281,8 @@ impl Config {
         let queue = DelayQueue::new(store, self.queue.name.as_str())?
             .shards(self.queue.shards)?
             .retry_policy(self.queue.retry)
-            .max_payload(self.queue.max_payload);
+            .max_payload(self.queue.max_payload)
+            .count_activity(self.queue.activity);
         Ok(match self.queue.retention {
             Some(retention) => queue.retain_finished(retention),
             None => queue,
@@ -430,6 +435,18 @@ mod tests {
         );
         let plain = parsed("").queue::<u32, _>(crate::MemoryStore::new()).unwrap();
         assert_eq!(plain.retention(), None, "none by default");
+    }
+
+    #[test]
+    fn the_configured_activity_counters_reach_the_queue() {
+        let off = parsed("[queue]\nactivity = \"off\"");
+        assert_eq!(
+            off.queue::<u32, _>(crate::MemoryStore::new()).unwrap().counters(),
+            Counters::Off
+        );
+        let plain = parsed("").queue::<u32, _>(crate::MemoryStore::new()).unwrap();
+        assert_eq!(plain.counters(), Counters::On, "on by default");
+        assert!(toml::from_str::<Config>("[queue]\nactivity = \"sometimes\"").is_err());
     }
 
     #[test]

@@ -234,7 +234,7 @@ async fn an_unknown_queue_is_an_error_and_queues_lists_the_known_ones() {
     assert!(wrong_prefix.contains("known: none"), "{wrong_prefix}");
     assert_eq!(
         json(&server, &prefix, &["queues"]),
-        serde_json::json!([{ "queue": "orders", "shards": 1 }])
+        serde_json::json!([{ "queue": "orders", "shards": 1, "activity": "on" }])
     );
     assert_eq!(json(&server, &prefix, &["stats"])["waiting"], 1);
 }

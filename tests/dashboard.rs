@@ -532,6 +532,30 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
     assert!(locks.contains("order:{9}"), "{locks}");
 }
 
+/// A queue whose scheduler counts no activity gets a note instead of three empty plots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_whose_counters_are_off_says_so_instead_of_plotting() {
+    use redefer::queue::{Counters, QueueName, QueueStore};
+
+    let store = redefer::MemoryStore::new();
+    let counted = QueueName::new("counted").unwrap();
+    let quiet = QueueName::new("quiet").unwrap();
+    store.register(&counted, 1, Some(Counters::On)).await.unwrap();
+    store.register(&quiet, 1, Some(Counters::Off)).await.unwrap();
+    let url = serve(Dashboard::new(store, DashboardOptions::default())).await;
+    let page = body(&http_client(), format!("{url}/")).await;
+    let row = |name: &str| {
+        let start = page.find(&format!(">{name}</a>")).unwrap();
+        page[start..].split("</tr>").next().unwrap().to_string()
+    };
+    assert!(row("counted").contains("<svg"), "{page}");
+    let quiet = row("quiet");
+    assert!(
+        quiet.contains("activity counters are off") && !quiet.contains("<svg"),
+        "{quiet}"
+    );
+}
+
 /// The CSRF field a page's forms carry.
 fn csrf_field(page: &str) -> String {
     let at = page

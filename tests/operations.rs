@@ -6,7 +6,7 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use redefer::queue::{DelayQueue, JobId, JobSet, JobStatus, ListCursor, QueueStore, Retention};
+use redefer::queue::{Counters, DelayQueue, JobId, JobSet, JobStatus, ListCursor, QueueStore, Retention};
 
 use support::for_each_store;
 
@@ -220,7 +220,54 @@ async fn the_activity_counts_each_minute_s_claims_acks_failures_and_burials<St: 
     assert!(minutes.len() <= 2, "one minute, or two across a minute's end");
 }
 
+/// With the counters off, the same operations count nothing; a scheduler on such a handle
+/// says so in the registry, and a producer's push (which counts nothing either way) does not
+/// undo it.
+async fn a_queue_with_its_counters_off_counts_nothing_and_its_scheduler_says_so<St: QueueStore>(store: St) {
+    let queue = DelayQueue::<u32, _>::new(store.clone(), "jobs")
+        .unwrap()
+        .count_activity(Counters::Off);
+    queue.push_many(&[1, 2, 3, 4], Duration::ZERO).await.unwrap();
+    let jobs = queue.claim(4, LEASE).await.unwrap().jobs;
+    queue.ack(&jobs[0].lease).await.unwrap();
+    queue.ack_many(&[&jobs[1].lease]).await.unwrap();
+    queue.fail(&jobs[2].lease, "flaky").await.unwrap();
+    queue.bury(&jobs[3].lease, "boom").await.unwrap();
+    assert_eq!(queue.activity().await.unwrap(), Vec::new(), "nothing counted");
+
+    let counters_of = |store: St| async move {
+        let registered = store.registered().await.unwrap();
+        registered
+            .iter()
+            .find(|queue| queue.name == "jobs")
+            .map(|queue| queue.counters)
+    };
+    assert_eq!(
+        counters_of(store.clone()).await,
+        Some(Counters::On),
+        "no scheduler yet"
+    );
+    let handler = tower::service_fn(|_: u32| async {
+        Ok::<_, redefer::Error<std::convert::Infallible>>(redefer::Outcome::Done(()))
+    });
+    let scheduler = redefer::Scheduler::new(queue.clone(), handler).start();
+    support::eventually(Duration::from_secs(10), "the scheduler registers", || {
+        let store = store.clone();
+        async move { (counters_of(store).await == Some(Counters::Off)).then_some(()) }
+    })
+    .await;
+    scheduler.shutdown().await;
+    let producer = DelayQueue::<u32, _>::new(store.clone(), "jobs").unwrap();
+    producer.push(&5, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(
+        counters_of(store).await,
+        Some(Counters::Off),
+        "a push leaves it as it is"
+    );
+}
+
 for_each_store!(
+    a_queue_with_its_counters_off_counts_nothing_and_its_scheduler_says_so,
     a_paused_queue_hands_out_nothing_until_resumed,
     run_now_makes_a_waiting_job_due,
     a_finished_job_s_status_is_kept_within_the_retention,

@@ -300,7 +300,7 @@ where
                 .registered()
                 .await?
                 .into_iter()
-                .map(|queue| json!({ "queue": queue.name, "shards": queue.shards }))
+                .map(|queue| json!({ "queue": queue.name, "shards": queue.shards, "activity": queue.counters }))
                 .collect(),
         ),
         Command::Stats => {

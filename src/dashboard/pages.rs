@@ -14,7 +14,9 @@ use super::Dashboard;
 use super::access::Visitor;
 use super::html::{encode, escape, page, time};
 use super::plot::{bars, per_minute};
-use crate::queue::{DelayQueue, JobId, JobSet, JobStatus, ListCursor, ListedEntry, QueueStats, QueueStore};
+use crate::queue::{
+    Counters, DelayQueue, JobId, JobSet, JobStatus, ListCursor, ListedEntry, QueueStats, QueueStore,
+};
 use crate::store::ListLocks;
 
 pub(super) type Shared<St> = State<Arc<Dashboard<St>>>;
@@ -102,24 +104,28 @@ async fn queues_page<St: QueueStore + ListLocks + Sync>(
             .map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
         let stats = queue.stats().await.map_err(|error| d.store_failed(error))?;
         // The plots are for people: a broken activity hash costs them, not the page.
-        let plots = match queue.activity().await {
-            Ok(activity) => {
-                let throughput = per_minute(&activity, now, |m| m.done as f64);
-                let lag = per_minute(&activity, now, |m| {
-                    m.lag_mean().map_or(0.0, |lag| lag.as_secs_f64() * 1000.0)
-                });
-                let failures = per_minute(&activity, now, |m| (m.failed + m.dead) as f64);
-                format!(
-                    "{}{}{}",
-                    bars("done", "/min", &throughput),
-                    bars("lag (mean)", "ms", &lag),
-                    bars("failed + buried", "/min", &failures)
-                )
+        let plots = if registered.counters == Counters::Off {
+            "<span class=off>activity counters are off for this queue</span>".to_string()
+        } else {
+            match queue.activity().await {
+                Ok(activity) => {
+                    let throughput = per_minute(&activity, now, |m| m.done as f64);
+                    let lag = per_minute(&activity, now, |m| {
+                        m.lag_mean().map_or(0.0, |lag| lag.as_secs_f64() * 1000.0)
+                    });
+                    let failures = per_minute(&activity, now, |m| (m.failed + m.dead) as f64);
+                    format!(
+                        "{}{}{}",
+                        bars("done", "/min", &throughput),
+                        bars("lag (mean)", "ms", &lag),
+                        bars("failed + buried", "/min", &failures)
+                    )
+                }
+                Err(error) => format!(
+                    "<span class=bad>activity unreadable: {}</span>",
+                    escape(&error.to_string())
+                ),
             }
-            Err(error) => format!(
-                "<span class=bad>activity unreadable: {}</span>",
-                escape(&error.to_string())
-            ),
         };
         let _ = write!(
             body,

@@ -3,6 +3,31 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+/// Whether a queue's scripts keep its per-minute activity counters (what the dashboard
+/// plots): on by default. Off, claims, acks, retries and burials skip them and save their
+/// share of each job's Redis time (BENCHMARKS.md measures it); the dashboard says so instead
+/// of plotting. Set per queue handle ([`DelayQueue::count_activity`](super::DelayQueue::count_activity),
+/// `[queue] activity = "off"`); a scheduler records its handle's choice in the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Counters {
+    /// Count each claim, ack, retry and burial by minute.
+    #[default]
+    On,
+    /// Count nothing.
+    Off,
+}
+
+impl Counters {
+    /// How the scripts receive it.
+    pub(crate) fn as_arg(self) -> &'static str {
+        match self {
+            Counters::On => "1",
+            Counters::Off => "0",
+        }
+    }
+}
+
 /// How many minutes of activity a store keeps.
 pub const ACTIVITY_MINUTES: u64 = 60;
 

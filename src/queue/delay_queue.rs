@@ -10,8 +10,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    Cancelled, ClaimLimits, Codec, Due, Envelope, JobId, JobSet, Json, ListCursor, MAX_PAGE, QueueError,
-    QueueName, QueueStats, QueueStore, RawJobState, Retention, RetryPolicy, Shards, Wakeups,
+    Cancelled, ClaimLimits, Codec, Counters, Due, Envelope, JobId, JobSet, Json, ListCursor, MAX_PAGE,
+    QueueError, QueueName, QueueStats, QueueStore, RawJobState, Retention, RetryPolicy, Shards, Wakeups,
 };
 use crate::error::KeyError;
 use crate::lock::{FencingToken, LockToken};
@@ -60,6 +60,8 @@ pub struct DelayQueue<T, St, Enc = Json> {
     codec: Enc,
     /// Which finished jobs the acks keep (none by default).
     retention: Option<Retention>,
+    /// Whether the scripts count the queue's activity (on by default).
+    counters: Counters,
     /// Whether this handle (and its clones) has put the queue in the store's registry.
     registered: Arc<AtomicBool>,
     payload: PhantomData<fn(T) -> T>,
@@ -75,6 +77,7 @@ impl<T, St: Clone, Enc: Clone> Clone for DelayQueue<T, St, Enc> {
             max_payload: self.max_payload,
             codec: self.codec.clone(),
             retention: self.retention,
+            counters: self.counters,
             registered: Arc::clone(&self.registered),
             payload: PhantomData,
         }
@@ -226,6 +229,7 @@ impl<T, St> DelayQueue<T, St, Json> {
             max_payload: DEFAULT_MAX_PAYLOAD,
             codec: Json,
             retention: None,
+            counters: Counters::On,
             registered: Arc::default(),
             payload: PhantomData,
         })
@@ -259,6 +263,30 @@ impl<T, St, Enc> DelayQueue<T, St, Enc> {
         self.retention
     }
 
+    /// Whether claims, acks, retries and burials count the queue's activity per minute (on by
+    /// default): what the dashboard plots, at a share of each job's Redis time. A scheduler
+    /// started on a handle with `Counters::Off` records that in the registry, and the
+    /// dashboard says the counters are off instead of plotting nothing.
+    ///
+    /// ```
+    /// use redefer::MemoryStore;
+    /// use redefer::queue::{Counters, DelayQueue};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let queue = DelayQueue::<u64, _>::new(MemoryStore::new(), "hot")?.count_activity(Counters::Off);
+    /// assert_eq!(queue.counters(), Counters::Off);
+    /// # Ok(()) }
+    /// ```
+    pub fn count_activity(mut self, counters: Counters) -> Self {
+        self.counters = counters;
+        self
+    }
+
+    /// Whether the queue's activity is counted.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
     /// Encodes jobs with `codec` instead of JSON.
     pub fn codec<Enc2: Codec>(self, codec: Enc2) -> DelayQueue<T, St, Enc2> {
         DelayQueue {
@@ -269,6 +297,7 @@ impl<T, St, Enc> DelayQueue<T, St, Enc> {
             max_payload: self.max_payload,
             codec,
             retention: self.retention,
+            counters: self.counters,
             registered: self.registered,
             payload: PhantomData,
         }
@@ -403,7 +432,21 @@ where
         if self.registered.load(Ordering::Relaxed) {
             return;
         }
-        match self.store.register(&self.name, self.shards.names().len()).await {
+        self.register_counting(None).await;
+    }
+
+    /// Registers the queue with whether its activity is counted: what a scheduler, which does
+    /// the counting, says when it starts.
+    pub(crate) async fn register_as_scheduler(&self) {
+        self.register_counting(Some(self.counters)).await;
+    }
+
+    async fn register_counting(&self, counters: Option<Counters>) {
+        match self
+            .store
+            .register(&self.name, self.shards.names().len(), counters)
+            .await
+        {
             Ok(()) => self.registered.store(true, Ordering::Relaxed),
             Err(error) => tracing::warn!(queue = %self.name, %error, "cannot add the queue to the registry"),
         }
@@ -468,7 +511,11 @@ where
                 claimed.next_in = Some(Duration::ZERO);
                 break;
             }
-            let batch = match self.store.claim(shard, room, lease, token, limits).await {
+            let batch = match self
+                .store
+                .claim(shard, room, lease, token, limits, self.counters)
+                .await
+            {
                 Ok(batch) => batch,
                 // The jobs already claimed from other shards are in flight under our token:
                 // hand them out rather than leave them to their leases.
@@ -501,7 +548,11 @@ where
                         // One undecodable job never fails the batch: should its burial fail,
                         // it stays in flight and comes back after its lease.
                         tracing::warn!(queue = %shard, job_id = %raw.id, %reason, "burying an undecodable job");
-                        if let Err(error) = self.store.bury(shard, &raw.id, token, &reason, None).await {
+                        if let Err(error) = self
+                            .store
+                            .bury(shard, &raw.id, token, &reason, None, self.counters)
+                            .await
+                        {
                             tracing::warn!(job_id = %raw.id, %error, "cannot bury it now; it returns after its lease");
                         }
                     }
@@ -526,10 +577,11 @@ where
             for page in here.chunks(MAX_PAGE) {
                 let jobs: Vec<(&JobId, LockToken)> =
                     page.iter().map(|&i| (&leases[i].id, leases[i].token)).collect();
-                for (&i, done) in page
-                    .iter()
-                    .zip(self.store.ack(shard, &jobs, self.retention).await?)
-                {
+                for (&i, done) in page.iter().zip(
+                    self.store
+                        .ack(shard, &jobs, self.retention, self.counters)
+                        .await?,
+                ) {
                     acked[i] = done;
                 }
             }
@@ -555,7 +607,14 @@ where
         let delay = self.policy.backoff.delay(attempt, &mut rand::rng());
         let due = self
             .store
-            .retry(&lease.shard, &lease.id, lease.token, Some(envelope), delay)
+            .retry(
+                &lease.shard,
+                &lease.id,
+                lease.token,
+                Some(envelope),
+                delay,
+                self.counters,
+            )
             .await?;
         Ok(match due {
             Some(due) => AfterFailure::Retrying { due, attempt },
@@ -577,7 +636,7 @@ where
     pub async fn bury(&self, lease: &Lease, reason: &str) -> Result<bool, QueueError> {
         Ok(self
             .store
-            .bury(&lease.shard, &lease.id, lease.token, reason, None)
+            .bury(&lease.shard, &lease.id, lease.token, reason, None, self.counters)
             .await?)
     }
 
@@ -622,7 +681,14 @@ where
             .lock_wait_fallback(expected_wait, lock_remaining, waited);
         let due = self
             .store
-            .retry(&lease.shard, &lease.id, lease.token, None, fallback)
+            .retry(
+                &lease.shard,
+                &lease.id,
+                lease.token,
+                None,
+                fallback,
+                self.counters,
+            )
             .await?;
         Ok(match due {
             Some(due) => AfterFailure::Retrying {
@@ -653,7 +719,7 @@ where
     pub async fn postpone(&self, lease: &Lease, delay: Duration) -> Result<bool, QueueError> {
         let due = self
             .store
-            .retry(&lease.shard, &lease.id, lease.token, None, delay)
+            .retry(&lease.shard, &lease.id, lease.token, None, delay, self.counters)
             .await?;
         Ok(due.is_some())
     }

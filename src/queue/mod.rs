@@ -20,7 +20,7 @@ mod status;
 mod store;
 mod wakeups;
 
-pub use self::activity::{ACTIVITY_MINUTES, MinuteActivity};
+pub use self::activity::{ACTIVITY_MINUTES, Counters, MinuteActivity};
 pub use self::codec::{Codec, Json};
 pub use self::delay_queue::{
     AfterFailure, Claimed, ClaimedJob, DEFAULT_MAX_PAYLOAD, DelayQueue, JobInfo, Lease, ListedEntry,

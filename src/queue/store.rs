@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use super::{JobId, MinuteActivity, QueueName, Retention, Wakeups};
+use super::{Counters, JobId, MinuteActivity, QueueName, Retention, Wakeups};
 use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::store::Sealed;
@@ -183,6 +183,9 @@ pub struct RegisteredQueue {
     /// How many shards it has, as its application last said (1 for a queue registered before
     /// shard counts were).
     pub shards: usize,
+    /// Whether its activity is counted, as its last scheduler to start said (`On` until one
+    /// says otherwise).
+    pub counters: Counters,
 }
 
 /// A queue's counts.
@@ -247,6 +250,7 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
         lease: Duration,
         token: LockToken,
         limits: ClaimLimits,
+        counters: Counters,
     ) -> impl Future<Output = Result<ClaimBatch, StoreError>> + Send;
 
     /// Deletes claimed jobs (at most [`MAX_PAGE`](super::MAX_PAGE)), each only while its lease is the given
@@ -258,6 +262,7 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
         queue: &QueueName,
         jobs: &[(&JobId, LockToken)],
         retention: Option<Retention>,
+        counters: Counters,
     ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
 
     /// Puts a claimed job back to wait `delay`, replacing its envelope when one is given; the
@@ -269,6 +274,7 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
         token: LockToken,
         envelope: Option<Vec<u8>>,
         delay: Duration,
+        counters: Counters,
     ) -> impl Future<Output = Result<Option<SystemTime>, StoreError>> + Send;
 
     /// Moves a claimed job to the dead-letter set with `reason`, replacing its envelope when one
@@ -280,6 +286,7 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
         token: LockToken,
         reason: &str,
         envelope: Option<Vec<u8>>,
+        counters: Counters,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Extends a claimed job's lease to `lease` from now; `false` when it is no longer `token`'s.
@@ -310,11 +317,13 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
 
     /// Adds `queue`, spread over `shards` physical queues, to the store's registry of queues
     /// (under its prefix), which operators' tools read to tell a queue from a mistyped name
-    /// and to find its shards. Idempotent.
+    /// and to find its shards; with `counters` (a scheduler's, which is what counts), whether
+    /// its activity is counted. Idempotent.
     fn register(
         &self,
         queue: &QueueName,
         shards: usize,
+        counters: Option<Counters>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The queues in the registry, by name.

@@ -58,7 +58,7 @@ where
         let mut report = SchedulerReport::default();
         let mut wakeups = queue.wakeups();
         let mut failures = 0;
-        queue.register().await;
+        queue.register_as_scheduler().await;
         tracing::info!(queue = %queue.name(), concurrency, "scheduler started");
 
         // A claim asks for at least half the slots a batch can fill, so that one batch runs

@@ -40,9 +40,8 @@ use crate::store::handover::{HandOver, Promotion};
 pub struct MemoryStore {
     locks: Arc<Mutex<LockState>>,
     queues: Arc<Mutex<HashMap<QueueName, QueueState>>>,
-    /// The registry of queues.
-    /// The registry of queues: name -> shards.
-    registered: Arc<Mutex<std::collections::BTreeMap<String, usize>>>,
+    /// The registry of queues: name -> shards, and whether its activity is counted.
+    registered: Arc<Mutex<std::collections::BTreeMap<String, (usize, crate::queue::Counters)>>>,
     /// How long a released key stays reserved for the first in line.
     reservation: Duration,
 }

@@ -12,9 +12,9 @@ use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::queue::rules::{NO_ENVELOPE, lease_ran_out, oversized};
 use crate::queue::{
-    ACTIVITY_MINUTES, Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListCursor, ListedJob,
-    MAX_LEASE, MAX_PAGE, MinuteActivity, QueueName, QueueStats, QueueStore, RawClaim, RawJob, RawJobState,
-    RegisteredQueue, Retention, Wakeups,
+    ACTIVITY_MINUTES, Cancelled, ClaimBatch, ClaimLimits, Counters, Due, JobId, JobSet, ListCursor,
+    ListedJob, MAX_LEASE, MAX_PAGE, MinuteActivity, QueueName, QueueStats, QueueStore, RawClaim, RawJob,
+    RawJobState, RegisteredQueue, Retention, Wakeups,
 };
 use crate::store::handover::Promotion;
 use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
@@ -124,8 +124,12 @@ impl QueueState {
         }
     }
 
-    /// Adds `counts` to the current minute's activity, forgetting minutes out of the window.
-    fn record(&mut self, now: i64, counts: &[(&str, u64)]) {
+    /// Adds `counts` to the current minute's activity, forgetting minutes out of the window,
+    /// when the queue's `counters` are on.
+    fn record(&mut self, counters: Counters, now: i64, counts: &[(&str, u64)]) {
+        if counters == Counters::Off {
+            return;
+        }
         let minute = u64::try_from(now / 60_000).unwrap_or(0);
         if !self.activity.contains_key(&minute) {
             // A new minute: the ones out of the window go.
@@ -254,6 +258,7 @@ impl QueueStore for MemoryStore {
         lease: Duration,
         token: LockToken,
         limits: ClaimLimits,
+        counters: Counters,
     ) -> Result<ClaimBatch, StoreError> {
         let ClaimLimits {
             max_envelope,
@@ -329,6 +334,7 @@ impl QueueStore for MemoryStore {
                 .map(|job| u64::try_from(now - to_epoch_ms(job.due)).unwrap_or(0));
             let lag_max = lags.clone().max().unwrap_or(0);
             q.record(
+                counters,
                 now,
                 &[
                     ("claimed", jobs.len() as u64),
@@ -353,6 +359,7 @@ impl QueueStore for MemoryStore {
         queue: &QueueName,
         jobs: &[(&JobId, LockToken)],
         retention: Option<Retention>,
+        counters: Counters,
     ) -> Result<Vec<bool>, StoreError> {
         Ok(self.with_queue(queue, |q| {
             let now = now_ms();
@@ -374,7 +381,7 @@ impl QueueStore for MemoryStore {
                 .collect();
             let done = acked.iter().filter(|acked| **acked).count() as u64;
             if done > 0 {
-                q.record(now, &[("done", done)]);
+                q.record(counters, now, &[("done", done)]);
             }
             acked
         }))
@@ -387,6 +394,7 @@ impl QueueStore for MemoryStore {
         token: LockToken,
         envelope: Option<Vec<u8>>,
         delay: Duration,
+        counters: Counters,
     ) -> Result<Option<SystemTime>, StoreError> {
         Ok(self.with_queue(queue, |q| {
             if !q.end_lease(id, token) {
@@ -394,6 +402,7 @@ impl QueueStore for MemoryStore {
             }
             // A new envelope records a failed attempt; without one, the job only waits its turn.
             q.record(
+                counters,
                 now_ms(),
                 &[(if envelope.is_some() { "failed" } else { "postponed" }, 1)],
             );
@@ -418,6 +427,7 @@ impl QueueStore for MemoryStore {
         token: LockToken,
         reason: &str,
         envelope: Option<Vec<u8>>,
+        counters: Counters,
     ) -> Result<bool, StoreError> {
         Ok(self.with_queue(queue, |q| {
             if !q.end_lease(id, token) {
@@ -430,7 +440,7 @@ impl QueueStore for MemoryStore {
             q.dead.insert(id.clone(), (now, reason.to_string()));
             q.expiries.remove(id);
             q.handed.remove(id);
-            q.record(now, &[("dead", 1)]);
+            q.record(counters, now, &[("dead", 1)]);
             true
         }))
     }
@@ -502,11 +512,23 @@ impl QueueStore for MemoryStore {
         }))
     }
 
-    async fn register(&self, queue: &QueueName, shards: usize) -> Result<(), StoreError> {
-        self.registered
+    async fn register(
+        &self,
+        queue: &QueueName,
+        shards: usize,
+        counters: Option<Counters>,
+    ) -> Result<(), StoreError> {
+        let mut registered = self
+            .registered
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(queue.as_str().to_string(), shards);
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let entry = registered
+            .entry(queue.as_str().to_string())
+            .or_insert((shards, Counters::On));
+        entry.0 = shards;
+        if let Some(counters) = counters {
+            entry.1 = counters;
+        }
         Ok(())
     }
 
@@ -516,9 +538,10 @@ impl QueueStore for MemoryStore {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .iter()
-            .map(|(name, shards)| RegisteredQueue {
+            .map(|(name, (shards, counters))| RegisteredQueue {
                 name: name.clone(),
                 shards: *shards,
+                counters: *counters,
             })
             .collect())
     }

@@ -83,6 +83,12 @@ pub(crate) fn registry_shards_key(prefix: &Prefix) -> String {
     format!("{}:queue-shards", prefix.as_str())
 }
 
+/// The set of the registered queues whose activity is not counted (`<prefix>:queue-uncounted`),
+/// as their schedulers said when they started.
+pub(crate) fn registry_uncounted_key(prefix: &Prefix) -> String {
+    format!("{}:queue-uncounted", prefix.as_str())
+}
+
 /// The key the store tries the server's conditional commands on when it connects; never
 /// written (the commands find it missing and do nothing).
 pub(crate) fn probe_key(prefix: &Prefix) -> String {

@@ -17,8 +17,9 @@ use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::queue::rules::NOT_A_JOB_ID;
 use crate::queue::{
-    Cancelled, ClaimBatch, ClaimLimits, Due, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE, MinuteActivity,
-    QueueName, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, RegisteredQueue, Retention, Wakeups,
+    Cancelled, ClaimBatch, ClaimLimits, Counters, Due, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE,
+    MinuteActivity, QueueName, QueueStats, QueueStore, RawClaim, RawJob, RawJobState, RegisteredQueue,
+    Retention, Wakeups,
 };
 use crate::store::time::{from_epoch_ms, millis, to_epoch_ms, ttl_millis};
 
@@ -35,6 +36,7 @@ impl<Conn> RedisStore<Conn> {
         token: LockToken,
         reason: &str,
         envelope: Option<Vec<u8>>,
+        counters: Counters,
     ) -> Result<bool, StoreError>
     where
         Conn: ConnectionLike + Clone + Send + Sync + 'static,
@@ -45,6 +47,7 @@ impl<Conn> RedisStore<Conn> {
             .arg(token)
             .arg(reason)
             .arg(envelope.unwrap_or_default())
+            .arg(counters.as_arg())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(buried)
@@ -132,6 +135,7 @@ where
         lease: Duration,
         token: LockToken,
         limits: ClaimLimits,
+        counters: Counters,
     ) -> Result<ClaimBatch, StoreError> {
         self.prepare().await?;
         let ClaimLimits {
@@ -145,6 +149,7 @@ where
             .arg(token)
             .arg(max_envelope)
             .arg(max_expiries)
+            .arg(counters.as_arg())
             .invoke_async(&mut self.conn.clone())
             .await?;
         let mut jobs = Vec::with_capacity(claimed.len());
@@ -159,7 +164,10 @@ where
                 // Never fail the batch for one entry: the others are in flight under our token.
                 Err(found) => {
                     tracing::error!(queue = %queue, job_id = %String::from_utf8_lossy(&found), "not a job id: burying the entry");
-                    if let Err(error) = self.bury_found(queue, &found, token, NOT_A_JOB_ID, None).await {
+                    if let Err(error) = self
+                        .bury_found(queue, &found, token, NOT_A_JOB_ID, None, counters)
+                        .await
+                    {
                         tracing::warn!(%error, "cannot bury it now; it returns after its lease");
                     }
                 }
@@ -176,6 +184,7 @@ where
         queue: &QueueName,
         jobs: &[(&JobId, LockToken)],
         retention: Option<Retention>,
+        counters: Counters,
     ) -> Result<Vec<bool>, StoreError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
@@ -185,6 +194,7 @@ where
             Some(retention) => invocation.arg(retention.max_count).arg(millis(retention.max_age)),
             None => invocation.arg(0).arg(0),
         };
+        invocation.arg(counters.as_arg());
         for (id, token) in jobs.iter().take(MAX_PAGE) {
             invocation.arg(id.as_str()).arg(*token);
         }
@@ -199,6 +209,7 @@ where
         token: LockToken,
         envelope: Option<Vec<u8>>,
         delay: Duration,
+        counters: Counters,
     ) -> Result<Option<SystemTime>, StoreError> {
         let due: i64 = self
             .queue_script(&QUEUE_RETRY, queue)
@@ -206,6 +217,7 @@ where
             .arg(token)
             .arg(envelope.unwrap_or_default())
             .arg(millis(delay))
+            .arg(counters.as_arg())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok((due >= 0).then(|| from_epoch_ms(due)))
@@ -218,8 +230,9 @@ where
         token: LockToken,
         reason: &str,
         envelope: Option<Vec<u8>>,
+        counters: Counters,
     ) -> Result<bool, StoreError> {
-        self.bury_found(queue, id.as_str().as_bytes(), token, reason, envelope)
+        self.bury_found(queue, id.as_str().as_bytes(), token, reason, envelope, counters)
             .await
     }
 
@@ -275,21 +288,37 @@ where
         Ok(RawJob { state, envelope })
     }
 
-    async fn register(&self, queue: &QueueName, shards: usize) -> Result<(), StoreError> {
-        let () = redis::pipe()
-            .sadd(keys::registry_key(&self.prefix), queue.as_str())
+    async fn register(
+        &self,
+        queue: &QueueName,
+        shards: usize,
+        counters: Option<Counters>,
+    ) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.sadd(keys::registry_key(&self.prefix), queue.as_str())
             .ignore()
             .hset(keys::registry_shards_key(&self.prefix), queue.as_str(), shards)
-            .ignore()
-            .query_async(&mut self.conn.clone())
-            .await?;
+            .ignore();
+        let uncounted = keys::registry_uncounted_key(&self.prefix);
+        match counters {
+            Some(Counters::Off) => pipe.sadd(uncounted, queue.as_str()).ignore(),
+            Some(Counters::On) => pipe.srem(uncounted, queue.as_str()).ignore(),
+            None => &mut pipe,
+        };
+        let () = pipe.query_async(&mut self.conn.clone()).await?;
         Ok(())
     }
 
     async fn registered(&self) -> Result<Vec<RegisteredQueue>, StoreError> {
-        let (mut names, shards): (Vec<String>, std::collections::HashMap<String, String>) = redis::pipe()
+        type Registry = (
+            Vec<String>,
+            std::collections::HashMap<String, String>,
+            std::collections::HashSet<String>,
+        );
+        let (mut names, shards, uncounted): Registry = redis::pipe()
             .smembers(keys::registry_key(&self.prefix))
             .hgetall(keys::registry_shards_key(&self.prefix))
+            .smembers(keys::registry_uncounted_key(&self.prefix))
             .query_async(&mut self.conn.clone())
             .await?;
         names.sort();
@@ -302,6 +331,11 @@ where
                     .and_then(|count| count.parse().ok())
                     .filter(|count| (1..=crate::queue::MAX_SHARDS).contains(count))
                     .unwrap_or(1),
+                counters: if uncounted.contains(&name) {
+                    Counters::Off
+                } else {
+                    Counters::On
+                },
                 name,
             })
             .collect())

@@ -1,13 +1,14 @@
 #!lua flags=allow-oom
 -- Deletes jobs their claimers finished, each only if that claimer's lease is still the job's.
 -- ARGV[2] how many finished jobs to keep (0: none), ARGV[3] for how long, in ms;
--- ARGV[4..]: job id 1, lease token 1, job id 2, lease token 2, ... (at most MAX_PAGE jobs).
+-- ARGV[4] '1' to count the activity;
+-- ARGV[5..]: job id 1, lease token 1, job id 2, lease token 2, ... (at most MAX_PAGE jobs).
 -- A finished job that is kept moves its envelope to FINISHED and its id to DONE; the oldest
 -- beyond the count or the age are forgotten, a bounded number per call.
 -- Returns one 1 or 0 per job: deleted, or the lease is not ours (it ran out and the job moved on).
 local keep, keep_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids = {}
-for i = 4, math.min(#ARGV, 3 + 2 * MAX_PAGE), 2 do
+for i = 5, math.min(#ARGV, 4 + 2 * MAX_PAGE), 2 do
   ids[#ids + 1] = ARGV[i]
 end
 if #ids == 0 then
@@ -16,7 +17,7 @@ end
 local holders = redis.call('HMGET', LEASES, unpack(ids))
 local done, acked = {}, {}
 for i, id in ipairs(ids) do
-  if holders[i] == ARGV[3 + 2 * i] then
+  if holders[i] == ARGV[4 + 2 * i] then
     done[#done + 1] = id
     acked[i] = 1
   else
@@ -54,6 +55,6 @@ if #done > 0 then
   redis.call('HDEL', LEASES, unpack(done))
   redis.call('HDEL', EXPIRIES, unpack(done))
   redis.call('HDEL', HANDED, unpack(done))
-  record(now, {'done', #done})
+  record(ARGV[4], now, {'done', #done})
 end
 return acked

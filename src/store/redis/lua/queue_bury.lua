@@ -1,7 +1,8 @@
 #!lua flags=allow-oom
 -- Moves a claimed job to the dead-letter set with its reason, if the claimer's lease is still
 -- the job's. The job's bytes stay, so it can be inspected and requeued.
--- ARGV[2] job id, ARGV[3] lease token, ARGV[4] reason, ARGV[5] new envelope ('' keeps it).
+-- ARGV[2] job id, ARGV[3] lease token, ARGV[4] reason, ARGV[5] new envelope ('' keeps it),
+-- ARGV[6] '1' to count the activity.
 -- Returns 1 when buried, 0 when the lease is not ours.
 local id = ARGV[2]
 if not holds_lease(id, ARGV[3]) then
@@ -16,5 +17,5 @@ redis.call('ZADD', DEAD, now, id)
 redis.call('HSET', ERRORS, id, ARGV[4])
 redis.call('HDEL', EXPIRIES, id)
 redis.call('HDEL', HANDED, id)
-record(now, {'dead', 1})
+record(ARGV[6], now, {'dead', 1})
 return 1

@@ -1,7 +1,8 @@
 #!lua flags=allow-oom
 -- Claims up to ARGV[2] due jobs for one claimer, atomically, by the server's clock.
 -- ARGV[2] most jobs to claim, ARGV[3] lease ms (at most MAX_LEASE_MS), ARGV[4] the claimer's lease token,
--- ARGV[5] largest envelope in bytes, ARGV[6] lease expiries after which a job is buried (0: never).
+-- ARGV[5] largest envelope in bytes, ARGV[6] lease expiries after which a job is buried (0: never),
+-- ARGV[7] '1' to count the activity.
 -- First makes jobs whose lease ran out (their claimer died) due again, then claims due jobs
 -- in due order: each moves to INFLIGHT with this claimer's token, so no other claimer can
 -- receive it until the lease runs out. Every range has a LIMIT: work per call is bounded.
@@ -108,7 +109,7 @@ if #due > 0 then
       lag = lag + late
       lag_max = math.max(lag_max, late)
     end
-    record(now, {'claimed', #claimed, 'lag_ms', lag})
+    record(ARGV[7], now, {'claimed', #claimed, 'lag_ms', lag})
     local field = math.floor(now / 60000) .. ':lag_max_ms'
     if lag_max > (tonumber(redis.pcall('HGET', ACTIVITY, field)) or 0) then
       redis.pcall('HSET', ACTIVITY, field, lag_max)
@@ -118,7 +119,7 @@ end
 batched('ZADD', DEAD, dead)
 batched('HSET', ERRORS, errors)
 if #dead > 0 then
-  record(now, {'dead', #dead / 2})
+  record(ARGV[7], now, {'dead', #dead / 2})
 end
 
 local wait = -1

@@ -71,12 +71,17 @@ local function batched(command, key, args)
   end
 end
 
--- Adds `counts` ({counter, n, counter, n, ...}) to the current minute's activity. When the
+-- Adds `counts` ({counter, n, counter, n, ...}) to the current minute's activity, when
+-- `counting` is '1' (the scripts that count take it as an argument: a queue handle may turn
+-- its counters off, and then pays nothing for them). When the
 -- minute changes, drops the fields of minutes out of the window first: the hash stays within
 -- ACTIVITY_MINUTES minutes of counters, read back by operators' dashboards. The counters are
 -- for people: every call is a `redis.pcall`, so that a hash another client broke (a wrong
 -- type, a field that is not a number) costs its counts, never the job operation around it.
-local function record(now, counts)
+local function record(counting, now, counts)
+  if counting ~= '1' then
+    return
+  end
   local minute = math.floor(now / 60000)
   local last = tonumber(redis.pcall('HGET', ACTIVITY, 'minute'))
   if last ~= minute then

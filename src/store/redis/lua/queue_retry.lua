@@ -2,7 +2,7 @@
 -- Puts a claimed job back to wait, due ARGV[5] ms from now by the server's clock, if the
 -- claimer's lease is still the job's. Also used at shutdown with a delay of 0.
 -- ARGV[2] job id, ARGV[3] lease token, ARGV[4] new envelope ('' keeps the stored one),
--- ARGV[5] delay ms.
+-- ARGV[5] delay ms, ARGV[6] '1' to count the activity.
 -- Returns the due time in ms, or -1 when the lease is not ours.
 local id = ARGV[2]
 if not holds_lease(id, ARGV[3]) then
@@ -19,5 +19,5 @@ if redis.call('HDEL', HANDED, id) == 1 then
 end
 schedule(id, due)
 -- A new envelope records a failed attempt; without one, the job only waits for its turn.
-record(now_ms(), {ARGV[4] ~= '' and 'failed' or 'postponed', 1})
+record(ARGV[6], now_ms(), {ARGV[4] ~= '' and 'failed' or 'postponed', 1})
 return due
