@@ -644,6 +644,7 @@ async fn a_queue_registers_itself_on_its_first_push<S: QueueStore>(store: S) {
     let registered = |name: &str, shards| RegisteredQueue {
         name: name.to_string(),
         shards,
+        counters: redefer::queue::Counters::On,
     };
     assert_eq!(
         store.registered().await.unwrap(),

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use redefer::lock::{Acquisition, LockStore};
 use redefer::queue::{DelayQueue, RetryPolicy};
-use redefer::queue::{QueueStats, QueueStore, RawJobState};
+use redefer::queue::{JobStatus, QueueStats, QueueStore, RawJobState};
 use redefer::strategy::Defer;
 use redefer::{
     Backoff, LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions, current_job, current_lock,
@@ -158,6 +158,17 @@ async fn a_request_that_keeps_meeting_the_lock_waits_then_is_buried<St: LockStor
     let envelope = info.envelope.unwrap().unwrap();
     assert_eq!(envelope.id, deferred.job_id, "re-deferred under the same id");
     assert_eq!(envelope.attempt, 0, "waiting used no attempt");
+    assert!(
+        matches!(
+            queue.status(&deferred.job_id).await.unwrap(),
+            JobStatus::Dead {
+                attempts: Some(0),
+                ..
+            }
+        ),
+        "its handler never ran: {:?}",
+        queue.status(&deferred.job_id).await.unwrap()
+    );
 }
 
 async fn failing_and_panicking_handlers_back_off_and_are_buried<St: LockStore + QueueStore>(store: St) {
@@ -225,6 +236,20 @@ async fn failing_and_panicking_handlers_back_off_and_are_buried<St: LockStore + 
         reason(failed.state),
         "inner service failed: bad input after 4 attempts"
     );
+
+    for id in &ids[..2] {
+        let status = queue.status(id).await.unwrap();
+        assert!(
+            matches!(
+                status,
+                JobStatus::Dead {
+                    attempts: Some(4),
+                    ..
+                }
+            ),
+            "four runs: {status:?}"
+        );
+    }
 
     let starts = starts.lock().unwrap();
     let attempts = &starts[&2];

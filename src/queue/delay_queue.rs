@@ -594,8 +594,21 @@ where
     /// `"<reason> after <n> attempts"`.
     pub async fn fail(&self, lease: &Lease, reason: &str) -> Result<AfterFailure, QueueError> {
         if !self.policy.allows_another(lease.attempt) {
+            // The envelope counts this run too, as a retry's would: a dead job's attempts are
+            // the runs it had (see JobStatus::Dead).
+            let envelope = self.next_attempt(lease, reason).ok();
             let reason = format!("{reason} after {} attempts", lease.attempt.saturating_add(1));
-            let buried = self.bury(lease, &reason).await?;
+            let buried = self
+                .store
+                .bury(
+                    &lease.shard,
+                    &lease.id,
+                    lease.token,
+                    &reason,
+                    envelope,
+                    self.counters,
+                )
+                .await?;
             return Ok(if buried {
                 AfterFailure::Buried { reason }
             } else {

@@ -2,10 +2,16 @@
 
 use std::time::Duration;
 
-/// Which finished jobs a queue keeps: at most `max_count`, none older than `max_age`. Off by
-/// default: an acked job is deleted at once. With a retention, the ack moves the job's
-/// envelope to the queue's done set instead, and forgets the oldest beyond either bound, a
-/// bounded number per ack.
+/// Which finished jobs a queue keeps: the newest `max_count`, none older than `max_age` as of
+/// the latest ack. Off by default: an acked job is deleted at once. With a retention, the ack
+/// moves the job's envelope to the queue's done set instead.
+///
+/// **When a job is forgotten.** Only an ack forgets: each ack (of the same shard) first keeps
+/// the jobs it finishes, then forgets the kept jobs older than `max_age` and the oldest beyond
+/// `max_count` (on Redis at most 1,000 of each per ack, at least as many as the ack keeps, so a
+/// backlog shrinks over the next acks). Nothing forgets a job at its `max_age` by itself: on a
+/// queue that acks nothing more, finished jobs stay, and [`status`](super::DelayQueue::status)
+/// answers `Done` for them past `max_age`, until the next ack.
 ///
 /// A kept job's id is free for a new job: pushing it again stores the new job, and its status
 /// is the new job's.
@@ -22,6 +28,31 @@ use std::time::Duration;
 /// let job = queue.claim(1, Duration::from_secs(30)).await?.jobs.remove(0);
 /// queue.ack(&job.lease).await?;
 /// assert!(matches!(queue.status(&id).await?, JobStatus::Done { attempts: Some(1), .. }));
+/// # Ok(()) }
+/// ```
+///
+/// A job past `max_age` is kept until the next ack:
+///
+/// ```
+/// use std::time::Duration;
+/// use redefer::MemoryStore;
+/// use redefer::queue::{DelayQueue, JobStatus, Retention};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let queue = DelayQueue::<u64, _>::new(MemoryStore::new(), "jobs")?
+///     .retain_finished(Retention::new(10_000, Duration::from_millis(10)));
+/// let run = async |item| -> Result<_, Box<dyn std::error::Error>> {
+///     let id = queue.push(&item, Duration::ZERO).await?.id;
+///     let job = queue.claim(1, Duration::from_secs(30)).await?.jobs.remove(0);
+///     queue.ack(&job.lease).await?;
+///     Ok(id)
+/// };
+/// let first = run(1).await?;
+/// tokio::time::sleep(Duration::from_millis(50)).await;
+/// assert!(matches!(queue.status(&first).await?, JobStatus::Done { .. }), "past max_age, still kept");
+/// let second = run(2).await?;
+/// assert_eq!(queue.status(&first).await?, JobStatus::Unknown, "forgotten by the next ack");
+/// assert!(matches!(queue.status(&second).await?, JobStatus::Done { .. }));
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

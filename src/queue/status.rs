@@ -7,8 +7,10 @@ use serde::de::DeserializeOwned;
 
 use super::{Codec, DelayQueue, JobId, JobInfo, QueueError, QueueStore, RawJobState};
 
-/// Where a job is, as [`DelayQueue::status`] finds it. `attempts` counts the runs the job had
-/// (for a job in flight, the current one included); `None` when its bytes do not decode.
+/// Where a job is, as [`DelayQueue::status`] finds it. `attempts` counts the runs of the job's
+/// handler (for a job in flight, the current one included); `None` when its bytes do not
+/// decode. A claim that met the job's lock held, or was buried before the handler was called,
+/// is no run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum JobStatus {
@@ -44,7 +46,9 @@ pub enum JobStatus {
         buried_at: SystemTime,
         /// Why.
         reason: Option<String>,
-        /// Runs it had before it was buried.
+        /// Runs it had before it was buried: its last failed run included, a last claim that
+        /// met its lock held (buried after `max_lock_wait`) not. Runs whose lease ran out (a
+        /// crash, a hang) are not counted here: the reason says how many leases ran out.
         attempts: Option<u32>,
     },
     /// No such job: never pushed, cancelled, purged, or finished and not (or no longer) kept.
@@ -75,10 +79,11 @@ impl JobStatus {
                 finished_at,
                 attempts: runs,
             },
+            // A failed last run is counted in the envelope the burial wrote.
             RawJobState::Dead { buried_at, reason } => JobStatus::Dead {
                 buried_at,
                 reason,
-                attempts: runs,
+                attempts: failed,
             },
             RawJobState::Missing => JobStatus::Unknown,
         }
