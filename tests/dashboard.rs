@@ -603,6 +603,55 @@ async fn sign_ins_are_limited_per_client_address() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_guesses_are_limited_like_sign_ins() {
+    let url = serve(Dashboard::new(
+        redefer::MemoryStore::new(),
+        DashboardOptions::default().token(Some(TOKEN.into())),
+    ))
+    .await;
+    let http = http_client();
+    let started = std::time::Instant::now();
+    let (mut checked, mut limited) = (0u32, 0u32);
+    for attempt in 0..1_000 {
+        // Pages and actions alike.
+        let request = if attempt % 2 == 0 {
+            http.get(format!("{url}/queues/orders"))
+        } else {
+            http.post(format!("{url}/queues/orders/pause"))
+                .form(&[("csrf", "")])
+        };
+        let response = request
+            .bearer_auth(format!("guess-{attempt}"))
+            .send()
+            .await
+            .unwrap();
+        match response.status().as_u16() {
+            401 | 403 => checked += 1,
+            429 => limited += 1,
+            other => panic!("attempt {attempt}: {other}"),
+        }
+    }
+    let refilled = u32::try_from(started.elapsed().as_secs() / 6).unwrap() + 1;
+    assert!(
+        (10..=10 + refilled).contains(&checked),
+        "{checked} of 1,000 guesses were checked"
+    );
+    assert_eq!(checked + limited, 1_000);
+    let right = http
+        .get(format!("{url}/"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 429, "not even compared while the address waits");
+    assert_eq!(
+        sign_in(&http, &url, TOKEN).await.status(),
+        429,
+        "one limit for both"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_end_when_signed_out_or_expired_and_are_secure_over_https() {
     let store = redefer::MemoryStore::new();
     let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();

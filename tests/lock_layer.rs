@@ -623,3 +623,29 @@ async fn a_request_never_meets_the_lock_of_its_own_finished_one() {
         task.await.unwrap();
     }
 }
+
+/// On a current-thread runtime the renewal task is spawned from the timer too, and keeps an
+/// awaiting handler's lock through three TTLs.
+#[tokio::test(flavor = "current_thread")]
+async fn renewal_keeps_the_lock_on_a_current_thread_runtime() {
+    let store = redefer::MemoryStore::new();
+    let ttl = Duration::from_millis(100);
+    let service =
+        LockLayer::new(store.clone(), by_order)
+            .ttl(ttl)
+            .layer(service_fn(move |_: u32| async move {
+                tokio::time::sleep(ttl * 3).await;
+                Ok::<_, Infallible>(())
+            }));
+    let call = tokio::spawn(service.oneshot(HOT));
+    while !call.is_finished() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if !call.is_finished() {
+            assert!(
+                !is_free(&store, &hot_key()).await,
+                "the lock ran out under the handler"
+            );
+        }
+    }
+    assert!(call.await.unwrap().unwrap().done().is_some());
+}

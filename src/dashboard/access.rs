@@ -102,6 +102,11 @@ impl Access {
         self.token.as_deref().is_some_and(|token| same(token, offered))
     }
 
+    /// Whether the request carries a bearer token (right or wrong) for a dashboard with one.
+    pub(super) fn offers_bearer(&self, headers: &HeaderMap) -> bool {
+        self.token.is_some() && bearer(headers).is_some()
+    }
+
     /// Who sent a request with these `headers`.
     pub(super) fn visitor(&self, headers: &HeaderMap) -> Visitor {
         if self.token.is_none() {
@@ -229,7 +234,7 @@ fn secret() -> String {
 }
 
 /// Compares secrets in time that does not depend on where they differ.
-fn same(a: &str, b: &str) -> bool {
+pub(super) fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 

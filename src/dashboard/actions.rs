@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 
 use super::Dashboard;
-use super::access::Visitor;
+use super::access::{Visitor, same};
 use super::html::{encode, escape, page};
 use super::pages::{Shared, failure};
 use crate::queue::{Cancelled, JobId, JobSet, QueueStore};
@@ -67,6 +67,50 @@ pub(super) struct Login {
 /// (`into_make_service_with_connect_info::<SocketAddr>`).
 pub(super) struct ClientAddress(Option<IpAddr>);
 
+impl ClientAddress {
+    /// The address the attempt limit counts: clients whose address the server did not record
+    /// share one limit.
+    pub(super) fn or_shared(&self) -> IpAddr {
+        self.0.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+    }
+}
+
+/// 429 with `Retry-After` for a client that tried the token too often.
+pub(super) fn too_many_attempts<St>(d: &Dashboard<St>, wait: std::time::Duration) -> Response {
+    let seconds = wait
+        .as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0))
+        .max(1);
+    let mut response = failure(
+        d,
+        StatusCode::TOO_MANY_REQUESTS,
+        &format!("too many attempts with a wrong token from this address: try again in {seconds} s"),
+    );
+    response.headers_mut().insert(RETRY_AFTER, seconds.into());
+    response
+}
+
+/// For a request with a bearer token: `Some(429)` while its client must wait (the token is not
+/// even compared then), and a wrong token counts as an attempt.
+pub(super) fn bearer_guess<St>(
+    d: &Dashboard<St>,
+    headers: &HeaderMap,
+    client: &ClientAddress,
+) -> Option<Response> {
+    if !d.access.offers_bearer(headers) {
+        return None;
+    }
+    let now = Instant::now();
+    if let Some(wait) = d.access.sign_ins.waiting(client.or_shared(), now) {
+        return Some(too_many_attempts(d, wait));
+    }
+    if d.access.visitor(headers) != Visitor::Bearer {
+        // The answer to this request is the refusal it gets anyway; the count limits the next.
+        let _ = d.access.sign_ins.attempt(client.or_shared(), now);
+    }
+    None
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
     type Rejection = std::convert::Infallible;
 
@@ -83,26 +127,14 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
 /// browser in with a new session.
 pub(super) async fn login<St: QueueStore + ListLocks + Sync>(
     State(d): Shared<St>,
-    ClientAddress(client): ClientAddress,
+    client: ClientAddress,
     Form(login): Form<Login>,
 ) -> Response {
     if !d.access.has_token() {
         return failure(&d, StatusCode::FORBIDDEN, "the dashboard has no token");
     }
-    // Clients whose address the server did not record share one limit.
-    let client = client.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    if let Err(wait) = d.access.sign_ins.attempt(client, Instant::now()) {
-        let seconds = wait
-            .as_secs()
-            .saturating_add(u64::from(wait.subsec_nanos() > 0))
-            .max(1);
-        let mut response = failure(
-            &d,
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!("too many sign-in attempts from this address: try again in {seconds} s"),
-        );
-        response.headers_mut().insert(RETRY_AFTER, seconds.into());
-        return response;
+    if let Err(wait) = d.access.sign_ins.attempt(client.or_shared(), Instant::now()) {
+        return too_many_attempts(&d, wait);
     }
     if !d.access.is_token(&login.token) {
         return failure(&d, StatusCode::FORBIDDEN, "wrong token");
@@ -129,7 +161,7 @@ pub(super) async fn logout<St: QueueStore + ListLocks + Sync>(
     Form(form): Form<LogoutForm>,
 ) -> Response {
     match d.access.visitor(&headers) {
-        Visitor::SignedIn { csrf } if form.csrf.as_deref() == Some(csrf.as_str()) => (
+        Visitor::SignedIn { csrf } if form.csrf.as_deref().is_some_and(|field| same(field, &csrf)) => (
             StatusCode::SEE_OTHER,
             [
                 (SET_COOKIE, d.access.sign_out(&headers, &d.options.base)),
@@ -157,9 +189,13 @@ pub(super) struct ActionForm {
 pub(super) async fn act<St: QueueStore + ListLocks + Sync>(
     State(d): Shared<St>,
     Path((name, action)): Path<(String, String)>,
+    client: ClientAddress,
     headers: HeaderMap,
     Form(form): Form<ActionForm>,
 ) -> Response {
+    if let Some(limited) = bearer_guess(&d, &headers, &client) {
+        return limited;
+    }
     if let Err(refusal) = d.access.may_act(&headers, form.csrf.as_deref()) {
         return failure(&d, StatusCode::FORBIDDEN, refusal);
     }

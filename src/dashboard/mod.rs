@@ -116,9 +116,13 @@ impl<St> Dashboard<St> {
 /// sign-in form.
 async fn readers_only<St: QueueStore + ListLocks + Sync>(
     State(d): State<Arc<Dashboard<St>>>,
+    client: actions::ClientAddress,
     mut request: Request,
     next: Next,
 ) -> Response {
+    if let Some(limited) = actions::bearer_guess(&d, request.headers(), &client) {
+        return limited;
+    }
     let visitor = d.access.visitor(request.headers());
     if !d.access.may_read(&visitor) {
         return actions::sign_in_first(&d);

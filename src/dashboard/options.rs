@@ -95,8 +95,9 @@ impl DashboardOptions {
         self
     }
 
-    /// How many sign-in attempts one client address may make a minute (default 10; at least
-    /// 1): past them, `429 Too Many Requests` with `Retry-After`. The address is the
+    /// How many sign-in attempts and requests with a wrong bearer token one client address may
+    /// make a minute (default 10; at least 1): past them, `429 Too Many Requests` with
+    /// `Retry-After`, the token not even compared. The address is the
     /// connection's (serve the router with `into_make_service_with_connect_info::<SocketAddr>`;
     /// without it, every client shares one limit). IPv6 clients are counted per /64.
     pub fn sign_ins_per_minute(mut self, attempts: u32) -> Self {

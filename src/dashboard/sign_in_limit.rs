@@ -1,5 +1,6 @@
-//! How often one client may try to sign in: a token bucket per client address, so that a
-//! dashboard reachable by strangers cannot have its token guessed at network speed.
+//! How often one client may try the token: a token bucket per client address, shared by
+//! sign-ins and wrong bearer tokens, so that a dashboard reachable by strangers cannot have
+//! its token guessed at network speed.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -58,6 +59,19 @@ impl SignInLimit {
             at: now,
         };
         Ok(())
+    }
+}
+
+impl SignInLimit {
+    /// Whether `client` must wait before its next attempt (and how long), without counting one.
+    pub(super) fn waiting(&self, client: IpAddr, now: Instant) -> Option<Duration> {
+        let burst = f64::from(self.burst);
+        let per_attempt = self.window.as_secs_f64() / burst;
+        let buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        let left = buckets
+            .get(&bucket_of(client))
+            .map_or(burst, |bucket| refill(*bucket, now, burst, per_attempt));
+        (left < 1.0).then(|| Duration::from_secs_f64((1.0 - left) * per_attempt))
     }
 }
 
