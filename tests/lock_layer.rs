@@ -306,6 +306,31 @@ async fn a_handler_blocking_its_thread_keeps_the_lock<S: LockStore>(store: S) {
     assert!(is_free(&store, &hot_key()).await);
 }
 
+/// The same on a quiet runtime: nothing else happens while the handler blocks (the test only
+/// awaits the call), so no other worker is woken to drive the runtime's timers and I/O; the
+/// renewal still runs (started by the watchdog thread). After its block, the handler finds
+/// its lock still in place.
+async fn a_handler_blocking_its_thread_on_a_quiet_runtime_keeps_the_lock<S: LockStore>(store: S) {
+    let ttl = Duration::from_millis(300);
+    let service = LockLayer::new(store.clone(), by_order)
+        .ttl(ttl)
+        .layer(service_fn({
+            let store = store.clone();
+            move |_: u32| {
+                let store = store.clone();
+                async move {
+                    std::thread::sleep(ttl * 3);
+                    Ok::<_, Infallible>(!is_free(&store, &hot_key()).await)
+                }
+            }
+        }));
+    let outcome = tokio::spawn(service.oneshot(HOT)).await.unwrap();
+    assert!(
+        matches!(outcome, Ok(Outcome::Done(true))),
+        "the lock ran out under the blocked handler: {outcome:?}"
+    );
+}
+
 async fn fail_fast_reports_the_remaining_ttl<S: LockStore>(store: S) {
     let holder = hold(&store, &hot_key(), Duration::from_secs(10)).await;
     let service =
@@ -527,6 +552,7 @@ for_each_store!(
     released_after_the_caller_drops_the_future,
     renewal_keeps_the_lock_through_a_handler_three_ttls_long,
     a_handler_blocking_its_thread_keeps_the_lock,
+    a_handler_blocking_its_thread_on_a_quiet_runtime_keeps_the_lock,
     fail_fast_reports_the_remaining_ttl,
     retry_succeeds_once_the_holder_releases,
     retry_gives_up_after_max_attempts_and_falls_through,

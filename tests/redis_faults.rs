@@ -75,6 +75,38 @@ async fn a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost(kind: Server
     assert!(dropped.load(Ordering::SeqCst), "the handler's future was dropped");
 }
 
+/// A handler that blocks its thread cannot be stopped, but its result is not trusted once the
+/// renewal (on another thread) found the lock gone meanwhile: the call ends with `LockLost`.
+async fn a_lock_deleted_under_a_blocking_handler_ends_the_call_with_lock_lost(kind: Server) {
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let lock_key = store.lock_redis_key(&redefer::LockKey::new("order:1").unwrap());
+    let ttl = Duration::from_millis(300);
+    let (entered_tx, entered) = oneshot::channel::<()>();
+    let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
+    let service = LockLayer::new(store, by_order)
+        .ttl(ttl)
+        .layer(service_fn(move |_: u32| {
+            let entered_tx = entered_tx.clone();
+            async move {
+                entered_tx.lock().unwrap().take().unwrap().send(()).unwrap();
+                std::thread::sleep(ttl * 3);
+                Ok::<_, Infallible>(())
+            }
+        }));
+    let call = tokio::spawn(service.oneshot(1));
+    entered.await.unwrap();
+    let deleted: i64 = server.cmd(::redis::cmd("DEL").arg(&lock_key)).await;
+    assert_eq!(deleted, 1, "the lock was in Redis under {lock_key}");
+    match call.await.unwrap() {
+        Err(Error::LockLost {
+            reason: LossReason::Gone,
+            ..
+        }) => {}
+        other => panic!("expected LockLost, got {other:?}"),
+    }
+}
+
 async fn a_server_killed_under_a_running_handler_ends_the_call_before_the_ttl_runs_out(kind: Server) {
     let mut server = RedisServer::start_of(kind);
     let store = RedisStore::builder()
@@ -396,6 +428,7 @@ async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_requir
 
 for_each_server!(
     a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost,
+    a_lock_deleted_under_a_blocking_handler_ends_the_call_with_lock_lost,
     a_server_killed_under_a_running_handler_ends_the_call_before_the_ttl_runs_out,
     an_unreachable_server_is_a_typed_error,
     a_prefix_with_braces_is_rejected,

@@ -179,6 +179,12 @@ where
             lost = renewal => Err(lost),
             finished = handler => finished,
         };
+        // A handler that blocked its thread returns in the poll that blocked: if the renewal
+        // gave up meanwhile, its work overlapped a lock that was no longer ours.
+        let ended = match ended {
+            Ok(Ok(response)) => lease.lost().map_or(Ok(Ok(response)), Err),
+            other => other,
+        };
         let finished = match ended {
             Ok(finished) => finished,
             Err(lost) => {

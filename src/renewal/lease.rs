@@ -93,6 +93,15 @@ impl Lease {
         }
     }
 
+    /// Why the lease was lost, if the renewal gave up.
+    pub(crate) fn lost(&self) -> Option<LossReason> {
+        match self.status.load(Ordering::Acquire) {
+            LOST_GONE => Some(LossReason::Gone),
+            LOST_UNCONFIRMED => Some(LossReason::Unconfirmed),
+            _ => None,
+        }
+    }
+
     /// Whether the holder is done.
     pub(crate) fn has_ended(&self) -> bool {
         self.status.load(Ordering::Acquire) == ENDED
@@ -101,10 +110,9 @@ impl Lease {
     /// Ready with the reason once the renewal gave up; wakes the holder's task then.
     pub(crate) fn poll_lost(&self, cx: &mut Context<'_>) -> Poll<LossReason> {
         self.holder.register(cx.waker());
-        match self.status.load(Ordering::Acquire) {
-            LOST_GONE => Poll::Ready(LossReason::Gone),
-            LOST_UNCONFIRMED => Poll::Ready(LossReason::Unconfirmed),
-            _ => Poll::Pending,
+        match self.lost() {
+            Some(reason) => Poll::Ready(reason),
+            None => Poll::Pending,
         }
     }
 

@@ -5,12 +5,14 @@
 //! worker thread (synchronous I/O, a CPU loop) stops its own task, and a renewal living there
 //! would let the lease run out under a handler that is still working. So a [`Renewal`] runs in
 //! a task of its own, started by a timer when the first extension is due, on whichever thread
-//! drives the runtime's timers then (a handler that finishes before that costs a timer, no
-//! task). The holder runs its work under [`while_valid`], which stops the work once the lease
-//! may have run out, and polls the [`Renewal`], which resolves when the renewal gave up.
+//! drives the runtime's timers then, or by the [`watchdog`] thread at half the TTL when no
+//! worker drives them (a handler that finishes before that costs a timer and a registration,
+//! no task). The holder runs its work under [`while_valid`], which stops the work once the
+//! lease may have run out, and polls the [`Renewal`], which resolves when the renewal gave up.
 
 mod lease;
 mod renewer;
+mod watchdog;
 
 pub use lease::LossReason;
 pub(crate) use lease::while_valid;

@@ -1,5 +1,5 @@
-//! The renewal of one lease: armed as a timer when the lease is granted, run as a task of its
-//! own from the first extension on.
+//! The renewal of one lease: armed as a timer when the lease is granted (and with the
+//! watchdog), run as a task of its own from the first extension on.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,6 +11,7 @@ use tokio::runtime::Handle;
 use tokio::time::{Instant, Sleep, sleep_until, timeout_at};
 
 use super::lease::{Lease, LossReason};
+use super::watchdog::{self, Watched};
 
 pin_project_lite::pin_project! {
     /// Keeps one lease alive while its holder works: extends it every third of its TTL from a
@@ -20,6 +21,9 @@ pin_project_lite::pin_project! {
     /// it (the holder is done, on any path) stops the renewal.
     pub(crate) struct Renewal {
         ends_lease: EndOnDrop,
+        // Starts the renewal from the watchdog's thread should the timer below not have fired
+        // by half the TTL (see the watchdog's notes).
+        watched: Watched,
         // The timer of the first extension. It is polled once, with the waker of `Start`
         // instead of the holder's: when it fires, on whichever thread drives the runtime's
         // timers, the waker spawns the renewal task from there. A task spawned by the holder's
@@ -51,10 +55,12 @@ impl Renewal {
             runtime: Handle::current(),
             extend: Mutex::new(Some(extend)),
         };
+        let start = Waker::from(Arc::new(start));
         Renewal {
             ends_lease: EndOnDrop(lease),
+            watched: watchdog::wake_at((granted_at + ttl / 2).into_std(), start.clone()),
             first_extension: sleep_until(granted_at + ttl / 3),
-            arm_with: Some(Waker::from(Arc::new(start))),
+            arm_with: Some(start),
         }
     }
 

@@ -174,6 +174,12 @@ where
                         tracing::warn!("job lease ran out while the process was paused; the handler was stopped");
                         return JobEnd::LeaseLost;
                     }
+                    // The handler blocked its thread and returned after the renewal gave up:
+                    // another claimer may run the job now.
+                    Ok(_) if valid.lost().is_some() => {
+                        tracing::warn!("job lease lost while the handler blocked its thread");
+                        return JobEnd::LeaseLost;
+                    }
                     Ok(result) => match result {
                     Ok(Ok(Outcome::Done(_))) => Ran::Done,
                     Ok(Ok(Outcome::Deferred(deferred))) => {
