@@ -501,6 +501,41 @@ async fn a_handler_blocking_its_thread_keeps_the_job_lease<St: LockStore + Queue
     assert!(started.try_recv().is_err(), "the job ran once");
 }
 
+/// The same on a quiet runtime: the test does nothing while the handler blocks (it awaits the
+/// handler's own signal), so no other worker is woken to drive the timers; the job's lease and
+/// lock are renewed anyway (by the watchdog's start), and the job is acked after its one run.
+async fn a_handler_blocking_its_thread_on_a_quiet_runtime_keeps_the_job_lease<St: LockStore + QueueStore>(
+    store: St,
+) {
+    let ttl = Duration::from_millis(300);
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    let (ran_tx, mut ran) = mpsc::unbounded_channel();
+    let handler = service_fn(move |charge: Charge| {
+        let ran_tx = ran_tx.clone();
+        async move {
+            std::thread::sleep(ttl * 3);
+            ran_tx.send(charge.job).unwrap();
+            Ok::<_, std::convert::Infallible>(())
+        }
+    });
+    let service = LockLayer::new(store.clone(), by_order).ttl(ttl).layer(handler);
+    queue
+        .push(&Charge { order: 1, job: 7 }, Duration::ZERO)
+        .await
+        .unwrap();
+    let scheduler = Scheduler::new(queue.clone(), service)
+        .options(SchedulerOptions {
+            lease: ttl,
+            ..options()
+        })
+        .start();
+    assert_eq!(ran.recv().await, Some(7));
+    wait_for_stats(&queue, QueueStats::default(), "the job is acked").await;
+    let report = scheduler.shutdown().await;
+    assert_eq!((report.acked, report.lease_lost), (1, 0), "{report:?}");
+    assert!(ran.try_recv().is_err(), "the job ran once");
+}
+
 for_each_store!(
     a_deferred_request_runs_once_after_the_holder_releases,
     a_request_that_keeps_meeting_the_lock_waits_then_is_buried,
@@ -510,4 +545,5 @@ for_each_store!(
     shutdown_gives_unfinished_jobs_back_for_another_scheduler,
     a_configured_stack_retries_then_defers,
     a_handler_blocking_its_thread_keeps_the_job_lease,
+    a_handler_blocking_its_thread_on_a_quiet_runtime_keeps_the_job_lease,
 );
