@@ -504,6 +504,10 @@ async fn a_handler_blocking_its_thread_keeps_the_job_lease<St: LockStore + Queue
 /// The same on a quiet runtime: the test does nothing while the handler blocks (it awaits the
 /// handler's own signal), so no other worker is woken to drive the timers; the job's lease and
 /// lock are renewed anyway (by the watchdog's start), and the job is acked after its one run.
+///
+/// The handler signals only once it returns: a signal before the block (as the test above
+/// sends) changes which worker drives the timers often enough that, without the watchdog,
+/// this test stopped failing.
 async fn a_handler_blocking_its_thread_on_a_quiet_runtime_keeps_the_job_lease<St: LockStore + QueueStore>(
     store: St,
 ) {
