@@ -663,7 +663,7 @@ async fn sessions_end_when_signed_out_or_expired_and_are_secure_over_https() {
         .push(&json!({ "order": 1 }), Duration::from_secs(60))
         .await
         .unwrap();
-    let ttl = Duration::from_millis(500);
+    let ttl = Duration::from_secs(2);
     let url = serve(Dashboard::new(
         store,
         DashboardOptions::default()
