@@ -30,6 +30,7 @@
 
 mod access;
 mod actions;
+mod attempts;
 mod html;
 mod options;
 mod pages;
@@ -116,11 +117,11 @@ impl<St> Dashboard<St> {
 /// sign-in form.
 async fn readers_only<St: QueueStore + ListLocks + Sync>(
     State(d): State<Arc<Dashboard<St>>>,
-    client: actions::ClientAddress,
+    client: attempts::ClientAddress,
     mut request: Request,
     next: Next,
 ) -> Response {
-    if let Some(limited) = actions::bearer_guess(&d, request.headers(), &client) {
+    if let Some(limited) = attempts::bearer_guess(&d, request.headers(), &client) {
         return limited;
     }
     let visitor = d.access.visitor(request.headers());
