@@ -6,7 +6,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redefer::lock::{LockStore, Waiter};
+use redefer::lock::{Acquisition, LockStore, Waiter};
 use redefer::queue::{DelayQueue, JobId, QueueStats, QueueStore};
 use redefer::strategy::{Defer, FailFast, Retry, RetryLimits};
 use redefer::{
@@ -337,12 +337,14 @@ fn a_store_used_from_a_new_runtime_still_hears_handoffs() {
     let server = support::RedisServer::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let store = runtime.block_on(server.store());
-    let wait_for_a_release = |runtime: &tokio::runtime::Runtime, store: RedisStore| {
+    // A key per runtime: the first runtime's last release may not have reached Redis before
+    // that runtime was shut down (its connection's task went with it).
+    let wait_for_a_release = |runtime: &tokio::runtime::Runtime, store: RedisStore, name: &'static str| {
         runtime.block_on(async move {
-            let key = LockKey::new(KEY).unwrap();
+            let key = LockKey::new(name).unwrap();
             // The store's connection of the runtime before is gone: it reconnects.
             let holder = LockToken::random();
-            eventually(Duration::from_secs(10), "the store reconnects", || {
+            let acquired = eventually(Duration::from_secs(10), "the store reconnects", || {
                 let (store, key) = (store.clone(), key.clone());
                 async move {
                     store
@@ -352,8 +354,9 @@ fn a_store_used_from_a_new_runtime_still_hears_handoffs() {
                 }
             })
             .await;
+            assert!(matches!(acquired, Acquisition::Acquired(_)), "{acquired:?}");
             let a_minute = Backoff::exponential(Duration::from_secs(60), Duration::from_secs(60));
-            let service = LockLayer::new(store.clone(), |_: &u32| Some(KEY.to_string()))
+            let service = LockLayer::new(store.clone(), move |_: &u32| Some(name.to_string()))
                 .on_conflict(
                     Retry::new(a_minute)
                         .max_attempts(1)
@@ -378,8 +381,8 @@ fn a_store_used_from_a_new_runtime_still_hears_handoffs() {
             assert!(done.unwrap().unwrap().done().is_some());
         })
     };
-    wait_for_a_release(&runtime, store.clone());
+    wait_for_a_release(&runtime, store.clone(), "doc:first");
     drop(runtime);
     let next = tokio::runtime::Runtime::new().unwrap();
-    wait_for_a_release(&next, store);
+    wait_for_a_release(&next, store, "doc:second");
 }
