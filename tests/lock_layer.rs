@@ -655,7 +655,7 @@ async fn a_request_never_meets_the_lock_of_its_own_finished_one() {
 #[tokio::test(flavor = "current_thread")]
 async fn renewal_keeps_the_lock_on_a_current_thread_runtime() {
     let store = redefer::MemoryStore::new();
-    let ttl = Duration::from_millis(100);
+    let ttl = Duration::from_millis(300);
     let service =
         LockLayer::new(store.clone(), by_order)
             .ttl(ttl)
