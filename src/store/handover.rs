@@ -9,8 +9,8 @@ use crate::lock::Waiter;
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
 
-/// How many gone waiters one handoff skips before it leaves the rest to the reservation's
-/// expiry: bounds the work of one release.
+/// How many waiters one handoff looks at (skipping those whose job is gone) before it leaves
+/// the rest to the reservations' expiry: bounds the work of one release.
 const MAX_SKIPPED: usize = 16;
 
 /// Where a promoted job was.
@@ -34,19 +34,26 @@ pub(crate) trait HandOver {
         after: Duration,
     ) -> impl Future<Output = Result<Promotion, StoreError>> + Send;
 
-    /// Takes `waiter` out of `key`'s line; the waiter the key was handed to instead, if any.
+    /// Takes `waiter` out of `key`'s line; the waiters the key was handed to instead (one at
+    /// most for a lock; a semaphore may have several permits free).
     fn pass_on(
         &self,
         key: &LockKey,
         waiter: &Waiter,
-    ) -> impl Future<Output = Result<Option<Waiter>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Waiter>, StoreError>> + Send;
 }
 
-/// After `key` was reserved for `reserved`: wakes it (a caller heard the announcement; a job
-/// is made due), skipping waiters whose job is gone. A failure here costs latency only: the
-/// job's fallback due time, or the reservation's expiry, moves the line on.
-pub(crate) async fn hand_over<S: HandOver>(store: &S, key: &LockKey, reserved: Option<Waiter>) {
-    hand_over_with_runner_up(store, key, reserved, None, Duration::ZERO).await;
+/// After `key` was reserved for each of `reserved`: wakes them (a caller heard the
+/// announcement; a job is made due), skipping waiters whose job is gone. A failure here costs
+/// latency only: the job's fallback due time, or the reservation's expiry, moves the line on.
+pub(crate) async fn hand_over<S: HandOver>(
+    store: &S,
+    key: &LockKey,
+    reserved: impl IntoIterator<Item = Waiter>,
+) {
+    for waiter in reserved {
+        wake(store, key, waiter).await;
+    }
 }
 
 /// [`hand_over`], then makes the job of `runner_up` (the next in line) due when the
@@ -55,11 +62,12 @@ pub(crate) async fn hand_over<S: HandOver>(store: &S, key: &LockKey, reserved: O
 pub(crate) async fn hand_over_with_runner_up<S: HandOver>(
     store: &S,
     key: &LockKey,
-    mut reserved: Option<Waiter>,
+    reserved: Option<Waiter>,
     runner_up: Option<Waiter>,
     reservation: Duration,
 ) {
-    let woken = wake_first(store, key, &mut reserved).await;
+    let Some(reserved) = reserved else { return };
+    let woken = wake(store, key, reserved).await;
     if woken
         && let Some((id, queue)) = runner_up.as_ref().and_then(Waiter::as_job)
         && let Err(error) = store.promote(&queue, &id, reservation + RUNNER_UP_MARGIN).await
@@ -72,36 +80,38 @@ pub(crate) async fn hand_over_with_runner_up<S: HandOver>(
 /// clocks of the store and of the runner-up's scheduler to disagree.
 const RUNNER_UP_MARGIN: Duration = Duration::from_millis(20);
 
-/// Wakes the waiter the key is reserved for; whether one was woken.
-async fn wake_first<S: HandOver>(store: &S, key: &LockKey, reserved: &mut Option<Waiter>) -> bool {
+/// Wakes `reserved`, the waiter the key (or a permit of it) is reserved for; when its job is
+/// gone, the waiters the key is passed on to instead. Whether a waiter was woken.
+async fn wake<S: HandOver>(store: &S, key: &LockKey, reserved: Waiter) -> bool {
+    let mut reserved = vec![reserved];
+    let mut woken = false;
     for _ in 0..MAX_SKIPPED {
-        let Some(waiter) = reserved.take() else {
-            return false;
+        let Some(waiter) = reserved.pop() else {
+            return woken;
         };
         tracing::debug!(%key, %waiter, "lock handed over");
         metric_names::handoff();
         let Some((id, queue)) = waiter.as_job() else {
-            return true;
+            woken = true;
+            continue;
         };
         match store.promote(&queue, &id, Duration::ZERO).await {
-            Ok(Promotion::Promoted | Promotion::Running) => return true,
+            Ok(Promotion::Promoted | Promotion::Running) => woken = true,
             Ok(Promotion::Gone) => {
                 tracing::debug!(%key, %waiter, "the waiting job is gone; the key goes to the next in line");
                 match store.pass_on(key, &waiter).await {
-                    Ok(next) => *reserved = next,
+                    Ok(next) => reserved.extend(next),
                     Err(error) => {
                         tracing::warn!(%key, %error, "cannot pass the key on; its reservation expires");
-                        return false;
                     }
                 }
             }
             Err(error) => {
                 tracing::warn!(%key, %waiter, %error, "cannot wake the waiting job; it runs at its fallback time");
-                return false;
             }
         }
     }
-    false
+    woken
 }
 
 /// Logs a waiter dropped from a line because its reservation ran out unused.

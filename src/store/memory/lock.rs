@@ -1,13 +1,14 @@
 //! The lock operations of the in-memory store: the same steps as the lock scripts, under one
 //! mutex instead of Redis's single thread.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::MemoryStore;
+use super::line::Line;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LockStore, LockToken, Waiter};
@@ -34,34 +35,6 @@ enum Holder {
     Owner(LockToken, FencingToken),
     /// Reserved for the first in line, from `since`.
     Reserved(Waiter, Instant),
-}
-
-/// One key's line: waiters by arrival order.
-#[derive(Default)]
-struct Line {
-    order: BTreeMap<u64, Waiter>,
-    place: HashMap<Waiter, u64>,
-    /// The waiter the key was last reserved for, until it takes it.
-    handed: Option<Waiter>,
-}
-
-impl Line {
-    fn head(&self) -> Option<&Waiter> {
-        self.order.values().next()
-    }
-
-    fn remove(&mut self, waiter: &Waiter) -> Option<u64> {
-        let place = self.place.remove(waiter)?;
-        self.order.remove(&place);
-        Some(place)
-    }
-
-    fn ahead_of(&self, waiter: Option<&Waiter>) -> u64 {
-        match waiter.and_then(|w| self.place.get(w)) {
-            Some(place) => self.order.range(..place).count() as u64,
-            None => self.order.len() as u64,
-        }
-    }
 }
 
 /// What handing a key over did: reserved it for a waiter, dropped an expired one.
@@ -293,13 +266,7 @@ impl LockStore for MemoryStore {
         replacing: Option<&Waiter>,
     ) -> Result<u64, StoreError> {
         let (handed, ahead) = self.with_locks(|state, now, reservation| {
-            let line = state.line(key);
-            let taken = replacing.and_then(|replaced| line.remove(replaced));
-            if !line.place.contains_key(waiter) {
-                let place = taken.unwrap_or_else(|| line.order.keys().next_back().map_or(1, |last| last + 1));
-                line.order.insert(place, waiter.clone());
-                line.place.insert(waiter.clone(), place);
-            }
+            state.line(key).join(waiter, replacing);
             let handed = match state.live(key, now) {
                 Some(_) => Handed::default(),
                 None => state.hand_to_head(key, true, now, reservation),

@@ -1,6 +1,7 @@
 //! The in-process store: the embedded default for a single process, and the reference the
 //! Redis store is tested against.
 
+mod line;
 mod lock;
 mod queue;
 
@@ -103,7 +104,7 @@ impl HandOver for MemoryStore {
         Ok(self.promote_now(queue, id, after))
     }
 
-    async fn pass_on(&self, key: &LockKey, waiter: &Waiter) -> Result<Option<Waiter>, StoreError> {
-        Ok(self.pass_on_now(key, waiter))
+    async fn pass_on(&self, key: &LockKey, waiter: &Waiter) -> Result<Vec<Waiter>, StoreError> {
+        Ok(self.pass_on_now(key, waiter).into_iter().collect())
     }
 }

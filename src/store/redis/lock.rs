@@ -177,17 +177,9 @@ where
     /// With [`wait_for_replicas`](RedisStore::wait_for_replicas): waits for the replicas, and
     /// gives the lock back when too few acknowledged it.
     async fn await_replicas(&self, key: &LockKey, token: LockToken) -> Result<(), StoreError> {
-        let Some((wanted, timeout)) = self.replication else {
-            return Ok(());
-        };
-        let acked: u64 = redis::cmd("WAIT")
-            .arg(wanted)
-            .arg(ttl_millis(timeout))
-            .query_async(&mut self.conn.clone())
-            .await?;
-        if acked < u64::from(wanted) {
+        if let Err(error) = self.replicated().await {
             self.release(key, token).await?;
-            return Err(StoreError::NotReplicated { acked, wanted });
+            return Err(error);
         }
         Ok(())
     }
@@ -341,12 +333,12 @@ where
         })
     }
 
-    async fn pass_on(&self, key: &LockKey, waiter: &Waiter) -> Result<Option<Waiter>, StoreError> {
+    async fn pass_on(&self, key: &LockKey, waiter: &Waiter) -> Result<Vec<Waiter>, StoreError> {
         let handed: String = self
             .lock_script(&LOCK_LEAVE, key)
             .arg(waiter.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(Waiter::from_stored(handed))
+        Ok(Waiter::from_stored(handed).into_iter().collect())
     }
 }

@@ -126,6 +126,24 @@ where
         Ok(*conditional)
     }
 
+    /// With [`wait_for_replicas`](RedisStore::wait_for_replicas): waits for the replicas to
+    /// acknowledge the writes so far; [`StoreError::NotReplicated`] when too few did (the
+    /// caller gives back what it took).
+    pub(crate) async fn replicated(&self) -> Result<(), StoreError> {
+        let Some((wanted, timeout)) = self.replication else {
+            return Ok(());
+        };
+        let acked: u64 = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(crate::store::time::ttl_millis(timeout))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if acked < u64::from(wanted) {
+            return Err(StoreError::NotReplicated { acked, wanted });
+        }
+        Ok(())
+    }
+
     /// The server's conditional commands, as far as known: none before the store is prepared.
     pub(crate) fn conditional(&self) -> Conditional {
         self.prepared.get().copied().unwrap_or_default()

@@ -1,0 +1,47 @@
+//! A key's line in the in-memory store: its waiters in arrival order, as the `WAITERS` sorted
+//! set of the Redis scripts.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::lock::Waiter;
+
+/// One key's line: waiters by arrival order.
+#[derive(Default)]
+pub(super) struct Line {
+    pub(super) order: BTreeMap<u64, Waiter>,
+    pub(super) place: HashMap<Waiter, u64>,
+    /// The waiter a mutex key was last reserved for, until it takes it (a semaphore's
+    /// reservations carry deadlines of their own).
+    pub(super) handed: Option<Waiter>,
+}
+
+impl Line {
+    pub(super) fn head(&self) -> Option<&Waiter> {
+        self.order.values().next()
+    }
+
+    pub(super) fn remove(&mut self, waiter: &Waiter) -> Option<u64> {
+        let place = self.place.remove(waiter)?;
+        self.order.remove(&place);
+        Some(place)
+    }
+
+    pub(super) fn ahead_of(&self, waiter: Option<&Waiter>) -> u64 {
+        match waiter.and_then(|w| self.place.get(w)) {
+            Some(place) => self.order.range(..place).count() as u64,
+            None => self.order.len() as u64,
+        }
+    }
+
+    /// Puts `waiter` at the end of the line, or in the place of `replacing`; already in line,
+    /// it keeps its place.
+    pub(super) fn join(&mut self, waiter: &Waiter, replacing: Option<&Waiter>) {
+        let taken = replacing.and_then(|replaced| self.remove(replaced));
+        if self.place.contains_key(waiter) {
+            return;
+        }
+        let place = taken.unwrap_or_else(|| self.order.keys().next_back().map_or(1, |last| last + 1));
+        self.order.insert(place, waiter.clone());
+        self.place.insert(waiter.clone(), place);
+    }
+}
