@@ -48,13 +48,12 @@ pub fn key_encoding(data: &[u8]) {
     let prefix = Prefix::default();
     let lock_keys = |name: &str| {
         LockKey::new(name).ok().map(|key| {
-            let keys: Vec<String> = redis_keys::LockKeys::new(&prefix, &key)
-                .all()
-                .map(str::to_string)
-                .collect();
+            let mutex = redis_keys::LockKeys::new(&prefix, &key);
+            let semaphore = redis_keys::PermitKeys::new(&prefix, &key);
+            let keys: Vec<String> = mutex.all().chain(semaphore.all()).map(str::to_string).collect();
             assert!(
                 keys.iter().all(|k| Slot::for_key(k) == Slot::for_key(&keys[0])),
-                "one slot per lock: {keys:?}"
+                "one slot per lock, mutex and semaphore: {keys:?}"
             );
             let tag = keys[0]
                 .split_once('{')

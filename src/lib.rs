@@ -44,6 +44,7 @@ pub mod middleware;
 pub mod queue;
 mod renewal;
 pub mod scheduler;
+pub mod semaphore;
 pub mod store;
 pub mod strategy;
 

@@ -106,7 +106,8 @@ enum Command {
     /// List the queues under the prefix (each registers itself when it first pushes, or
     /// when a scheduler starts on it).
     Queues,
-    /// List held locks with their remaining TTL, fencing token and waiters in line.
+    /// List held locks and semaphores with their remaining TTL, fencing token, holders / limit
+    /// and waiters in line.
     Locks {
         #[arg(long, default_value_t = 100)]
         limit: usize,
@@ -414,6 +415,8 @@ where
                             "remaining_ms": lock.remaining.map(|d| d.as_millis() as u64),
                             "fence": lock.fence,
                             "waiters": lock.waiters,
+                            "holders": lock.holders,
+                            "limit": lock.limit,
                             "reserved_for": lock.reserved_for,
                         })
                     })

@@ -467,7 +467,7 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
     Ok(page(&d.options.base, &format!("Job {id}"), Some(visitor), &body))
 }
 
-/// The held locks: key, remaining TTL, fence, line.
+/// The held locks and semaphores: key, remaining TTL, fence, holders / limit, line.
 pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
     State(d): Shared<St>,
     Extension(visitor): Extension<Visitor>,
@@ -478,16 +478,19 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
     };
     let mut body = String::from(
         "<table id=locks><tr><th>key</th><th class=num>remaining</th><th class=num>fence</th>\
-         <th class=num>waiters</th><th>reserved for</th></tr>",
+         <th class=num>held / limit</th><th class=num>waiters</th><th>reserved for</th></tr>",
     );
     for lock in &locks {
         let _ = write!(
             body,
-            "<tr><td><code>{}</code></td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td>{}</td></tr>",
+            "<tr><td><code>{}</code></td><td class=num>{}</td><td class=num>{}</td><td class=num>{} / {}</td>\
+             <td class=num>{}</td><td>{}</td></tr>",
             escape(&lock.key),
             lock.remaining
                 .map_or("no TTL".into(), |left| format!("{} ms", left.as_millis())),
             lock.fence,
+            lock.holders,
+            lock.limit,
             lock.waiters,
             escape(lock.reserved_for.as_deref().unwrap_or("")),
         );

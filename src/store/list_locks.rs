@@ -5,18 +5,25 @@ use std::time::Duration;
 
 use crate::error::StoreError;
 
-/// A lock as found in a store.
+/// A lock (a mutex, or a semaphore's permits) as found in a store.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct LockInfo {
     /// The lock key, as the application gave it.
     pub key: String,
-    /// How long it still lives; `None` for a key without a TTL (written by another tool).
+    /// How long it still lives (a semaphore: until its last permit's deadline); `None` for a
+    /// key without a TTL (written by another tool).
     pub remaining: Option<Duration>,
-    /// The fencing token of the current holder (the key's counter).
+    /// The key's fencing counter: the token of its latest holder.
     pub fence: u64,
     /// How many wait in the key's line.
     pub waiters: u64,
-    /// The waiter the key is reserved for, while it is handed over.
+    /// How many hold the key now: 0 or 1 for a mutex, the permits held for a semaphore.
+    pub holders: u64,
+    /// How many may hold it at once: 1 for a mutex, a semaphore's limit as its last acquire
+    /// asked.
+    pub limit: u64,
+    /// The waiters the key (or a permit of it) is reserved for while handed over, separated by
+    /// spaces.
     pub reserved_for: Option<String>,
 }
 

@@ -322,23 +322,32 @@ impl MemoryStore {
 
 impl crate::store::ListLocks for MemoryStore {
     async fn list_locks(&self, limit: usize) -> Result<Vec<crate::store::LockInfo>, StoreError> {
-        let state = self.locks();
-        let now = Instant::now();
-        Ok(state
-            .locks
-            .iter()
-            .filter(|(_, holding)| holding.expires > now)
-            .take(limit)
-            .map(|(key, holding)| crate::store::LockInfo {
-                key: key.as_str().to_string(),
-                remaining: Some(holding.expires - now),
-                fence: state.fences.get(key).copied().unwrap_or(0),
-                waiters: state.lines.get(key).map_or(0, |line| line.order.len() as u64),
-                reserved_for: match &holding.holder {
-                    Holder::Reserved(waiter, _) => Some(waiter.to_string()),
-                    Holder::Owner(..) => None,
-                },
-            })
-            .collect())
+        let mut locks: Vec<crate::store::LockInfo> = {
+            let state = self.locks();
+            let now = Instant::now();
+            state
+                .locks
+                .iter()
+                .filter(|(_, holding)| holding.expires > now)
+                .take(limit)
+                .map(|(key, holding)| {
+                    let reserved_for = match &holding.holder {
+                        Holder::Reserved(waiter, _) => Some(waiter.to_string()),
+                        Holder::Owner(..) => None,
+                    };
+                    crate::store::LockInfo {
+                        key: key.as_str().to_string(),
+                        remaining: Some(holding.expires - now),
+                        fence: state.fences.get(key).copied().unwrap_or(0),
+                        waiters: state.lines.get(key).map_or(0, |line| line.order.len() as u64),
+                        holders: u64::from(reserved_for.is_none()),
+                        limit: 1,
+                        reserved_for,
+                    }
+                })
+                .collect()
+        };
+        locks.extend(self.list_semaphores(limit - locks.len()));
+        Ok(locks)
     }
 }

@@ -4,6 +4,7 @@
 mod line;
 mod lock;
 mod queue;
+mod semaphore;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use self::lock::LockState;
 use self::queue::QueueState;
+use self::semaphore::SemaphoreState;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
@@ -40,6 +42,7 @@ use crate::store::handover::{HandOver, Promotion};
 #[derive(Clone)]
 pub struct MemoryStore {
     locks: Arc<Mutex<LockState>>,
+    semaphores: Arc<Mutex<SemaphoreState>>,
     queues: Arc<Mutex<HashMap<QueueName, QueueState>>>,
     /// The registry of queues: name -> shards, and whether its activity is counted.
     registered: Arc<Mutex<std::collections::BTreeMap<String, (usize, crate::queue::Counters)>>>,
@@ -51,6 +54,7 @@ impl Default for MemoryStore {
     fn default() -> Self {
         MemoryStore {
             locks: Arc::default(),
+            semaphores: Arc::default(),
             queues: Arc::default(),
             registered: Arc::default(),
             reservation: DEFAULT_RESERVATION,
@@ -80,6 +84,10 @@ impl MemoryStore {
 
     fn locks(&self) -> MutexGuard<'_, LockState> {
         lock_unpoisoned(&self.locks)
+    }
+
+    fn semaphores(&self) -> MutexGuard<'_, SemaphoreState> {
+        lock_unpoisoned(&self.semaphores)
     }
 
     fn queues(&self) -> MutexGuard<'_, HashMap<QueueName, QueueState>> {

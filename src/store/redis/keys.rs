@@ -73,6 +73,73 @@ impl LockKeys {
     }
 }
 
+/// The keys of one semaphore, in the order every permit script receives them in `KEYS`: the
+/// shared Lua prelude (`lua/permit_prelude.lua`) names them in this order. Apart from a mutex's
+/// keys of the same name: a key is guarded by one or the other.
+#[derive(Debug, Clone)]
+pub(crate) struct PermitKeys {
+    /// zset: holder token -> lease deadline, `@<waiter>` -> reservation deadline (ms, server clock).
+    pub(crate) permits: String,
+    /// hash: holder token -> the fencing token of its permit.
+    pub(crate) fences: String,
+    /// counter: the last fencing token handed out; outlives the permits.
+    pub(crate) fence: String,
+    /// string: how many permits the last acquire allowed, for operators' tools.
+    pub(crate) limit: String,
+    /// zset: waiter -> arrival order; the key's line.
+    pub(crate) waiters: String,
+    /// string: the key's typical hold in ms (expires an hour after the last release).
+    pub(crate) holds: String,
+    /// pub/sub channel: who a permit was reserved for. Not a key: scripts get it in `ARGV[1]`.
+    pub(crate) wake: String,
+}
+
+impl PermitKeys {
+    pub(crate) fn new(prefix: &Prefix, key: &LockKey) -> Self {
+        Self::with_tag(prefix, &format!("{{{}}}", hash_tag(key.as_str())))
+    }
+
+    /// The keys that go with a semaphore found by a scan, whose tag (`{...}`) is as found.
+    pub(crate) fn of_found_tag(prefix: &Prefix, tag: &str) -> Self {
+        Self::with_tag(prefix, tag)
+    }
+
+    fn with_tag(prefix: &Prefix, tag: &str) -> Self {
+        let key = |kind: &str| format!("{}:{kind}:{tag}", prefix.as_str());
+        PermitKeys {
+            permits: key("permits"),
+            fences: key("permit-fences"),
+            fence: key("permit-fence"),
+            limit: key("permit-limit"),
+            waiters: key("permit-waiters"),
+            holds: key("permit-holds"),
+            wake: key("permit-wake"),
+        }
+    }
+
+    /// The keys in the order of the scripts' `KEYS`.
+    pub(crate) fn in_script_order(&self) -> [&str; 6] {
+        [
+            &self.permits,
+            &self.fences,
+            &self.fence,
+            &self.limit,
+            &self.waiters,
+            &self.holds,
+        ]
+    }
+
+    /// Every name of the semaphore: its keys, then its channel.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &str> {
+        self.in_script_order().into_iter().chain([self.wake.as_str()])
+    }
+}
+
+/// The start of every semaphore's permits key under `prefix`, before its hash tag.
+pub(crate) fn permits_namespace(prefix: &Prefix) -> String {
+    format!("{}:permits:", prefix.as_str())
+}
+
 /// The set of queue names the queues register (`<prefix>:queues`), for operators' tools.
 pub(crate) fn registry_key(prefix: &Prefix) -> String {
     format!("{}:queues", prefix.as_str())
@@ -241,6 +308,14 @@ mod tests {
     }
 
     #[test]
+    fn the_permit_prelude_names_the_keys_in_script_order() {
+        assert_declares(
+            include_str!("lua/permit_prelude.lua"),
+            &["PERMITS", "FENCES", "FENCE", "LIMIT", "WAITERS", "HOLDS"],
+        );
+    }
+
+    #[test]
     fn the_prelude_names_the_keys_in_script_order() {
         let prelude = include_str!("lua/queue_prelude.lua");
         assert_declares(
@@ -274,7 +349,13 @@ mod tests {
         let prefix = Prefix::new("<prefix>").unwrap();
         let queue = QueueKeys::new(&prefix, &QueueName::new("<queue>").unwrap());
         let lock = LockKeys::new(&prefix, &LockKey::new("<key>").unwrap());
-        let built: Vec<String> = queue.all().chain(lock.all()).map(str::to_string).collect();
+        let permits = PermitKeys::new(&prefix, &LockKey::new("<key>").unwrap());
+        let built: Vec<String> = queue
+            .all()
+            .chain(lock.all())
+            .chain(permits.all())
+            .map(str::to_string)
+            .collect();
         let built: BTreeSet<&str> = built
             .iter()
             .map(|name| name.strip_prefix("<prefix>:").expect("built under the prefix"))

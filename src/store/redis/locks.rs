@@ -33,7 +33,7 @@ impl<Conn> RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// Up to `limit` held locks, found by `SCAN` on the server this store is connected to (on
+    /// Up to `limit` held locks (mutexes and semaphores), found by `SCAN` on the server this store is connected to (on
     /// Redis Cluster, use [`cluster_locks`](RedisStore::cluster_locks), which scans every
     /// master). A key whose hash tag no lock key encodes to is reported under its raw name.
     pub async fn locks(&self, limit: usize) -> Result<Vec<LockInfo>, StoreError> {
@@ -47,28 +47,34 @@ where
         self.describe_locks(keys).await
     }
 
-    /// The `SCAN` for lock keys from `cursor`.
-    fn lock_scan(&self, cursor: u64) -> redis::Cmd {
-        let pattern = format!("{}{{*", glob_escape(&keys::lock_namespace(&self.prefix)));
+    /// The `SCAN` from `cursor` for the keys that start with `namespace` and a hash tag.
+    fn lock_scan(namespace: &str, cursor: u64) -> redis::Cmd {
+        let pattern = format!("{}{{*", glob_escape(namespace));
         let mut scan = redis::cmd("SCAN");
         scan.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(500);
         scan
     }
 
-    /// Up to `limit` lock keys, scanning with `run` until the cursor comes back to 0.
+    /// Up to `limit` lock keys (mutexes, then semaphores), scanning with `run` until the
+    /// cursor comes back to 0.
     async fn scan_lock_keys<Run, Fut>(&self, limit: usize, mut run: Run) -> Result<Vec<String>, StoreError>
     where
         Run: FnMut(redis::Cmd) -> Fut,
         Fut: Future<Output = redis::RedisResult<ScanPage>>,
     {
         let mut keys = Vec::new();
-        let mut cursor = 0u64;
-        loop {
-            let (next, found) = run(self.lock_scan(cursor)).await?;
-            keys.extend(found);
-            cursor = next;
-            if cursor == 0 || keys.len() >= limit {
-                break;
+        for namespace in [
+            keys::lock_namespace(&self.prefix),
+            keys::permits_namespace(&self.prefix),
+        ] {
+            let mut cursor = 0u64;
+            loop {
+                let (next, found) = run(Self::lock_scan(&namespace, cursor)).await?;
+                keys.extend(found);
+                cursor = next;
+                if cursor == 0 || keys.len() >= limit {
+                    break;
+                }
             }
         }
         keys.truncate(limit);
@@ -78,35 +84,95 @@ where
     /// The locks of `keys`: TTL, fence, line and reservation of each still held.
     async fn describe_locks(&self, keys: Vec<String>) -> Result<Vec<LockInfo>, StoreError> {
         let lock_prefix = keys::lock_namespace(&self.prefix);
-        let mut conn = self.conn.clone();
+        let permits_prefix = keys::permits_namespace(&self.prefix);
         let mut locks = Vec::with_capacity(keys.len());
         for key in keys {
-            let tag = key.strip_prefix(&lock_prefix).unwrap_or(&key);
-            let found = keys::LockKeys::of_found_tag(&self.prefix, tag);
-            let (pttl, fence, waiters, holder): (i64, Option<u64>, u64, Option<String>) = redis::pipe()
-                .pttl(&key)
-                .get(&found.fence)
-                .zcard(&found.waiters)
-                .get(&key)
-                .query_async(&mut conn)
-                .await?;
-            if pttl == -2 {
-                continue; // released since the scan
-            }
-            let name = tag
-                .strip_prefix('{')
-                .and_then(|t| t.strip_suffix('}'))
-                .and_then(decode_tag);
-            locks.push(LockInfo {
-                key: name.unwrap_or(key),
-                remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-                fence: fence.unwrap_or(0),
-                waiters,
-                reserved_for: holder.and_then(|holder| holder.strip_prefix('@').map(str::to_string)),
-            });
+            let described = match key.strip_prefix(&permits_prefix) {
+                Some(tag) => self.describe_semaphore(&key, tag).await?,
+                None => {
+                    self.describe_mutex(&key, key.strip_prefix(&lock_prefix).unwrap_or(&key))
+                        .await?
+                }
+            };
+            locks.extend(described);
         }
         Ok(locks)
     }
+
+    /// The mutex at `key`, whose hash tag is `tag`; `None` once released.
+    async fn describe_mutex(&self, key: &str, tag: &str) -> Result<Option<LockInfo>, StoreError> {
+        let found = keys::LockKeys::of_found_tag(&self.prefix, tag);
+        let (pttl, fence, waiters, holder): (i64, Option<u64>, u64, Option<String>) = redis::pipe()
+            .pttl(key)
+            .get(&found.fence)
+            .zcard(&found.waiters)
+            .get(key)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if pttl == -2 {
+            return Ok(None); // released since the scan
+        }
+        let reserved_for = holder.and_then(|holder| holder.strip_prefix('@').map(str::to_string));
+        Ok(Some(LockInfo {
+            key: key_name(key, tag),
+            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            fence: fence.unwrap_or(0),
+            waiters,
+            holders: u64::from(reserved_for.is_none()),
+            limit: 1,
+            reserved_for,
+        }))
+    }
+
+    /// The semaphore at `key` (its permits), whose hash tag is `tag`; `None` once every
+    /// permit ran out. Its remaining time is the last deadline among its permits.
+    async fn describe_semaphore(&self, key: &str, tag: &str) -> Result<Option<LockInfo>, StoreError> {
+        let found = keys::PermitKeys::of_found_tag(&self.prefix, tag);
+        let (pttl, fence, waiters, holders, limit, entries): (
+            i64,
+            Option<u64>,
+            u64,
+            u64,
+            Option<u64>,
+            Vec<String>,
+        ) = redis::pipe()
+            .pttl(key)
+            .get(&found.fence)
+            .zcard(&found.waiters)
+            .hlen(&found.fences)
+            .get(&found.limit)
+            .zrange(key, 0, MAX_RESERVATIONS_SHOWN)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if pttl == -2 {
+            return Ok(None);
+        }
+        let reserved: Vec<&str> = entries
+            .iter()
+            .filter_map(|entry| entry.strip_prefix('@'))
+            .collect();
+        Ok(Some(LockInfo {
+            key: key_name(key, tag),
+            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            fence: fence.unwrap_or(0),
+            waiters,
+            holders,
+            limit: limit.unwrap_or(0),
+            reserved_for: (!reserved.is_empty()).then(|| reserved.join(" ")),
+        }))
+    }
+}
+
+/// How many of a semaphore's entries a listing reads for its reservations.
+const MAX_RESERVATIONS_SHOWN: isize = 63;
+
+/// The lock key a Redis key found by a scan stands for: its hash tag decoded, or the raw name
+/// of a key whose tag no lock key encodes to.
+fn key_name(key: &str, tag: &str) -> String {
+    tag.strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))
+        .and_then(decode_tag)
+        .unwrap_or_else(|| key.to_string())
 }
 
 impl RedisStore<ClusterConnection> {

@@ -8,6 +8,7 @@ mod lock;
 mod locks;
 mod queue;
 mod scripts;
+mod semaphore;
 mod wake;
 
 use std::sync::{Arc, Mutex, PoisonError};

@@ -34,6 +34,7 @@ macro_rules! script {
 
 const QUEUE_PRELUDE: &str = include_str!("lua/queue_prelude.lua");
 const LOCK_PRELUDE: &str = include_str!("lua/lock_prelude.lua");
+const PERMIT_PRELUDE: &str = include_str!("lua/permit_prelude.lua");
 
 /// A script with `prelude` after its first line, which must stay first: the flags.
 fn with_prelude(prelude: &str, script: &str) -> String {
@@ -49,6 +50,11 @@ script!(LOCK_JOIN, LOCK_PRELUDE, "lock_join.lua");
 pub(super) static LOCK_RELEASE_ALONE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_release_alone.lua")));
 script!(LOCK_LEAVE, LOCK_PRELUDE, "lock_leave.lua");
+script!(PERMIT_ACQUIRE, PERMIT_PRELUDE, "permit_acquire.lua");
+script!(PERMIT_EXTEND, PERMIT_PRELUDE, "permit_extend.lua");
+script!(PERMIT_RELEASE, PERMIT_PRELUDE, "permit_release.lua");
+script!(PERMIT_JOIN, PERMIT_PRELUDE, "permit_join.lua");
+script!(PERMIT_LEAVE, PERMIT_PRELUDE, "permit_leave.lua");
 script!(QUEUE_PUSH, QUEUE_PRELUDE, "queue_push.lua");
 script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
 script!(QUEUE_CLAIM, QUEUE_PRELUDE, "queue_claim.lua");
@@ -67,13 +73,18 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 22] = [
+static ALL: [&LazyLock<Script>; 27] = [
     &LOCK_ACQUIRE,
     &LOCK_EXTEND,
     &LOCK_RELEASE,
     &LOCK_RELEASE_ALONE,
     &LOCK_JOIN,
     &LOCK_LEAVE,
+    &PERMIT_ACQUIRE,
+    &PERMIT_EXTEND,
+    &PERMIT_RELEASE,
+    &PERMIT_JOIN,
+    &PERMIT_LEAVE,
     &QUEUE_PUSH,
     &QUEUE_PUSH_MANY,
     &QUEUE_CLAIM,
@@ -112,7 +123,12 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 20] = [
+    const SCRIPTS: [(&str, &str); 25] = [
+        ("permit_acquire", include_str!("lua/permit_acquire.lua")),
+        ("permit_extend", include_str!("lua/permit_extend.lua")),
+        ("permit_release", include_str!("lua/permit_release.lua")),
+        ("permit_join", include_str!("lua/permit_join.lua")),
+        ("permit_leave", include_str!("lua/permit_leave.lua")),
         ("lock_acquire", include_str!("lua/lock_acquire.lua")),
         ("lock_extend", include_str!("lua/lock_extend.lua")),
         ("lock_release", include_str!("lua/lock_release.lua")),

@@ -1,0 +1,357 @@
+//! The semaphore operations of the in-memory store: the same steps as the permit scripts, under
+//! one mutex instead of Redis's single thread.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use super::MemoryStore;
+use super::line::Line;
+use crate::error::StoreError;
+use crate::key::LockKey;
+use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LockToken, Waiter};
+use crate::metric_names;
+use crate::queue::{JobId, QueueName};
+use crate::semaphore::SemaphoreStore;
+use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired};
+
+#[derive(Default)]
+pub(super) struct SemaphoreState {
+    keys: HashMap<LockKey, KeyPermits>,
+    /// Per-key fencing counters; they outlive the permits.
+    fences: HashMap<LockKey, u64>,
+    /// Per-key last hold, in ms.
+    holds: HashMap<LockKey, f64>,
+    announcements: HashMap<LockKey, broadcast::Sender<String>>,
+}
+
+/// One key's permits and line (`PERMITS`, `FENCES`, `LIMIT` and `WAITERS` of the scripts).
+#[derive(Default)]
+pub(super) struct KeyPermits {
+    /// Holder -> its fencing token and lease deadline.
+    pub(super) holders: HashMap<LockToken, (FencingToken, Instant)>,
+    /// Waiter -> the deadline of the permit reserved for it.
+    pub(super) reserved: HashMap<Waiter, Instant>,
+    pub(super) line: Line,
+    /// The limit the last acquire asked for.
+    pub(super) limit: u32,
+}
+
+impl KeyPermits {
+    /// Permits held or reserved: what counts against the limit.
+    fn taken(&self) -> usize {
+        self.holders.len() + self.reserved.len()
+    }
+
+    /// Drops the permits and reservations whose deadline passed (a reservation's waiter leaves
+    /// the line); the waiters dropped.
+    fn prune(&mut self, now: Instant) -> Vec<Waiter> {
+        self.holders.retain(|_, (_, deadline)| *deadline > now);
+        let expired: Vec<Waiter> = self
+            .reserved
+            .iter()
+            .filter(|(_, deadline)| **deadline <= now)
+            .map(|(waiter, _)| waiter.clone())
+            .collect();
+        for waiter in &expired {
+            self.reserved.remove(waiter);
+            self.line.remove(waiter);
+        }
+        expired
+    }
+
+    /// Whether a caller at `waiter`'s place (or a newcomer) may take one of the free permits:
+    /// fewer waiters without a reservation are ahead of it than permits are free.
+    fn may_take(&self, waiter: Option<&Waiter>, limit: u32) -> bool {
+        let free = (limit as usize).saturating_sub(self.taken());
+        let unreserved_ahead = self
+            .line
+            .order
+            .values()
+            .take_while(|ahead| Some(*ahead) != waiter)
+            .filter(|ahead| !self.reserved.contains_key(*ahead))
+            .take(free)
+            .count();
+        free > 0 && unreserved_ahead < free
+    }
+
+    /// Reserves the free permits for the first in line that have none; who they are.
+    fn hand_to_line(&mut self, now: Instant, limit: u32, reservation: Duration) -> Vec<Waiter> {
+        let free = (limit as usize).saturating_sub(self.taken());
+        let handed: Vec<Waiter> = self
+            .line
+            .order
+            .values()
+            .filter(|waiter| !self.reserved.contains_key(*waiter))
+            .take(free)
+            .cloned()
+            .collect();
+        for waiter in &handed {
+            self.reserved.insert(waiter.clone(), now + reservation);
+        }
+        handed
+    }
+
+    /// The first deadline among the permits and reservations.
+    fn first_deadline(&self) -> Option<Instant> {
+        let holders = self.holders.values().map(|(_, deadline)| *deadline);
+        holders.chain(self.reserved.values().copied()).min()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.holders.is_empty() && self.reserved.is_empty() && self.line.order.is_empty()
+    }
+}
+
+/// What one operation did to the line: the waiters permits were reserved for, and those
+/// dropped for a reservation that ran out.
+#[derive(Default)]
+struct Handed {
+    reserved: Vec<Waiter>,
+    dropped: Vec<Waiter>,
+}
+
+impl SemaphoreState {
+    /// `key`'s permits, pruned; a key with nothing left is forgotten after `work`.
+    fn with_key<R>(
+        &mut self,
+        key: &LockKey,
+        now: Instant,
+        work: impl FnOnce(&mut KeyPermits, &mut Handed, &mut u64) -> R,
+    ) -> (R, Handed) {
+        let permits = self.keys.entry(key.clone()).or_default();
+        let mut handed = Handed {
+            dropped: permits.prune(now),
+            ..Handed::default()
+        };
+        let fence = self.fences.entry(key.clone()).or_insert(0);
+        let result = work(permits, &mut handed, fence);
+        if permits.is_empty() {
+            self.keys.remove(key);
+        }
+        if let Some(sender) = self.announcements.get(key) {
+            for waiter in &handed.reserved {
+                let _ = sender.send(waiter.as_str().to_string());
+            }
+        }
+        (result, handed)
+    }
+}
+
+impl MemoryStore {
+    /// After an operation: logs the dropped waiters, wakes the reserved ones.
+    async fn permits_handed(&self, key: &LockKey, permits: u32, handed: Handed) {
+        for waiter in &handed.dropped {
+            reservation_expired(key, Some(waiter));
+        }
+        let line = PermitLine { store: self, permits };
+        hand_over(&line, key, handed.reserved).await;
+    }
+
+    fn leave_permits_now(&self, key: &LockKey, waiter: &Waiter, permits: u32) -> Vec<Waiter> {
+        let now = Instant::now();
+        let (_, handed) = self.semaphores().with_key(key, now, |state, handed, _| {
+            state.line.remove(waiter);
+            state.reserved.remove(waiter);
+            handed.reserved = state.hand_to_line(now, permits, self.reservation);
+        });
+        for dropped in &handed.dropped {
+            reservation_expired(key, Some(dropped));
+        }
+        handed.reserved
+    }
+}
+
+impl MemoryStore {
+    /// Up to `limit` semaphores with permits held or reserved, for [`ListLocks`](crate::store::ListLocks).
+    pub(super) fn list_semaphores(&self, limit: usize) -> Vec<crate::store::LockInfo> {
+        let state = self.semaphores();
+        let now = Instant::now();
+        state
+            .keys
+            .iter()
+            .filter_map(|(key, permits)| {
+                let last = permits
+                    .holders
+                    .values()
+                    .map(|(_, deadline)| *deadline)
+                    .chain(permits.reserved.values().copied())
+                    .max()
+                    .filter(|last| *last > now)?;
+                let reserved: Vec<&str> = permits.reserved.keys().map(Waiter::as_str).collect();
+                Some(crate::store::LockInfo {
+                    key: key.as_str().to_string(),
+                    remaining: Some(last - now),
+                    fence: state.fences.get(key).copied().unwrap_or(0),
+                    waiters: permits.line.order.len() as u64,
+                    holders: permits
+                        .holders
+                        .values()
+                        .filter(|(_, deadline)| *deadline > now)
+                        .count() as u64,
+                    limit: u64::from(permits.limit),
+                    reserved_for: (!reserved.is_empty()).then(|| reserved.join(" ")),
+                })
+            })
+            .take(limit)
+            .collect()
+    }
+}
+
+impl SemaphoreStore for MemoryStore {
+    async fn try_acquire_permit(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        permits: u32,
+        waiter: Option<&Waiter>,
+        fencing: Fencing,
+    ) -> Result<Acquisition, StoreError> {
+        let now = Instant::now();
+        let reservation = self.reservation;
+        let (acquisition, handed) = {
+            let mut state = self.semaphores();
+            let holds = state.holds.get(key).copied();
+            state.with_key(key, now, |state, handed, counter| {
+                if let Some((fence, deadline)) = state.holders.get_mut(&token) {
+                    // A re-sent acquire: the permit is already ours.
+                    *deadline = now + ttl;
+                    return Ok(*fence);
+                }
+                let reserved = waiter.and_then(|waiter| state.reserved.remove(waiter));
+                if let Some(deadline) = reserved {
+                    metric_names::handoff_taken(reservation.saturating_sub(deadline - now));
+                } else if !state.may_take(waiter, permits) {
+                    handed.reserved = state.hand_to_line(now, permits, reservation);
+                    return Err(Acquisition::Held {
+                        remaining: state.first_deadline().map(|deadline| deadline - now),
+                        ahead: state.line.ahead_of(waiter),
+                        typical_hold: holds.map(|ms| Duration::from_millis(ms as u64) / permits.max(1)),
+                        reserved: state.holders.len() < permits as usize,
+                    });
+                }
+                if let Some(waiter) = waiter {
+                    state.line.remove(waiter);
+                }
+                *counter += 1;
+                let fence = FencingToken(*counter);
+                state.holders.insert(token, (fence, now + ttl));
+                state.limit = permits;
+                handed.reserved = state.hand_to_line(now, permits, reservation);
+                Ok(fence)
+            })
+        };
+        self.permits_handed(key, permits, handed).await;
+        Ok(match acquisition {
+            Ok(fence) => Acquisition::Acquired((fencing == Fencing::On).then_some(fence)),
+            Err(held) => held,
+        })
+    }
+
+    async fn extend_permit(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let mut state = self.semaphores();
+        let permit = state
+            .keys
+            .get_mut(key)
+            .and_then(|permits| permits.holders.get_mut(&token))
+            .filter(|(_, deadline)| *deadline > now);
+        Ok(match permit {
+            Some((_, deadline)) => {
+                *deadline = now + ttl;
+                true
+            }
+            None => false,
+        })
+    }
+
+    async fn release_permit(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        permits: u32,
+        held_for: Option<Duration>,
+    ) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let reservation = self.reservation;
+        let (released, handed) = {
+            let mut state = self.semaphores();
+            let (released, handed) = state.with_key(key, now, |state, handed, _| {
+                let released = state.holders.remove(&token).is_some();
+                handed.reserved = state.hand_to_line(now, permits, reservation);
+                released
+            });
+            if released && let Some(held) = held_for {
+                let held = held.as_millis() as f64;
+                let typical = state
+                    .holds
+                    .get(key)
+                    .map_or(held, |typical| typical * 0.8 + held * 0.2);
+                state.holds.insert(key.clone(), typical.floor());
+            }
+            (released, handed)
+        };
+        self.permits_handed(key, permits, handed).await;
+        Ok(released)
+    }
+
+    async fn join_permits(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        replacing: Option<&Waiter>,
+        permits: u32,
+    ) -> Result<u64, StoreError> {
+        let now = Instant::now();
+        let reservation = self.reservation;
+        let (ahead, handed) = self.semaphores().with_key(key, now, |state, handed, _| {
+            state.line.join(waiter, replacing);
+            handed.reserved = state.hand_to_line(now, permits, reservation);
+            state.line.ahead_of(Some(waiter))
+        });
+        self.permits_handed(key, permits, handed).await;
+        Ok(ahead)
+    }
+
+    async fn leave_permits(&self, key: &LockKey, waiter: &Waiter, permits: u32) -> Result<(), StoreError> {
+        let handed = self.leave_permits_now(key, waiter, permits);
+        let line = PermitLine { store: self, permits };
+        hand_over(&line, key, handed).await;
+        Ok(())
+    }
+
+    fn permit_handoffs(&self, key: &LockKey) -> Handoffs {
+        let receiver = self
+            .semaphores()
+            .announcements
+            .entry(key.clone())
+            .or_insert_with(|| broadcast::channel(64).0)
+            .subscribe();
+        Handoffs::new(receiver, None)
+    }
+}
+
+/// A semaphore's line, for a handoff: a waiter whose job is gone leaves the line, and the
+/// permit reserved for it goes to the next.
+struct PermitLine<'a> {
+    store: &'a MemoryStore,
+    permits: u32,
+}
+
+impl HandOver for PermitLine<'_> {
+    async fn promote(&self, queue: &QueueName, id: &JobId, after: Duration) -> Result<Promotion, StoreError> {
+        Ok(self.store.promote_now(queue, id, after))
+    }
+
+    async fn pass_on(&self, key: &LockKey, waiter: &Waiter) -> Result<Vec<Waiter>, StoreError> {
+        Ok(self.store.leave_permits_now(key, waiter, self.permits))
+    }
+}

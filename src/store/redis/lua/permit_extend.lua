@@ -1,0 +1,13 @@
+#!lua flags=allow-oom
+-- Resets the deadline of the caller's permit, if it still has one.
+-- ARGV[3] the holder's token, ARGV[4] the TTL in ms.
+-- Returns 1 when extended, 0 when the permit ran out (or was never taken).
+local token, ttl = ARGV[3], tonumber(ARGV[4])
+local now = now_ms()
+local deadline = redis.call('ZSCORE', PERMITS, token)
+if not deadline or tonumber(deadline) <= now then
+  return 0
+end
+redis.call('ZADD', PERMITS, 'XX', now + ttl, token)
+keep_alive(ttl)
+return 1

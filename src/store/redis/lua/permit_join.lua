@@ -1,0 +1,20 @@
+#!lua flags=allow-oom
+-- Puts a waiter in the key's line: at the end, or in the place of the waiter it replaces (a
+-- caller that retried, then deferred). Already in line, it keeps its place. Permits freed
+-- since the caller found them taken go to the line now.
+-- ARGV[3] the waiter, ARGV[4] the waiter it replaces ('' none), ARGV[5] the limit.
+-- Returns {the waiters permits were reserved for, the waiters dropped, waiters ahead}.
+local waiter, replacing, limit = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local place = nil
+if replacing ~= '' then
+  place = redis.call('ZSCORE', WAITERS, replacing)
+  redis.call('ZREM', WAITERS, replacing)
+end
+if not place then
+  local last = redis.call('ZRANGE', WAITERS, -1, -1, 'WITHSCORES')[2]
+  place = (tonumber(last) or 0) + 1
+end
+redis.call('ZADD', WAITERS, 'NX', place, waiter)
+local now = now_ms()
+local dropped = prune(now)
+return {hand_to_line(now, limit), dropped, ahead_of(waiter)}

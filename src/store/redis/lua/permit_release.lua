@@ -1,0 +1,18 @@
+#!lua flags=allow-oom
+-- Gives the caller's permit back, reserving the free permits for the first in line.
+-- ARGV[3] the holder's token, ARGV[4] how long it held the permit in whole ms ('' unknown),
+-- ARGV[5] the limit.
+-- Returns {1 when released (0: the permit ran out or was never taken), the waiters permits
+-- were reserved for, the waiters dropped for a reservation that ran out}.
+local token, held_ms, limit = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local now = now_ms()
+local dropped = prune(now)
+local released = redis.call('ZREM', PERMITS, token)
+if released == 1 then
+  redis.call('HDEL', FENCES, token)
+  if held_ms ~= '' then
+    redis.call('SET', HOLDS, held_ms, 'PX', 3600000)
+  end
+end
+-- Even when ours had run out: the permit it left, or others, may be free for the line.
+return {released, hand_to_line(now, limit), dropped}

@@ -1,0 +1,231 @@
+//! The semaphore operations of the Redis store: one Lua script each, over the semaphore's keys.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{Script, ScriptInvocation};
+
+use super::RedisStore;
+use super::keys::PermitKeys;
+use super::scripts::{PERMIT_ACQUIRE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE, PERMIT_RELEASE};
+use crate::error::StoreError;
+use crate::key::LockKey;
+use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LockToken, Waiter};
+use crate::metric_names;
+use crate::queue::{JobId, QueueName};
+use crate::semaphore::SemaphoreStore;
+use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired};
+use crate::store::time::{millis, ttl_millis};
+
+/// The acquire script's reply: status, three numbers (fence, ms waited; or remaining ms,
+/// waiters ahead, typical hold ms), whether only reservations stand in the way, the waiters
+/// permits were reserved for, the waiters dropped.
+type AcquireReply = (i64, i64, i64, i64, i64, Vec<String>, Vec<String>);
+
+/// A duration from a script's milliseconds; `None` for the -1 of "none".
+fn duration(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+/// Waiters as a script lists them.
+fn waiters(stored: Vec<String>) -> impl Iterator<Item = Waiter> {
+    stored.into_iter().filter_map(Waiter::from_stored)
+}
+
+impl<Conn> RedisStore<Conn>
+where
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A call of a permit script on `key`: every permit script takes the same keys, in the
+    /// order the prelude names them, then the announcement channel and the reservation time.
+    fn permit_script<'a>(&self, script: &'a Script, key: &LockKey) -> ScriptInvocation<'a> {
+        let keys = PermitKeys::new(&self.prefix, key);
+        let mut invocation = script.prepare_invoke();
+        for name in keys.in_script_order() {
+            invocation.key(name);
+        }
+        invocation.arg(&keys.wake).arg(ttl_millis(self.reservation));
+        invocation
+    }
+
+    /// After a script reserved permits and dropped waiters: logs the dropped, wakes the
+    /// reserved (a job waiter's job is made due).
+    async fn permits_handed(&self, key: &LockKey, permits: u32, handed: Vec<String>, dropped: Vec<String>) {
+        for waiter in waiters(dropped) {
+            reservation_expired(key, Some(&waiter));
+        }
+        let line = PermitLine { store: self, permits };
+        hand_over(&line, key, waiters(handed)).await;
+    }
+
+    async fn acquire_permit(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        permits: u32,
+        waiter: Option<&Waiter>,
+        fencing: Fencing,
+    ) -> Result<Acquisition, StoreError> {
+        let (status, first, second, hold, only_reserved, handed, dropped): AcquireReply = self
+            .permit_script(&PERMIT_ACQUIRE, key)
+            .arg(token)
+            .arg(ttl_millis(ttl))
+            .arg(permits)
+            .arg(waiter.map_or("", Waiter::as_str))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        self.permits_handed(key, permits, handed, dropped).await;
+        match status {
+            1 => {
+                let fence = u64::try_from(first)
+                    .map_err(|_| StoreError::Protocol(format!("negative fencing token {first}")))?;
+                if let Some(waited) = duration(second) {
+                    metric_names::handoff_taken(waited);
+                }
+                if let Err(error) = self.replicated().await {
+                    self.release_permit(key, token, permits, None).await?;
+                    return Err(error);
+                }
+                Ok(Acquisition::Acquired(
+                    (fencing == Fencing::On).then_some(FencingToken(fence)),
+                ))
+            }
+            0 => Ok(Acquisition::Held {
+                remaining: duration(first),
+                ahead: u64::try_from(second).unwrap_or(0),
+                // A permit comes free about every typical hold / permits.
+                typical_hold: duration(hold).map(|hold| hold / permits.max(1)),
+                reserved: only_reserved == 1,
+            }),
+            other => Err(StoreError::Protocol(format!(
+                "permit acquire answered status {other}"
+            ))),
+        }
+    }
+}
+
+impl<Conn> SemaphoreStore for RedisStore<Conn>
+where
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn try_acquire_permit(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        permits: u32,
+        waiter: Option<&Waiter>,
+        fencing: Fencing,
+    ) -> Result<Acquisition, StoreError> {
+        self.prepare().await?;
+        // As for the mutex: a release on its way as the acquire goes out may reach the server
+        // after it; found taken then, try again once it is answered.
+        let releasing = self.releasing.pending(key);
+        let acquisition = self
+            .acquire_permit(key, token, ttl, permits, waiter, fencing)
+            .await?;
+        if releasing && matches!(acquisition, Acquisition::Held { .. }) {
+            self.releasing.settled(key).await;
+            return self
+                .acquire_permit(key, token, ttl, permits, waiter, fencing)
+                .await;
+        }
+        Ok(acquisition)
+    }
+
+    async fn extend_permit(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let extended: bool = self
+            .permit_script(&PERMIT_EXTEND, key)
+            .arg(token)
+            .arg(ttl_millis(ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(extended)
+    }
+
+    async fn release_permit(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        permits: u32,
+        held_for: Option<Duration>,
+    ) -> Result<bool, StoreError> {
+        let _on_its_way = self.releasing.start(key);
+        let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
+        let (released, handed, dropped): (bool, Vec<String>, Vec<String>) = self
+            .permit_script(&PERMIT_RELEASE, key)
+            .arg(token)
+            .arg(held_ms)
+            .arg(permits)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        self.permits_handed(key, permits, handed, dropped).await;
+        Ok(released)
+    }
+
+    async fn join_permits(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        replacing: Option<&Waiter>,
+        permits: u32,
+    ) -> Result<u64, StoreError> {
+        let (handed, dropped, ahead): (Vec<String>, Vec<String>, u64) = self
+            .permit_script(&PERMIT_JOIN, key)
+            .arg(waiter.as_str())
+            .arg(replacing.map_or("", Waiter::as_str))
+            .arg(permits)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        self.permits_handed(key, permits, handed, dropped).await;
+        Ok(ahead)
+    }
+
+    async fn leave_permits(&self, key: &LockKey, waiter: &Waiter, permits: u32) -> Result<(), StoreError> {
+        let line = PermitLine { store: self, permits };
+        let handed = line.pass_on(key, waiter).await?;
+        hand_over(&line, key, handed).await;
+        Ok(())
+    }
+
+    fn permit_handoffs(&self, key: &LockKey) -> Handoffs {
+        match self.announcements() {
+            Some(announcements) => announcements.watch(PermitKeys::new(&self.prefix, key).wake),
+            // Without pub/sub, the waiters poll on their backoff.
+            None => Handoffs::new(tokio::sync::broadcast::channel(1).1, None),
+        }
+    }
+}
+
+/// A semaphore's line, for a handoff: a waiter whose job is gone leaves the line, and the
+/// permit reserved for it goes to the next.
+struct PermitLine<'a, Conn> {
+    store: &'a RedisStore<Conn>,
+    permits: u32,
+}
+
+impl<Conn> HandOver for PermitLine<'_, Conn>
+where
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn promote(&self, queue: &QueueName, id: &JobId, after: Duration) -> Result<Promotion, StoreError> {
+        self.store.promote(queue, id, after).await
+    }
+
+    async fn pass_on(&self, key: &LockKey, waiter: &Waiter) -> Result<Vec<Waiter>, StoreError> {
+        let handed: Vec<String> = self
+            .store
+            .permit_script(&PERMIT_LEAVE, key)
+            .arg(waiter.as_str())
+            .arg(self.permits)
+            .invoke_async(&mut self.store.conn.clone())
+            .await?;
+        Ok(waiters(handed).collect())
+    }
+}

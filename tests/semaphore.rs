@@ -1,0 +1,480 @@
+//! Conformance of the semaphore operations of every store (the semantics `SemaphoreStore`
+//! documents), and the lock layer with N permits per key end to end.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redefer::lock::{Acquisition, LockStore, Waiter};
+use redefer::queue::{DelayQueue, QueueStats, QueueStore};
+use redefer::semaphore::{Permits, SemaphoreStore};
+use redefer::store::ListLocks;
+use redefer::strategy::{Defer, Retry};
+use redefer::{
+    Backoff, Fencing, FencingToken, LockKey, LockLayer, LockToken, MemoryStore, Outcome, RedisStore,
+    Scheduler, SchedulerOptions, current_lock,
+};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tower::{Layer, ServiceExt, service_fn};
+
+use support::{eventually, for_each_store};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn key(name: &str) -> LockKey {
+    LockKey::new(name).unwrap()
+}
+
+/// Stores whose reservation time a test can shorten.
+trait Reserving: SemaphoreStore + LockStore + QueueStore + ListLocks {
+    fn reserving(self, reservation: Duration) -> Self;
+}
+
+impl Reserving for MemoryStore {
+    fn reserving(self, reservation: Duration) -> Self {
+        self.with_reservation(reservation)
+    }
+}
+
+impl Reserving for RedisStore {
+    fn reserving(self, reservation: Duration) -> Self {
+        self.with_reservation(reservation)
+    }
+}
+
+async fn take<S: SemaphoreStore>(
+    store: &S,
+    key: &LockKey,
+    token: LockToken,
+    permits: u32,
+) -> Option<FencingToken> {
+    take_as(store, key, token, permits, None, LONG).await
+}
+
+async fn take_as<S: SemaphoreStore>(
+    store: &S,
+    key: &LockKey,
+    token: LockToken,
+    permits: u32,
+    waiter: Option<&Waiter>,
+    ttl: Duration,
+) -> Option<FencingToken> {
+    match store
+        .try_acquire_permit(key, token, ttl, permits, waiter, Fencing::On)
+        .await
+        .unwrap()
+    {
+        Acquisition::Acquired(fence) => Some(fence.expect("fencing is on")),
+        Acquisition::Held { .. } => None,
+    }
+}
+
+async fn at_most_n_hold_a_key_and_each_permit_gets_a_higher_fence<S: Reserving>(store: S) {
+    for permits in [1u32, 3] {
+        let k = key(&format!("upstream:{permits}"));
+        let mut last = FencingToken(0);
+        let mut holders = Vec::new();
+        for _ in 0..permits {
+            let token = LockToken::random();
+            let fence = take(&store, &k, token, permits).await.expect("a free permit");
+            assert!(fence > last, "{fence:?} after {last:?}");
+            last = fence;
+            holders.push(token);
+        }
+        match store
+            .try_acquire_permit(&k, LockToken::random(), LONG, permits, None, Fencing::On)
+            .await
+            .unwrap()
+        {
+            Acquisition::Held {
+                remaining: Some(remaining),
+                ahead: 0,
+                reserved: false,
+                ..
+            } => assert!(remaining > LONG - Duration::from_secs(5), "{remaining:?}"),
+            other => panic!("{permits} permits taken, yet {other:?}"),
+        }
+        assert!(store.release_permit(&k, holders[0], permits, None).await.unwrap());
+        let next = take(&store, &k, LockToken::random(), permits)
+            .await
+            .expect("the freed permit");
+        assert!(next > last, "the next permit's fence {next:?} is above {last:?}");
+        assert!(take(&store, &k, LockToken::random(), permits).await.is_none());
+    }
+}
+
+async fn a_resent_acquire_finds_its_own_permit_and_fence<S: Reserving>(store: S) {
+    let k = key("upstream:1");
+    let token = LockToken::random();
+    let first = take(&store, &k, token, 2).await.expect("first");
+    let other = take(&store, &k, LockToken::random(), 2)
+        .await
+        .expect("second permit");
+    let again = take(&store, &k, token, 2).await.expect("re-sent acquire");
+    assert_eq!(again, first, "the re-sent acquire's fence");
+    assert!(other > first);
+    assert!(
+        take(&store, &k, LockToken::random(), 2).await.is_none(),
+        "still two holders"
+    );
+}
+
+async fn release_and_extend_act_only_on_the_callers_permit<S: Reserving>(store: S) {
+    let k = key("upstream:1");
+    let token = LockToken::random();
+    let stranger = LockToken::random();
+    take(&store, &k, token, 2).await.expect("a permit");
+    assert!(!store.extend_permit(&k, stranger, LONG).await.unwrap());
+    assert!(!store.release_permit(&k, stranger, 2, None).await.unwrap());
+    assert!(store.extend_permit(&k, token, LONG).await.unwrap());
+    assert!(store.release_permit(&k, token, 2, None).await.unwrap());
+    assert!(
+        !store.release_permit(&k, token, 2, None).await.unwrap(),
+        "released twice"
+    );
+    assert!(
+        !store.extend_permit(&k, token, LONG).await.unwrap(),
+        "extended after its release"
+    );
+}
+
+/// A holder that dies frees its permit when its lease runs out, never before; extended, the
+/// permit outlives its first TTL.
+async fn a_dead_holders_permit_comes_free_when_its_lease_runs_out<S: Reserving>(store: S) {
+    let k = key("upstream:1");
+    let ttl = Duration::from_millis(400);
+    let renewed = LockToken::random();
+    take_as(&store, &k, renewed, 2, None, ttl)
+        .await
+        .expect("a permit");
+    let sent = Instant::now();
+    take_as(&store, &k, LockToken::random(), 2, None, ttl)
+        .await
+        .expect("the dying holder's permit");
+    let taken_at = eventually(
+        Duration::from_secs(5),
+        "the dead holder's permit came free",
+        || async {
+            assert!(
+                store.extend_permit(&k, renewed, ttl).await.unwrap(),
+                "the renewed permit lives"
+            );
+            take_as(&store, &k, LockToken::random(), 2, None, LONG)
+                .await
+                .map(|_| Instant::now())
+        },
+    )
+    .await;
+    assert!(
+        taken_at - sent >= ttl - Duration::from_millis(5),
+        "a dead holder's permit was taken {:?} after its acquire (TTL {ttl:?})",
+        taken_at - sent
+    );
+    assert!(
+        store.extend_permit(&k, renewed, ttl).await.unwrap(),
+        "renewed past its first TTL"
+    );
+}
+
+/// Freed permits are reserved for the first in line, in arrival order; a newcomer finds them taken; a waiter takes the permit reserved for it.
+async fn freed_permits_go_to_the_line_in_arrival_order<S: Reserving>(store: S) {
+    let k = key("upstream:1");
+    let holders = [LockToken::random(), LockToken::random()];
+    for holder in holders {
+        take(&store, &k, holder, 2).await.expect("a permit");
+    }
+    let line: Vec<Waiter> = (0..3).map(|_| Waiter::caller(LockToken::random())).collect();
+    for (place, waiter) in line.iter().enumerate() {
+        assert_eq!(
+            store.join_permits(&k, waiter, None, 2).await.unwrap(),
+            place as u64
+        );
+    }
+    assert!(store.release_permit(&k, holders[0], 2, None).await.unwrap());
+    match store
+        .try_acquire_permit(&k, LockToken::random(), LONG, 2, None, Fencing::On)
+        .await
+        .unwrap()
+    {
+        Acquisition::Held {
+            reserved: true,
+            ahead: 3,
+            ..
+        } => {}
+        other => panic!("a newcomer met a reserved permit as {other:?}"),
+    }
+    let token = LockToken::random();
+    assert!(
+        take_as(&store, &k, token, 2, Some(&line[1]), LONG)
+            .await
+            .is_none(),
+        "the second in line takes no permit reserved for the first"
+    );
+    take_as(&store, &k, token, 2, Some(&line[0]), LONG)
+        .await
+        .expect("the first in line takes its permit");
+    assert!(store.release_permit(&k, holders[1], 2, None).await.unwrap());
+    assert!(
+        take_as(&store, &k, LockToken::random(), 2, Some(&line[2]), LONG)
+            .await
+            .is_none(),
+        "the permit is reserved for the second in line"
+    );
+    // A waiter that gives up passes its reservation on.
+    store.leave_permits(&k, &line[1], 2).await.unwrap();
+    take_as(&store, &k, LockToken::random(), 2, Some(&line[2]), LONG)
+        .await
+        .expect("the third in line takes the permit the second left");
+}
+
+/// A limit lowered while the key is held: the holders above it finish, and nobody new enters
+/// until fewer than the new limit hold the key. Raised, it admits at once.
+async fn a_changed_limit_applies_to_the_next_acquire<S: Reserving>(store: S) {
+    let k = key("tenant:1");
+    let holders: Vec<LockToken> = (0..3).map(|_| LockToken::random()).collect();
+    for holder in &holders {
+        take(&store, &k, *holder, 3).await.expect("a permit");
+    }
+    assert!(
+        take(&store, &k, LockToken::random(), 2).await.is_none(),
+        "3 hold, limit 2"
+    );
+    assert!(store.release_permit(&k, holders[0], 2, None).await.unwrap());
+    assert!(
+        take(&store, &k, LockToken::random(), 2).await.is_none(),
+        "2 hold, limit 2"
+    );
+    assert!(
+        store.extend_permit(&k, holders[1], LONG).await.unwrap(),
+        "holders above the limit keep theirs"
+    );
+    assert!(
+        take(&store, &k, LockToken::random(), 3).await.is_some(),
+        "2 hold, limit raised to 3"
+    );
+    assert!(
+        take(&store, &k, LockToken::random(), 0).await.is_none(),
+        "a limit of 0 closes the key"
+    );
+}
+
+/// A reservation nobody takes runs out: its waiter leaves the line, and the permit goes to the
+/// next in line at the next operation on the key.
+async fn an_unused_reservation_runs_out_and_goes_to_the_next<S: Reserving>(store: S) {
+    let reservation = Duration::from_millis(200);
+    let store = store.reserving(reservation);
+    let k = key("upstream:1");
+    let holder = LockToken::random();
+    take(&store, &k, holder, 1).await.expect("the permit");
+    let (gone, next) = (
+        Waiter::caller(LockToken::random()),
+        Waiter::caller(LockToken::random()),
+    );
+    store.join_permits(&k, &gone, None, 1).await.unwrap();
+    store.join_permits(&k, &next, None, 1).await.unwrap();
+    assert!(store.release_permit(&k, holder, 1, None).await.unwrap());
+    let released = Instant::now();
+    eventually(
+        Duration::from_secs(5),
+        "the next in line got the permit",
+        || async { take_as(&store, &k, LockToken::random(), 1, Some(&next), LONG).await },
+    )
+    .await;
+    assert!(released.elapsed() >= reservation - Duration::from_millis(5));
+    assert!(
+        take_as(&store, &k, LockToken::random(), 1, Some(&gone), LONG)
+            .await
+            .is_none(),
+        "the waiter whose reservation ran out left the line"
+    );
+}
+
+/// What operators see (`redefer locks`, the dashboard): permits held, the limit, the line,
+/// the latest fence; a mutex beside it shows 1 / 1.
+async fn the_listing_shows_permits_held_the_limit_and_the_line<S: Reserving>(store: S) {
+    let k = key("tenant:3");
+    let mut last = None;
+    for _ in 0..2 {
+        last = take(&store, &k, LockToken::random(), 3).await;
+    }
+    store
+        .join_permits(&k, &Waiter::caller(LockToken::random()), None, 3)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .try_acquire(&key("order:1"), LockToken::random(), LONG)
+            .await
+            .unwrap(),
+        Acquisition::Acquired(_)
+    ));
+    let mut locks = store.list_locks(100).await.unwrap();
+    locks.sort_by(|a, b| a.key.cmp(&b.key));
+    let shown: Vec<_> = locks
+        .iter()
+        .map(|lock| (lock.key.as_str(), lock.holders, lock.limit, lock.waiters))
+        .collect();
+    // The waiter that joined found a permit free: it is reserved for it.
+    assert_eq!(shown, [("order:1", 1, 1, 0), ("tenant:3", 2, 3, 1)]);
+    assert_eq!(locks[1].fence, last.expect("a permit").0);
+    assert!(
+        locks[1]
+            .reserved_for
+            .as_deref()
+            .is_some_and(|reserved| reserved.starts_with("c|"))
+    );
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Export {
+    n: u64,
+}
+
+/// Runs of a handler: how many run now, the most at once, the fences seen, the order of starts.
+#[derive(Default)]
+struct Runs {
+    now: AtomicUsize,
+    most: AtomicUsize,
+    fences: Mutex<Vec<FencingToken>>,
+    started: Mutex<Vec<u64>>,
+}
+
+fn exporter<St: Reserving>(
+    store: &St,
+    permits: u32,
+    queue: &DelayQueue<Export, St>,
+    runs: &Arc<Runs>,
+) -> impl tower::Service<
+    Export,
+    Response = Outcome<()>,
+    Error = redefer::Error<std::convert::Infallible>,
+    Future: Send,
+> + Clone
++ Send
++ 'static {
+    let runs = Arc::clone(runs);
+    LockLayer::new(store.clone(), |_: &Export| Some("tenant:7".to_string()))
+        .permits(permits)
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(service_fn(move |export: Export| {
+            let runs = Arc::clone(&runs);
+            async move {
+                let running = runs.now.fetch_add(1, Ordering::SeqCst) + 1;
+                runs.most.fetch_max(running, Ordering::SeqCst);
+                runs.started.lock().unwrap().push(export.n);
+                let fence = current_lock()
+                    .and_then(|lock| lock.fence)
+                    .expect("a fence per permit");
+                runs.fences.lock().unwrap().push(fence);
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                runs.now.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, std::convert::Infallible>(())
+            }
+        }))
+}
+
+/// Twelve exports deferred behind three holders of a key with three permits: as permits come
+/// free they run three at a time at most, in arrival order, each once, none buried, and every
+/// run has a fence of its own.
+async fn deferred_requests_run_n_at_a_time_in_arrival_order<S: Reserving>(store: S) {
+    let queue = DelayQueue::<Export, _>::new(store.clone(), "exports").unwrap();
+    let runs = Arc::new(Runs::default());
+    let service = exporter(&store, 3, &queue, &runs);
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(SchedulerOptions {
+            max_idle: Duration::from_millis(500),
+            ..SchedulerOptions::default()
+        })
+        .start();
+    let permits = Permits::new(store.clone(), 3);
+    let k = key("tenant:7");
+    let holders: Vec<LockToken> = (0..3).map(|_| LockToken::random()).collect();
+    for holder in &holders {
+        assert!(matches!(
+            permits.try_acquire(&k, *holder, LONG).await.unwrap(),
+            Acquisition::Acquired(_)
+        ));
+    }
+    for n in 0..12 {
+        match service.clone().oneshot(Export { n }).await {
+            Ok(Outcome::Deferred(_)) => {}
+            other => panic!("export {n}: expected a deferral, got {other:?}"),
+        }
+    }
+    for holder in &holders {
+        assert!(permits.release(&k, *holder).await.unwrap());
+    }
+    eventually(Duration::from_secs(10), "all twelve exports ran", || async {
+        (runs.started.lock().unwrap().len() == 12).then_some(())
+    })
+    .await;
+    let report = scheduler.shutdown().await;
+    assert_eq!((report.acked, report.buried), (12, 0), "{report:?}");
+    let most = runs.most.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} exports ran at once with 3 permits");
+    assert!(most >= 2, "the permits were used one at a time only ({most})");
+    let mut fences = runs.fences.lock().unwrap().clone();
+    fences.sort();
+    fences.dedup();
+    assert_eq!(fences.len(), 12, "every run has a fence of its own");
+    let started = runs.started.lock().unwrap().clone();
+    // Three permits are reserved at a time: a run may start before an earlier one of its
+    // batch, never before one of an earlier batch.
+    for (at, n) in started.iter().enumerate() {
+        assert!(
+            (*n as usize) / 3 <= at / 3 + 1,
+            "export {n} started {at}th: {started:?}"
+        );
+    }
+    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+}
+
+/// Twenty callers that wait in line (`Retry`) for a key with four permits: never more than four
+/// at once, all served.
+async fn retrying_callers_share_n_permits<S: Reserving>(store: S) {
+    let runs = Arc::new(Runs::default());
+    let service = {
+        let runs = Arc::clone(&runs);
+        LockLayer::new(store.clone(), |_: &u64| Some("tenant:9".to_string()))
+            .permits_by(|key: &LockKey| if key.as_str() == "tenant:9" { 4 } else { 1 })
+            .on_conflict(Retry::new(Backoff::exponential(
+                Duration::from_millis(5),
+                Duration::from_secs(1),
+            )))
+            .layer(service_fn(move |n: u64| {
+                let runs = Arc::clone(&runs);
+                async move {
+                    let running = runs.now.fetch_add(1, Ordering::SeqCst) + 1;
+                    runs.most.fetch_max(running, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    runs.now.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<_, std::convert::Infallible>(n)
+                }
+            }))
+    };
+    let calls: Vec<_> = (0..20)
+        .map(|n| tokio::spawn(service.clone().oneshot(n)))
+        .collect();
+    for call in calls {
+        let outcome = call.await.unwrap();
+        assert!(matches!(outcome, Ok(Outcome::Done(_))), "{outcome:?}");
+    }
+    let most = runs.most.load(Ordering::SeqCst);
+    assert!((2..=4).contains(&most), "{most} ran at once with 4 permits");
+}
+
+for_each_store!(
+    at_most_n_hold_a_key_and_each_permit_gets_a_higher_fence,
+    a_resent_acquire_finds_its_own_permit_and_fence,
+    release_and_extend_act_only_on_the_callers_permit,
+    a_dead_holders_permit_comes_free_when_its_lease_runs_out,
+    freed_permits_go_to_the_line_in_arrival_order,
+    a_changed_limit_applies_to_the_next_acquire,
+    an_unused_reservation_runs_out_and_goes_to_the_next,
+    deferred_requests_run_n_at_a_time_in_arrival_order,
+    retrying_callers_share_n_permits,
+    the_listing_shows_permits_held_the_limit_and_the_line,
+);
