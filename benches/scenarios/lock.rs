@@ -1,9 +1,12 @@
 //! Scenario 1: the lock layer, uncontended, fencing on and off, against a bare redis-rs loop
-//! issuing `SET NX PX` and a token-checked release: interleaved rounds, ratios per round.
+//! issuing `SET NX PX` and a token-checked release, and the same layer with 4 permits per key
+//! (the semaphore) against the mutex: interleaved rounds, ratios per round.
 
 use std::convert::Infallible;
 use std::time::Instant;
 
+use redefer::lock::LockStore;
+use redefer::semaphore::Permits;
 use redefer::{Fencing, LockKey, LockLayer, LockToken, RedisStore};
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -24,19 +27,24 @@ pub async fn run(server: &RedisServer, size: Size) {
             "concurrency",
             "LockService, fencing on",
             "LockService, fencing off",
+            "LockService, 4 permits per key (semaphore)",
             "bare redis-rs loop (SET NX PX, EVALSHA release)",
             "fencing on / bare",
             "fencing off / bare",
+            "semaphore / mutex (fencing on)",
         ],
     );
     for concurrency in [1usize, 64] {
         let requests = size.pick(if concurrency == 1 { 5_000 } else { 30_000 }, 640);
-        let (mut on, mut off, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut on, mut off, mut semaphore, mut bare) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
-            on.push(layer_rate(&store, Fencing::On, concurrency, requests).await);
-            off.push(layer_rate(&store, Fencing::Off, concurrency, requests).await);
+            on.push(layer_rate(store.clone(), Fencing::On, concurrency, requests).await);
+            off.push(layer_rate(store.clone(), Fencing::Off, concurrency, requests).await);
+            semaphore
+                .push(layer_rate(Permits::new(store.clone(), 4), Fencing::On, concurrency, requests).await);
             bare.push(bare_rate(&store, concurrency, requests).await);
         }
+        let semaphore_ratios: Vec<f64> = semaphore.iter().zip(&on).map(|(s, m)| s / m).collect();
         let ratios = |layer: &[f64]| -> Vec<f64> { layer.iter().zip(&bare).map(|(l, b)| l / b).collect() };
         let per_s = |v: f64| format!("{v:.0}/s");
         let times = |v: f64| format!("{v:.2}x");
@@ -44,17 +52,19 @@ pub async fn run(server: &RedisServer, size: Size) {
             concurrency.to_string(),
             spread(&on, per_s),
             spread(&off, per_s),
+            spread(&semaphore, per_s),
             spread(&bare, per_s),
             spread(&ratios(&on), times),
             spread(&ratios(&off), times),
+            spread(&semaphore_ratios, times),
         ]);
     }
     table.print();
 }
 
 /// Each of `concurrency` tasks locks a key of its own, `requests / concurrency` times.
-async fn layer_rate(store: &RedisStore, fencing: Fencing, concurrency: usize, requests: usize) -> f64 {
-    let service = LockLayer::new(store.clone(), |task: &usize| Some(format!("bench:{task}")))
+async fn layer_rate<St: LockStore>(store: St, fencing: Fencing, concurrency: usize, requests: usize) -> f64 {
+    let service = LockLayer::new(store, |task: &usize| Some(format!("bench:{task}")))
         .fencing(fencing)
         .layer(service_fn(|_: usize| async { Ok::<_, Infallible>(()) }));
     let per_task = requests / concurrency;
