@@ -151,7 +151,8 @@ async fn a_dead_holders_permit_comes_free_when_its_lease_runs_out<S: Reserving>(
         .await
         .expect("a permit");
     let sent = Instant::now();
-    take_as(&store, &k, LockToken::random(), 2, None, ttl)
+    let dying = LockToken::random();
+    take_as(&store, &k, dying, 2, None, ttl)
         .await
         .expect("the dying holder's permit");
     let taken_at = eventually(
@@ -176,6 +177,10 @@ async fn a_dead_holders_permit_comes_free_when_its_lease_runs_out<S: Reserving>(
     assert!(
         store.extend_permit(&k, renewed, ttl).await.unwrap(),
         "renewed past its first TTL"
+    );
+    assert!(
+        !store.release_permit(&k, dying, 2, None).await.unwrap(),
+        "a permit past its deadline is no longer its holder's to release"
     );
 }
 

@@ -84,7 +84,8 @@ pub(crate) struct PermitKeys {
     pub(crate) fences: String,
     /// counter: the last fencing token handed out; outlives the permits.
     pub(crate) fence: String,
-    /// string: how many permits the last acquire allowed, for operators' tools.
+    /// string: how many permits the last acquire allowed, for operators' tools (expires with
+    /// that acquire's TTL).
     pub(crate) limit: String,
     /// zset: waiter -> arrival order; the key's line.
     pub(crate) waiters: String,

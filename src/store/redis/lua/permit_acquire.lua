@@ -61,7 +61,7 @@ end
 fence = redis.call('INCR', FENCE)
 redis.call('ZADD', PERMITS, now + ttl, token)
 redis.call('HSET', FENCES, token, fence)
-redis.call('SET', LIMIT, limit, 'KEEPTTL')
+redis.call('SET', LIMIT, limit, 'PX', ttl)
 keep_alive(ttl)
 -- Permits still free with waiters behind us (a holder's TTL ran out): theirs now.
 local handed = {}

@@ -8,7 +8,7 @@ local PERMITS, FENCES, FENCE, LIMIT, WAITERS, HOLDS =
 --          server clock); both count against the limit
 -- FENCES   hash: holder token -> the fencing token of its permit
 -- FENCE    counter: the last fencing token handed out
--- LIMIT    string: the limit the last acquire asked for (for operators' tools)
+-- LIMIT    string: the limit the last acquire asked for, for operators' tools (PX its TTL)
 -- WAITERS  zset: waiter -> arrival order; the line, first come first served
 -- HOLDS    string: the key's last hold in ms (expires an hour after the last release)
 
@@ -49,7 +49,7 @@ end
 -- The semaphore's keys live as long as their last deadline, `ms` from now at least: a key
 -- nobody touches again is gone after its last holder's TTL.
 local function keep_alive(ms)
-  for _, key in ipairs({PERMITS, FENCES, LIMIT}) do
+  for _, key in ipairs({PERMITS, FENCES}) do
     if redis.call('PTTL', key) < ms then
       redis.call('PEXPIRE', key, ms)
     end

@@ -6,13 +6,24 @@
 -- were reserved for, the waiters dropped for a reservation that ran out}.
 local token, held_ms, limit = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local now = now_ms()
-local dropped = prune(now)
-local released = redis.call('ZREM', PERMITS, token)
-if released == 1 then
+local deadline = tonumber(redis.call('ZSCORE', PERMITS, token))
+local released = 0
+if deadline then
+  redis.call('ZREM', PERMITS, token)
   redis.call('HDEL', FENCES, token)
-  if held_ms ~= '' then
-    redis.call('SET', HOLDS, held_ms, 'PX', 3600000)
+  -- A permit past its deadline was no longer ours, though nobody dropped it yet.
+  if deadline > now then
+    released = 1
+    if held_ms ~= '' then
+      redis.call('SET', HOLDS, held_ms, 'PX', 3600000)
+    end
   end
 end
+-- Nobody waits: nothing to hand over (the next acquire drops what ran out). The common case,
+-- in the fewest calls.
+if redis.call('EXISTS', WAITERS) == 0 then
+  return {released, {}, {}}
+end
+local dropped = prune(now)
 -- Even when ours had run out: the permit it left, or others, may be free for the line.
 return {released, hand_to_line(now, limit), dropped}
