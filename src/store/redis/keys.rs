@@ -40,9 +40,19 @@ pub(crate) struct LockKeys {
     pub(crate) wake: String,
 }
 
+/// The hash tag, braces included, of every Redis key of the lock key `key` (mutex or semaphore).
+fn lock_tag(key: &LockKey) -> String {
+    format!("{{{}}}", hash_tag(key.as_str()))
+}
+
+/// The Redis key of `kind` for the lock whose hash tag is `tag`: `<prefix>:<kind>:<tag>`.
+fn lock_part(prefix: &Prefix, kind: &str, tag: &str) -> String {
+    format!("{}:{kind}:{tag}", prefix.as_str())
+}
+
 impl LockKeys {
     pub(crate) fn new(prefix: &Prefix, key: &LockKey) -> Self {
-        Self::with_tag(prefix, &format!("{{{}}}", hash_tag(key.as_str())))
+        Self::with_tag(prefix, &lock_tag(key))
     }
 
     /// The keys that go with a lock key found by a scan, whose tag (`{...}`) is as found.
@@ -51,7 +61,7 @@ impl LockKeys {
     }
 
     fn with_tag(prefix: &Prefix, tag: &str) -> Self {
-        let key = |kind: &str| format!("{}:{kind}:{tag}", prefix.as_str());
+        let key = |kind: &str| lock_part(prefix, kind, tag);
         LockKeys {
             lock: key("lock"),
             fence: key("fence"),
@@ -97,7 +107,7 @@ pub(crate) struct PermitKeys {
 
 impl PermitKeys {
     pub(crate) fn new(prefix: &Prefix, key: &LockKey) -> Self {
-        Self::with_tag(prefix, &format!("{{{}}}", hash_tag(key.as_str())))
+        Self::with_tag(prefix, &lock_tag(key))
     }
 
     /// The keys that go with a semaphore found by a scan, whose tag (`{...}`) is as found.
@@ -106,7 +116,7 @@ impl PermitKeys {
     }
 
     fn with_tag(prefix: &Prefix, tag: &str) -> Self {
-        let key = |kind: &str| format!("{}:{kind}:{tag}", prefix.as_str());
+        let key = |kind: &str| lock_part(prefix, kind, tag);
         PermitKeys {
             permits: key("permits"),
             fences: key("permit-fences"),
