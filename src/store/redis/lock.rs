@@ -307,11 +307,7 @@ where
     }
 
     fn handoffs(&self, key: &LockKey) -> Handoffs {
-        match self.announcements() {
-            Some(announcements) => announcements.watch(LockKeys::new(&self.prefix, key).wake),
-            // Without pub/sub, the waiters poll on their backoff.
-            None => Handoffs::new(tokio::sync::broadcast::channel(1).1, None),
-        }
+        self.announced_on(LockKeys::new(&self.prefix, key).wake)
     }
 }
 

@@ -22,7 +22,7 @@ use self::announcements::Announcements;
 use self::conditional::Conditional;
 use crate::error::{KeyError, StoreError};
 use crate::key::Prefix;
-use crate::lock::Releasing;
+use crate::lock::{Handoffs, Releasing};
 use crate::store::DEFAULT_RESERVATION;
 
 /// A store in Redis, over any async connection of the redis crate that can be cloned cheaply:
@@ -181,6 +181,15 @@ where
         let started = Announcements::start(clients);
         *running = Some(Arc::clone(&started));
         Some(started)
+    }
+
+    /// The handoffs announced on `channel` (a mutex's or a semaphore's), from now on.
+    fn announced_on(&self, channel: String) -> Handoffs {
+        match self.announcements() {
+            Some(announcements) => announcements.watch(channel),
+            // Without pub/sub, the waiters poll on their backoff.
+            None => Handoffs::new(tokio::sync::broadcast::channel(1).1, None),
+        }
     }
 
     /// The same store under another key prefix.

@@ -195,11 +195,7 @@ where
     }
 
     fn permit_handoffs(&self, key: &LockKey) -> Handoffs {
-        match self.announcements() {
-            Some(announcements) => announcements.watch(PermitKeys::new(&self.prefix, key).wake),
-            // Without pub/sub, the waiters poll on their backoff.
-            None => Handoffs::new(tokio::sync::broadcast::channel(1).1, None),
-        }
+        self.announced_on(PermitKeys::new(&self.prefix, key).wake)
     }
 }
 
