@@ -47,6 +47,7 @@ pub mod scheduler;
 pub mod semaphore;
 pub mod store;
 pub mod strategy;
+pub mod throttle;
 
 pub use crate::backoff::Backoff;
 pub use crate::config::{Config, ConfigError};

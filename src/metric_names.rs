@@ -11,10 +11,14 @@
 //! | `redefer_lock_handoff_seconds` | histogram | | from a handoff to the waiter taking the key |
 //! | `redefer_lock_reservations_expired_total` | counter | | handoffs whose waiter never came |
 //! | `redefer_lock_waiters` | gauge | | the line of the last key a conflict met |
+//! | `redefer_permits_in_use` | gauge | | semaphore permits this process holds |
+//! | `redefer_throttle_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer` | requests over their key's rate, by what the strategy decided |
+//! | `redefer_throttle_booked_total` | counter | | slots booked ahead (by `Retry` callers and `Defer` jobs) |
+//! | `redefer_throttle_delay_seconds` | histogram | | from booking a slot to the slot |
 //! | `redefer_jobs_reinjected_total` | counter | `queue` | jobs a scheduler ran through the stack |
 //! | `redefer_jobs_acked_total` | counter | `queue` | jobs handled and acknowledged |
 //! | `redefer_jobs_retried_total` | counter | `queue` | failed attempts put back to wait |
-//! | `redefer_jobs_lock_waits_total` | counter | `queue` | runs that met their lock held and went back to wait in line |
+//! | `redefer_jobs_lock_waits_total` | counter | `queue` | runs that met their lock held (or their key over its rate) and went back to wait, using no attempt |
 //! | `redefer_jobs_buried_total` | counter | `queue` | jobs moved to the dead-letter set |
 //! | `redefer_jobs_store_errors_total` | counter | `queue` | runs the store failed under (Redis down, out of memory): not counted as attempts |
 //! | `redefer_jobs_postponed_total` | counter | `queue` | jobs put back to wait after a store error, their attempt not used |
@@ -52,6 +56,22 @@ pub(crate) fn reservation_expired() {
 /// A conflict, counted by what the strategy decided.
 pub(crate) fn conflict(decision: &'static str) {
     counter!(LOCK_CONFLICTS, "decision" => decision).increment(1);
+}
+
+/// A request over its key's rate, counted by what the strategy decided.
+pub(crate) fn throttle_conflict(decision: &'static str) {
+    counter!("redefer_throttle_conflicts_total", "decision" => decision).increment(1);
+}
+
+/// A slot booked `wait` ahead.
+pub(crate) fn throttle_booked(wait: std::time::Duration) {
+    counter!("redefer_throttle_booked_total").increment(1);
+    histogram!("redefer_throttle_delay_seconds").record(wait.as_secs_f64());
+}
+
+/// A semaphore permit taken (`1.0`) or given back (`-1.0`) by this process.
+pub(crate) fn permits_in_use(change: f64) {
+    gauge!("redefer_permits_in_use").increment(change);
 }
 
 /// One queue's handles, registered once per scheduler so that the queue label is not built

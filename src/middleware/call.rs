@@ -85,6 +85,7 @@ where
                 reserved,
                 ahead,
                 retry_after: estimate_wait(remaining, ahead, typical_hold, shared.ttl),
+                next_slot: None,
             };
             let retry_after = conflict.retry_after;
             let decision = match shared.strategy.on_conflict(conflict, &request).await {

@@ -42,6 +42,16 @@ pub enum Error<E> {
         /// The holder's remaining TTL: when trying again may succeed.
         retry_after: Option<Duration>,
     },
+    /// The request's key is over its [`Rate`](crate::throttle::Rate) and the conflict strategy
+    /// refused to wait. `retry_after` is exact: the key's next slot opens then (unless others
+    /// take it first). An HTTP service answers `429 Too Many Requests` with `Retry-After`.
+    #[error("{key:?} is over its rate; its next slot opens in {}", humantime::format_duration(*retry_after))]
+    Throttled {
+        /// The throttled key.
+        key: LockKey,
+        /// When the key's next slot opens, by the store's clock.
+        retry_after: Duration,
+    },
     /// The lock stopped being ours while the handler ran (expired during a pause, deleted by an
     /// operator, unreachable store), so the handler was stopped rather than run on unlocked.
     #[error("lost the lock on {key:?} while the handler ran ({reason:?})")]
@@ -70,10 +80,11 @@ fn retry_hint(retry_after: Option<Duration>) -> String {
 }
 
 impl<E> Error<E> {
-    /// When trying again may succeed, for [`Error::Locked`].
+    /// When trying again may succeed, for [`Error::Locked`] and [`Error::Throttled`].
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Error::Locked { retry_after, .. } => *retry_after,
+            Error::Throttled { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }

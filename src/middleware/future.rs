@@ -1,4 +1,5 @@
-//! The response future of [`LockService`](super::LockService): a boxed locked call
+//! The response future of [`LockService`](super::LockService) and
+//! [`ThrottleService`](crate::throttle::ThrottleService): a boxed guarded call
 //! (see `call.rs`).
 
 use std::fmt;
@@ -10,7 +11,8 @@ use super::{Error, Outcome};
 
 type BoxedCall<R, E> = Pin<Box<dyn Future<Output = Result<Outcome<R>, Error<E>>> + Send>>;
 
-/// The future returned by [`LockService`](super::LockService).
+/// The future returned by [`LockService`](super::LockService) and
+/// [`ThrottleService`](crate::throttle::ThrottleService).
 ///
 /// Dropping it mid-call releases the lock in the background.
 pub struct ResponseFuture<R, E> {
@@ -18,7 +20,7 @@ pub struct ResponseFuture<R, E> {
 }
 
 impl<R, E> ResponseFuture<R, E> {
-    pub(super) fn new(call: impl Future<Output = Result<Outcome<R>, Error<E>>> + Send + 'static) -> Self {
+    pub(crate) fn new(call: impl Future<Output = Result<Outcome<R>, Error<E>>> + Send + 'static) -> Self {
         ResponseFuture { call: Box::pin(call) }
     }
 }

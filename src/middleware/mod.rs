@@ -10,6 +10,7 @@ mod error;
 mod extract;
 mod future;
 mod layer;
+mod nesting;
 mod outcome;
 mod service;
 
@@ -18,5 +19,6 @@ pub use self::error::Error;
 pub use self::extract::KeyExtractor;
 pub use self::future::ResponseFuture;
 pub use self::layer::{DEFAULT_TTL, LockLayer};
+pub use self::nesting::{Nesting, OverGuard, OverHandler};
 pub use self::outcome::{Deferred, Outcome};
 pub use self::service::LockService;

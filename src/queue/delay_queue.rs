@@ -659,6 +659,22 @@ where
         self.postpone(lease, Duration::ZERO).await
     }
 
+    /// Puts a claimed job back to wait `opens_in` for its key's next slot (a throttle's,
+    /// booked for it), without using an attempt.
+    pub async fn wait_for_slot(&self, lease: &Lease, opens_in: Duration) -> Result<AfterFailure, QueueError> {
+        let due = self
+            .store
+            .retry(&lease.shard, &lease.id, lease.token, None, opens_in, self.counters)
+            .await?;
+        Ok(match due {
+            Some(due) => AfterFailure::Retrying {
+                due,
+                attempt: lease.attempt,
+            },
+            None => AfterFailure::LeaseLost,
+        })
+    }
+
     /// Puts a claimed job that met its lock held back to wait for its turn, its attempt
     /// unchanged: due after the policy's
     /// [`lock_wait_fallback`](RetryPolicy::lock_wait_fallback) for `expected_wait` and the

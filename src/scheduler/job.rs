@@ -40,6 +40,9 @@ enum Ran {
         retry_after: Option<Duration>,
         lock_remaining: Option<Duration>,
     },
+    /// The key is over its rate: the job waits for its slot (booked by `Defer`), without
+    /// using an attempt.
+    Throttled { key: LockKey, opens_in: Duration },
 }
 
 /// The services a scheduler runs jobs through: a [`LockService`](crate::LockService) stack, whose
@@ -192,6 +195,7 @@ where
                         retry_after,
                         lock_remaining: signals.lock_remaining(),
                     },
+                    Ok(Err(Error::Throttled { key, retry_after })) => Ran::Throttled { key, opens_in: retry_after },
                     Ok(Err(error @ (Error::Store(_) | Error::LockLost { reason: LossReason::Unconfirmed, .. }))) => {
                         Ran::StoreFailed(error.to_string())
                     }
@@ -233,7 +237,7 @@ where
                     }
                     Err(lease) => lease,
                 },
-                Ran::Failed(_) | Ran::StoreFailed(_) | Ran::Waiting { .. } => lease,
+                Ran::Failed(_) | Ran::StoreFailed(_) | Ran::Waiting { .. } | Ran::Throttled { .. } => lease,
             };
             let postpone_by = error_backoff.delay(store_failures.fetch_add(1, Ordering::Relaxed), &mut rand::rng());
             let end = settle(&queue, &lease, ran, postpone_by, claimed_at + lease_ttl, &error_backoff).await;
@@ -298,6 +302,12 @@ where
                     }
                     end_after(after, JobEnd::Waiting)
                 }),
+            Ran::Throttled { key, opens_in } => queue.wait_for_slot(lease, *opens_in).await.map(|after| {
+                if let AfterFailure::Retrying { due, .. } = after {
+                    tracing::debug!(%key, ?due, "over the rate: the job waits for its slot");
+                }
+                end_after(after, JobEnd::Waiting)
+            }),
             Ran::StoreFailed(_) => queue.postpone(lease, postpone_by).await.map(|back| {
                 if back {
                     JobEnd::Postponed

@@ -1,11 +1,14 @@
 //! A semaphore seen as the lock the layer takes: [`Permits`] gives the lock layer a permit of
 //! the key wherever it asks for the key's lock.
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{PermitLimit, SemaphoreStore};
 use crate::error::StoreError;
 use crate::key::{LockKey, Prefix};
+use crate::metric_names;
 use crate::lock::{Acquisition, Fencing, Handoffs, LockStore, LockToken, Waiter};
 use crate::store::Sealed;
 
@@ -38,12 +41,42 @@ use crate::store::Sealed;
 pub struct Permits<St, L = u32> {
     store: St,
     limit: L,
+    in_use: InUse,
+}
+
+/// The permits this process's handlers hold, for the `redefer_permits_in_use` gauge: a permit
+/// counts from its acquire to its release, whatever the release finds (a permit lost while its
+/// handler ran is released too, by the layer, and stops counting then).
+#[derive(Debug, Clone, Default)]
+struct InUse(Arc<Mutex<HashSet<LockToken>>>);
+
+impl InUse {
+    fn taken(&self, token: LockToken) {
+        if lock_unpoisoned(&self.0).insert(token) {
+            metric_names::permits_in_use(1.0);
+        }
+    }
+
+    fn given_back(&self, token: LockToken) {
+        if lock_unpoisoned(&self.0).remove(&token) {
+            metric_names::permits_in_use(-1.0);
+        }
+    }
+}
+
+/// The set is updated in one step each time: a panic elsewhere cannot leave it half-changed.
+fn lock_unpoisoned<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl<St, L> Permits<St, L> {
     /// The permits of `store`'s keys, `limit` of them per key.
     pub fn new(store: St, limit: L) -> Self {
-        Permits { store, limit }
+        Permits {
+            store,
+            limit,
+            in_use: InUse::default(),
+        }
     }
 
     /// The store the permits are kept in.
@@ -56,7 +89,7 @@ impl<St: Sealed, L> Sealed for Permits<St, L> {
     fn under_prefix(self, prefix: Prefix) -> Self {
         Permits {
             store: self.store.under_prefix(prefix),
-            limit: self.limit,
+            ..self
         }
     }
 }
@@ -75,8 +108,17 @@ where
         fencing: Fencing,
     ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
         let permits = self.limit.permits(key);
-        self.store
-            .try_acquire_permit(key, token, ttl, permits, waiter, fencing)
+        let acquired = self
+            .store
+            .try_acquire_permit(key, token, ttl, permits, waiter, fencing);
+        let in_use = self.in_use.clone();
+        async move {
+            let acquisition = acquired.await?;
+            if let Acquisition::Acquired(_) = acquisition {
+                in_use.taken(token);
+            }
+            Ok(acquisition)
+        }
     }
 
     fn extend(
@@ -95,6 +137,7 @@ where
         held_for: Option<Duration>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         let permits = self.limit.permits(key);
+        self.in_use.given_back(token);
         self.store.release_permit(key, token, permits, held_for)
     }
 

@@ -15,12 +15,19 @@ use crate::queue::{Codec, DelayQueue, JobId, Json, QueueError, RawJobState};
 use crate::queue::{Due, QueueStore};
 use crate::scheduler::current_job;
 
-/// Stores a request whose lock is held in a delay queue, and puts it in the key's line: when
+/// Stores a request whose lock is held (or whose key is over its
+/// [rate](crate::throttle::Rate)) in a delay queue.
+///
+/// Held by a lock, the job goes in the key's line: when
 /// the holder releases the key, it is reserved for the first in line and that job is made due
 /// at once; a [`Scheduler`](crate::Scheduler) on the queue re-injects it into the same service
 /// stack, where it takes the key. Its due time is only a fallback (see
 /// [`RetryPolicy::lock_wait_fallback`](crate::queue::RetryPolicy::lock_wait_fallback)), should
 /// its turn never be announced.
+///
+/// Over a throttle's rate, the job is due at the key's next free slot, booked for it: N
+/// requests deferred in a row run at N consecutive slots, in arrival order, each admitted at its
+/// slot without a second check.
 ///
 /// The caller gets [`Outcome::Deferred`](crate::Outcome::Deferred) with the job id and due
 /// time, and only once the store has the job: a deferral reported is a deferral stored.
@@ -117,11 +124,20 @@ where
         conflict: Conflict,
         request: &Req,
     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
-        if current_job().is_some_and(|job| job.queue == *self.queue.name()) {
-            // Already a job of this queue: it goes back to wait in line, under the same id.
-            return Either::Left(ready(Ok(Decision::Reject {
-                retry_after: conflict.retry_after,
-            })));
+        if let Some(job) = current_job().filter(|job| job.queue == *self.queue.name()) {
+            return match conflict.next_slot {
+                // Over a throttle's rate: the job books its slot and goes back to wait for it.
+                Some(slot) => Either::Left(Either::Right(async move {
+                    let booking = slot.book_for_job(&job.shard, &job.id).await?;
+                    Ok(Decision::Reject {
+                        retry_after: Some(booking.wait),
+                    })
+                })),
+                // Already a job of this queue: it goes back to wait in line, under the same id.
+                None => Either::Left(Either::Left(ready(Ok(Decision::Reject {
+                    retry_after: conflict.retry_after,
+                })))),
+            };
         }
         // Encode now, while the request is borrowed; the returned future owns the bytes.
         let id = self
@@ -137,10 +153,17 @@ where
             conflict.remaining.filter(|_| !conflict.reserved),
             Duration::ZERO,
         );
+        let next_slot = conflict.next_slot;
         Either::Right(async move {
             let (id, bytes) = encoded?;
             let shard = queue.shard_of(&id).clone();
-            let deferred = match queue.push_encoded(id, bytes, Due::In(fallback)).await {
+            // Over a throttle's rate, the job is due at the slot booked for it; held by a lock,
+            // its turn in line makes it due, and the fallback only if that is never announced.
+            let due = match next_slot {
+                Some(slot) => Due::At(slot.book_for_job(&shard, &id).await?.at),
+                None => Due::In(fallback),
+            };
+            let deferred = match queue.push_encoded(id, bytes, due).await {
                 Ok(scheduled) => Deferred::new(scheduled.id, scheduled.due, 0),
                 Err(QueueError::DuplicateId(id)) => existing_deferral(&queue, id).await?,
                 Err(error) => return Err(error.into()),

@@ -26,6 +26,7 @@ use std::time::Duration;
 use crate::error::BoxError;
 use crate::key::LockKey;
 use crate::middleware::Deferred;
+use crate::throttle::NextSlot;
 
 /// One failed acquisition, as a strategy sees it.
 #[derive(Debug, Clone)]
@@ -44,9 +45,13 @@ pub struct Conflict {
     pub reserved: bool,
     /// How many wait in the key's line before this request.
     pub ahead: u64,
-    /// When the key may be this request's: the holder's expected rest and a typical hold for
-    /// each waiter ahead, from the key's recent holds (each at most the TTL).
+    /// When the key may be this request's: for a lock, the holder's expected rest and a typical
+    /// hold for each waiter ahead, from the key's recent holds (each at most the TTL); for a
+    /// throttle, exactly when its next slot opens.
     pub retry_after: Option<Duration>,
+    /// A throttle's next slot, which a strategy may book instead of trying again (`None` for a
+    /// lock): [`Retry`] waits exactly until it, [`Defer`] stores the job due at it.
+    pub next_slot: Option<NextSlot>,
 }
 
 /// A strategy's answer to a conflict.

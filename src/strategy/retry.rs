@@ -14,6 +14,10 @@ use crate::error::BoxError;
 /// `max_attempts` times and for at most `max_wait` in all; then hands the conflict to the
 /// fallback strategy ([`FailFast`] unless set with [`then`](Retry::then)).
 ///
+/// Over a [throttle](crate::throttle)'s rate, the wait is exactly until the key's next slot,
+/// which the throttle books for the caller: it runs then, without a second check (when that
+/// wait is within `max_wait`).
+///
 /// Waiting is a timer: it holds no thread and no connection.
 ///
 /// ```
@@ -103,12 +107,16 @@ impl<F> Retry<F> {
         }
     }
 
-    /// The wait before the next attempt, or `None` when the bounds are spent.
+    /// The wait before the next attempt, or `None` when the bounds are spent: exactly until a
+    /// throttle's next slot (which the throttle books for the caller), else the backoff's.
     fn next_wait(&self, conflict: &Conflict) -> Option<Duration> {
         if conflict.attempt >= self.limits.max_attempts {
             return None;
         }
-        let delay = self.limits.backoff.delay(conflict.attempt, &mut rand::rng());
+        let delay = match &conflict.next_slot {
+            Some(slot) => slot.opens_in(),
+            None => self.limits.backoff.delay(conflict.attempt, &mut rand::rng()),
+        };
         (conflict.waited + delay <= self.limits.max_wait).then_some(delay)
     }
 }

@@ -5,6 +5,7 @@ mod line;
 mod lock;
 mod queue;
 mod semaphore;
+mod throttle;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,6 +14,7 @@ use std::time::Duration;
 use self::lock::LockState;
 use self::queue::QueueState;
 use self::semaphore::SemaphoreState;
+use self::throttle::ThrottleState;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
@@ -43,6 +45,7 @@ use crate::store::handover::{HandOver, Promotion};
 pub struct MemoryStore {
     locks: Arc<Mutex<LockState>>,
     semaphores: Arc<Mutex<SemaphoreState>>,
+    throttles: Arc<Mutex<ThrottleState>>,
     queues: Arc<Mutex<HashMap<QueueName, QueueState>>>,
     /// The registry of queues: name -> shards, and whether its activity is counted.
     registered: Arc<Mutex<std::collections::BTreeMap<String, (usize, crate::queue::Counters)>>>,
@@ -55,6 +58,7 @@ impl Default for MemoryStore {
         MemoryStore {
             locks: Arc::default(),
             semaphores: Arc::default(),
+            throttles: Arc::default(),
             queues: Arc::default(),
             registered: Arc::default(),
             reservation: DEFAULT_RESERVATION,

@@ -146,6 +146,43 @@ impl PermitKeys {
     }
 }
 
+/// The keys of one throttled key, in the order `lua/throttle.lua` receives them in `KEYS`.
+#[derive(Debug, Clone)]
+pub(crate) struct ThrottleKeys {
+    /// string: when the key's next slot opens (microseconds since the epoch, server clock).
+    pub(crate) free_at: String,
+    /// zset: job waiter -> its booked slot (microseconds), until the job comes.
+    pub(crate) bookings: String,
+}
+
+impl ThrottleKeys {
+    pub(crate) fn new(prefix: &Prefix, key: &LockKey) -> Self {
+        Self::with_tag(prefix, &lock_tag(key))
+    }
+
+    /// The keys that go with a throttled key found by a scan, whose tag (`{...}`) is as found.
+    pub(crate) fn of_found_tag(prefix: &Prefix, tag: &str) -> Self {
+        Self::with_tag(prefix, tag)
+    }
+
+    fn with_tag(prefix: &Prefix, tag: &str) -> Self {
+        ThrottleKeys {
+            free_at: lock_part(prefix, "throttle", tag),
+            bookings: lock_part(prefix, "throttle-bookings", tag),
+        }
+    }
+
+    /// Both keys, in the order of the script's `KEYS`.
+    pub(crate) fn all(&self) -> [&str; 2] {
+        [&self.free_at, &self.bookings]
+    }
+}
+
+/// The start of every throttled key's state under `prefix`, before its hash tag.
+pub(crate) fn throttles_namespace(prefix: &Prefix) -> String {
+    format!("{}:throttle:", prefix.as_str())
+}
+
 /// The start of every semaphore's permits key under `prefix`, before its hash tag.
 pub(crate) fn permits_namespace(prefix: &Prefix) -> String {
     format!("{}:permits:", prefix.as_str())
@@ -361,10 +398,12 @@ mod tests {
         let queue = QueueKeys::new(&prefix, &QueueName::new("<queue>").unwrap());
         let lock = LockKeys::new(&prefix, &LockKey::new("<key>").unwrap());
         let permits = PermitKeys::new(&prefix, &LockKey::new("<key>").unwrap());
+        let throttle = ThrottleKeys::new(&prefix, &LockKey::new("<key>").unwrap());
         let built: Vec<String> = queue
             .all()
             .chain(lock.all())
             .chain(permits.all())
+            .chain(throttle.all())
             .map(str::to_string)
             .collect();
         let built: BTreeSet<&str> = built

@@ -9,6 +9,7 @@ mod locks;
 mod queue;
 mod scripts;
 mod semaphore;
+mod throttle;
 mod wake;
 
 use std::sync::{Arc, Mutex, PoisonError};

@@ -55,6 +55,8 @@ script!(PERMIT_EXTEND, PERMIT_PRELUDE, "permit_extend.lua");
 script!(PERMIT_RELEASE, PERMIT_PRELUDE, "permit_release.lua");
 script!(PERMIT_JOIN, PERMIT_PRELUDE, "permit_join.lua");
 script!(PERMIT_LEAVE, PERMIT_PRELUDE, "permit_leave.lua");
+/// The throttle's one script: no prelude (two keys, no line).
+pub(super) static THROTTLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/throttle.lua")));
 script!(QUEUE_PUSH, QUEUE_PRELUDE, "queue_push.lua");
 script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
 script!(QUEUE_CLAIM, QUEUE_PRELUDE, "queue_claim.lua");
@@ -73,7 +75,7 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 27] = [
+static ALL: [&LazyLock<Script>; 28] = [
     &LOCK_ACQUIRE,
     &LOCK_EXTEND,
     &LOCK_RELEASE,
@@ -85,6 +87,7 @@ static ALL: [&LazyLock<Script>; 27] = [
     &PERMIT_RELEASE,
     &PERMIT_JOIN,
     &PERMIT_LEAVE,
+    &THROTTLE,
     &QUEUE_PUSH,
     &QUEUE_PUSH_MANY,
     &QUEUE_CLAIM,
@@ -123,12 +126,13 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 25] = [
+    const SCRIPTS: [(&str, &str); 26] = [
         ("permit_acquire", include_str!("lua/permit_acquire.lua")),
         ("permit_extend", include_str!("lua/permit_extend.lua")),
         ("permit_release", include_str!("lua/permit_release.lua")),
         ("permit_join", include_str!("lua/permit_join.lua")),
         ("permit_leave", include_str!("lua/permit_leave.lua")),
+        ("throttle", include_str!("lua/throttle.lua")),
         ("lock_acquire", include_str!("lua/lock_acquire.lua")),
         ("lock_extend", include_str!("lua/lock_extend.lua")),
         ("lock_release", include_str!("lua/lock_release.lua")),

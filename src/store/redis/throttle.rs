@@ -1,0 +1,74 @@
+//! The throttle operations of the Redis store: one call of `lua/throttle.lua` each.
+
+use std::time::{Duration, SystemTime};
+
+use redis::aio::ConnectionLike;
+
+use super::RedisStore;
+use super::keys::ThrottleKeys;
+use super::scripts::THROTTLE;
+use crate::error::StoreError;
+use crate::key::LockKey;
+use crate::lock::Waiter;
+use crate::store::time::millis;
+use crate::throttle::{Admission, BOOKING_RETENTION, Booking, Rate, ThrottleStore};
+
+/// The script's reply: status, microseconds to wait, the slot in microseconds since the epoch.
+type ThrottleReply = (i64, i64, i64);
+
+/// Microseconds as a duration (none for a negative count).
+fn micros(us: i64) -> Duration {
+    Duration::from_micros(u64::try_from(us).unwrap_or(0))
+}
+
+impl<Conn> RedisStore<Conn>
+where
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn throttle_script(
+        &self,
+        key: &LockKey,
+        rate: Rate,
+        book: bool,
+        job: Option<&Waiter>,
+    ) -> Result<ThrottleReply, StoreError> {
+        let keys = ThrottleKeys::new(&self.prefix, key);
+        let reply = THROTTLE
+            .key(&keys.free_at)
+            .key(&keys.bookings)
+            .arg(u64::try_from(rate.interval().as_micros()).unwrap_or(u64::MAX))
+            .arg(u64::try_from(rate.tolerance().as_micros()).unwrap_or(u64::MAX))
+            .arg(if book { "1" } else { "0" })
+            .arg(job.map_or("", Waiter::as_str))
+            .arg(millis(BOOKING_RETENTION))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(reply)
+    }
+}
+
+impl<Conn> ThrottleStore for RedisStore<Conn>
+where
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn admit(&self, key: &LockKey, rate: Rate, booked_as: Option<&Waiter>) -> Result<Admission, StoreError> {
+        self.prepare().await?;
+        match self.throttle_script(key, rate, false, booked_as).await? {
+            (1, _, _) => Ok(Admission::Admitted),
+            (2, wait, _) => Ok(Admission::Redeemed { wait: micros(wait) }),
+            (0, wait, _) => Ok(Admission::Throttled { opens_in: micros(wait) }),
+            (status, _, _) => Err(StoreError::Protocol(format!("throttle answered status {status}"))),
+        }
+    }
+
+    async fn book(&self, key: &LockKey, rate: Rate, job: Option<&Waiter>) -> Result<Booking, StoreError> {
+        self.prepare().await?;
+        match self.throttle_script(key, rate, true, job).await? {
+            (3, wait, slot) => Ok(Booking {
+                at: SystemTime::UNIX_EPOCH + micros(slot),
+                wait: micros(wait),
+            }),
+            (status, _, _) => Err(StoreError::Protocol(format!("throttle booking answered status {status}"))),
+        }
+    }
+}

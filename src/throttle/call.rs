@@ -1,0 +1,107 @@
+//! The throttled call: decide the request against its key's rate (asking the strategy when
+//! over it), wait for a booked slot, run the inner service.
+
+use std::sync::Arc;
+
+use tokio::time::{Instant, sleep};
+use tower::Service;
+use tracing::Instrument;
+
+use super::{Admission, NextSlot, Rate, ThrottleStore};
+use crate::key::LockKey;
+use crate::lock::Waiter;
+use crate::metric_names;
+use crate::middleware::{Error, Nesting, Outcome};
+use crate::scheduler::current_job;
+use crate::strategy::{Conflict, ConflictStrategy, Decision};
+
+/// What every clone of one [`ThrottleService`](super::ThrottleService) shares.
+#[derive(Debug, Clone)]
+pub(super) struct Shared<St, X, Strat> {
+    pub(super) store: St,
+    pub(super) extractor: X,
+    pub(super) strategy: Strat,
+    pub(super) rate: Rate,
+}
+
+/// The whole throttled call. The request is owned here and only lent to the strategy for the
+/// synchronous part of its decision, so requests need not be `Sync`.
+pub(super) async fn call_throttled<S, St, X, Strat, N, Req>(
+    shared: Arc<Shared<St, X, Strat>>,
+    key: LockKey,
+    inner: S,
+    request: Req,
+) -> Result<Outcome<N::Response>, Error<N::Error>>
+where
+    S: Service<Req>,
+    St: ThrottleStore,
+    Strat: ConflictStrategy<Req>,
+    N: Nesting<S, Req>,
+{
+    let span = tracing::debug_span!("redefer.throttle", %key);
+    async move {
+        // A re-injected job may hold a booked slot: the throttle admits it there.
+        let booked_as = current_job().map(|job| Waiter::job(&job.shard, &job.id));
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            let opens_in = match shared.store.admit(&key, shared.rate, booked_as.as_ref()).await {
+                Ok(Admission::Admitted) => break,
+                Ok(Admission::Redeemed { wait }) => {
+                    // Due at its slot by the store's clock, in whole milliseconds: at most the
+                    // rest of one.
+                    sleep(wait).await;
+                    break;
+                }
+                Ok(Admission::Throttled { opens_in }) => opens_in,
+                Err(error) => return Err(Error::Store(error)),
+            };
+            let next_slot = NextSlot::new(opens_in, shared.store.clone(), key.clone(), shared.rate);
+            let conflict = Conflict {
+                key: key.clone(),
+                attempt,
+                waited: started.elapsed(),
+                remaining: None,
+                reserved: false,
+                ahead: 0,
+                retry_after: Some(opens_in),
+                next_slot: Some(next_slot.clone()),
+            };
+            let decision = shared
+                .strategy
+                .on_conflict(conflict, &request)
+                .await
+                .map_err(Error::Strategy)?;
+            match decision {
+                // Waiting as long as the slot takes: book it, so that nobody takes it meanwhile.
+                Decision::RetryAfter(delay) if delay >= opens_in => {
+                    metric_names::throttle_conflict("retry");
+                    let booking = next_slot.book_for_caller().await.map_err(Error::Store)?;
+                    tracing::debug!(wait = ?booking.wait, "over the rate: waiting for the booked slot");
+                    sleep(booking.wait).await;
+                    break;
+                }
+                Decision::RetryAfter(delay) => {
+                    metric_names::throttle_conflict("retry");
+                    sleep(delay).await;
+                    attempt += 1;
+                }
+                Decision::Reject { retry_after } => {
+                    metric_names::throttle_conflict("reject");
+                    return Err(Error::Throttled {
+                        key,
+                        retry_after: retry_after.unwrap_or(opens_in),
+                    });
+                }
+                Decision::Deferred(deferred) => {
+                    metric_names::throttle_conflict("defer");
+                    tracing::debug!(job_id = %deferred.job_id, "over the rate: deferred to a booked slot");
+                    return Ok(Outcome::Deferred(deferred));
+                }
+            }
+        }
+        N::call(inner, request).await
+    }
+    .instrument(span)
+    .await
+}

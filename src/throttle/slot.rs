@@ -1,0 +1,85 @@
+//! The next slot of a throttled key, as a conflict strategy sees it: when it opens, and a way
+//! to book it.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Booking, Rate, ThrottleStore};
+use crate::error::StoreError;
+use crate::key::LockKey;
+use crate::lock::Waiter;
+use crate::metric_names;
+use crate::queue::{JobId, QueueName};
+
+/// When a throttled key's next slot opens, exactly, and the handle that books it: a
+/// [`Conflict`](crate::strategy::Conflict) of a [`ThrottleLayer`](super::ThrottleLayer) carries
+/// one, and [`Defer`](crate::strategy::Defer) books the slot for the job it stores, so that the
+/// job runs when its turn comes with nothing to poll.
+#[derive(Clone)]
+pub struct NextSlot {
+    opens_in: Duration,
+    booker: Arc<dyn Book>,
+}
+
+/// Books a slot of one key; object-safe, so that [`NextSlot`] names no store type.
+trait Book: Send + Sync {
+    fn book(&self, job: Option<Waiter>) -> Pin<Box<dyn Future<Output = Result<Booking, StoreError>> + Send>>;
+}
+
+/// The booker of `key` at `rate` in `store`.
+struct StoreBook<St> {
+    store: St,
+    key: LockKey,
+    rate: Rate,
+}
+
+impl<St: ThrottleStore> Book for StoreBook<St> {
+    fn book(&self, job: Option<Waiter>) -> Pin<Box<dyn Future<Output = Result<Booking, StoreError>> + Send>> {
+        let (store, key, rate) = (self.store.clone(), self.key.clone(), self.rate);
+        Box::pin(async move {
+            let booking = store.book(&key, rate, job.as_ref()).await?;
+            metric_names::throttle_booked(booking.wait);
+            Ok(booking)
+        })
+    }
+}
+
+impl NextSlot {
+    pub(crate) fn new<St: ThrottleStore>(opens_in: Duration, store: St, key: LockKey, rate: Rate) -> Self {
+        NextSlot {
+            opens_in,
+            booker: Arc::new(StoreBook { store, key, rate }),
+        }
+    }
+
+    /// How long until the key's next slot opens, by the store's clock, as of the refusal.
+    pub fn opens_in(&self) -> Duration {
+        self.opens_in
+    }
+
+    /// Books the next free slot for the job `id` of the (physical) queue `queue`: the job is
+    /// admitted there when it comes through the throttle, and not counted again. Booking the
+    /// same job again gives the same slot. Others may have booked meanwhile: the slot may be
+    /// later than [`opens_in`](Self::opens_in).
+    pub fn book_for_job(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+    ) -> impl Future<Output = Result<Booking, StoreError>> + Send + 'static {
+        self.booker.book(Some(Waiter::job(queue, id)))
+    }
+
+    /// Books the next free slot for a caller that waits for it in place.
+    pub(crate) fn book_for_caller(&self) -> impl Future<Output = Result<Booking, StoreError>> + Send + 'static {
+        self.booker.book(None)
+    }
+}
+
+impl fmt::Debug for NextSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NextSlot").field("opens_in", &self.opens_in).finish_non_exhaustive()
+    }
+}

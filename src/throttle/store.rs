@@ -1,0 +1,76 @@
+//! What a throttle needs of its store: the [`ThrottleStore`] operations.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use super::Rate;
+use crate::error::StoreError;
+use crate::key::LockKey;
+use crate::lock::Waiter;
+use crate::store::Sealed;
+
+/// What the store said of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Within the rate: the request takes the slot that is open now.
+    Admitted,
+    /// The request holds a booked slot (it was deferred to it): admitted, to start `wait`
+    /// from now (zero once the slot has come). The booking is used up.
+    Redeemed {
+        /// How long until the booked slot.
+        wait: Duration,
+    },
+    /// Over the rate: the next slot opens `opens_in` from now.
+    Throttled {
+        /// How long until the next slot, by the store's clock.
+        opens_in: Duration,
+    },
+}
+
+/// A slot taken ahead of time: its request runs at `at` and is counted there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Booking {
+    /// When the slot opens, by the store's clock.
+    pub at: SystemTime,
+    /// How long from now that is (zero when a slot was open at once).
+    pub wait: Duration,
+}
+
+/// Atomic GCRA operations on one key: each decides a request against the key's schedule by
+/// the store's clock, in one step.
+///
+/// The semantics, pinned for every store by the conformance tests:
+/// - a key's state is the time its next slot opens; a request at or after it is admitted and
+///   moves it one [`interval`](Rate::interval) on (from no earlier than `now - tolerance`: an
+///   idle key has its burst back);
+/// - a request before it is refused with the exact time to it, and moves nothing;
+/// - a booking takes the next slot (now, if one is open) and moves the schedule as an admission
+///   there would: N bookings in a row get N consecutive slots;
+/// - a booking for a job is kept until the job comes through the throttle, which admits it at
+///   its slot without counting it again; booking again for the same job gives the same slot.
+///
+/// Sealed, like [`LockStore`](crate::lock::LockStore): the crate's two stores implement it.
+pub trait ThrottleStore: Sealed + Clone + Send + Sync + 'static {
+    /// Decides a request on `key` at `rate`; `booked_as` is the job it runs for, whose booked
+    /// slot (if it has one) admits it.
+    fn admit(
+        &self,
+        key: &LockKey,
+        rate: Rate,
+        booked_as: Option<&Waiter>,
+    ) -> impl Future<Output = Result<Admission, StoreError>> + Send;
+
+    /// Takes the next slot of `key` at `rate`, for the job `job` (kept until it comes) or for a
+    /// caller that waits for it in place (`None`).
+    fn book(
+        &self,
+        key: &LockKey,
+        rate: Rate,
+        job: Option<&Waiter>,
+    ) -> impl Future<Output = Result<Booking, StoreError>> + Send;
+}
+
+/// How long a booking waits for its job past its slot before it is dropped (a job deleted by an
+/// operator, a queue whose schedulers were down all that time). A job that comes later is
+/// decided as a new request.
+pub(crate) const BOOKING_RETENTION: Duration = Duration::from_secs(60 * 60);
