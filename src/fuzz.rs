@@ -34,7 +34,8 @@ pub fn envelope_decoding(data: &[u8]) {
     assert_eq!(again, envelope);
 }
 
-/// Two names from the bytes (split at the first 0xFF): every key of a lock or a queue lands in
+/// Two names from the bytes (split at the first 0xFF): every key of a guarded key (mutex,
+/// semaphore, throttle) or a queue lands in
 /// one Redis Cluster slot; distinct names get distinct keys, in every namespace; the hash tag
 /// decodes back to the name.
 pub fn key_encoding(data: &[u8]) {
@@ -50,10 +51,16 @@ pub fn key_encoding(data: &[u8]) {
         LockKey::new(name).ok().map(|key| {
             let mutex = redis_keys::LockKeys::new(&prefix, &key);
             let semaphore = redis_keys::PermitKeys::new(&prefix, &key);
-            let keys: Vec<String> = mutex.all().chain(semaphore.all()).map(str::to_string).collect();
+            let throttle = redis_keys::ThrottleKeys::new(&prefix, &key);
+            let keys: Vec<String> = mutex
+                .all()
+                .chain(semaphore.all())
+                .chain(throttle.all())
+                .map(str::to_string)
+                .collect();
             assert!(
                 keys.iter().all(|k| Slot::for_key(k) == Slot::for_key(&keys[0])),
-                "one slot per lock, mutex and semaphore: {keys:?}"
+                "one slot per key, mutex, semaphore and throttle: {keys:?}"
             );
             let tag = keys[0]
                 .split_once('{')

@@ -107,7 +107,7 @@ enum Command {
     /// when a scheduler starts on it).
     Queues,
     /// List held locks and semaphores with their remaining TTL, fencing token, holders / limit
-    /// and waiters in line.
+    /// and waiters in line, and throttled keys with their next free slot and booked slots.
     Locks {
         #[arg(long, default_value_t = 100)]
         limit: usize,
@@ -418,6 +418,7 @@ where
                             "holders": lock.holders,
                             "limit": lock.limit,
                             "reserved_for": lock.reserved_for,
+                            "next_slot_ms": lock.next_slot.map(|d| d.as_millis() as u64),
                         })
                     })
                     .collect(),

@@ -467,7 +467,8 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
     Ok(page(&d.options.base, &format!("Job {id}"), Some(visitor), &body))
 }
 
-/// The held locks and semaphores: key, remaining TTL, fence, holders / limit, line.
+/// The held locks and semaphores: key, remaining TTL, fence, holders / limit, line; and the
+/// throttled keys: their next free slot and the slots booked ahead.
 pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
     State(d): Shared<St>,
     Extension(visitor): Extension<Visitor>,
@@ -478,19 +479,23 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
     };
     let mut body = String::from(
         "<table id=locks><tr><th>key</th><th class=num>remaining</th><th class=num>fence</th>\
-         <th class=num>held / limit</th><th class=num>waiters</th><th>reserved for</th></tr>",
+         <th class=num>held / limit</th><th class=num>waiters / booked</th><th class=num>next slot</th>\
+         <th>reserved for</th></tr>",
     );
     for lock in &locks {
+        let (held, next_slot) = match lock.next_slot {
+            Some(opens_in) if opens_in.is_zero() => ("throttle".to_string(), "open".to_string()),
+            Some(opens_in) => ("throttle".to_string(), format!("in {} ms", opens_in.as_millis())),
+            None => (format!("{} / {}", lock.holders, lock.limit), String::new()),
+        };
         let _ = write!(
             body,
-            "<tr><td><code>{}</code></td><td class=num>{}</td><td class=num>{}</td><td class=num>{} / {}</td>\
-             <td class=num>{}</td><td>{}</td></tr>",
+            "<tr><td><code>{}</code></td><td class=num>{}</td><td class=num>{}</td><td class=num>{held}</td>\
+             <td class=num>{}</td><td class=num>{next_slot}</td><td>{}</td></tr>",
             escape(&lock.key),
             lock.remaining
                 .map_or("no TTL".into(), |left| format!("{} ms", left.as_millis())),
             lock.fence,
-            lock.holders,
-            lock.limit,
             lock.waiters,
             escape(lock.reserved_for.as_deref().unwrap_or("")),
         );

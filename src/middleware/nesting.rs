@@ -30,7 +30,10 @@ pub trait Nesting<S: Service<Req>, Req>: Send + Sync + 'static {
     fn ready_error(error: S::Error) -> Error<Self::Error>;
 
     /// Calls the inner service, its result as the stack's.
-    fn call(inner: S, request: Req) -> impl Future<Output = Result<Outcome<Self::Response>, Error<Self::Error>>> + Send;
+    fn call(
+        inner: S,
+        request: Req,
+    ) -> impl Future<Output = Result<Outcome<Self::Response>, Error<Self::Error>>> + Send;
 }
 
 impl<S, Req> Nesting<S, Req> for OverHandler

@@ -664,7 +664,14 @@ where
     pub async fn wait_for_slot(&self, lease: &Lease, opens_in: Duration) -> Result<AfterFailure, QueueError> {
         let due = self
             .store
-            .retry(&lease.shard, &lease.id, lease.token, None, opens_in, self.counters)
+            .retry(
+                &lease.shard,
+                &lease.id,
+                lease.token,
+                None,
+                opens_in,
+                self.counters,
+            )
             .await?;
         Ok(match due {
             Some(due) => AfterFailure::Retrying {

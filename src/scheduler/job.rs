@@ -42,7 +42,10 @@ enum Ran {
     },
     /// The key is over its rate: the job waits for its slot (booked by `Defer`), without
     /// using an attempt.
-    Throttled { key: LockKey, opens_in: Duration },
+    Throttled {
+        key: LockKey,
+        opens_in: Duration,
+    },
 }
 
 /// The services a scheduler runs jobs through: a [`LockService`](crate::LockService) stack, whose

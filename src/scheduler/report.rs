@@ -37,7 +37,8 @@ pub struct SchedulerReport {
     pub returned: u64,
     /// Jobs put back to wait because the store failed under them (their attempt not used).
     pub postponed: u64,
-    /// Runs that met their lock held and went back to wait in line (their attempt not used).
+    /// Runs that met their lock held and went back to wait in line, or their key over its rate
+    /// and went back to wait for their slot (their attempt not used).
     pub waited: u64,
     /// Jobs whose lease ran out under us.
     pub lease_lost: u64,

@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::{PermitLimit, SemaphoreStore};
 use crate::error::StoreError;
 use crate::key::{LockKey, Prefix};
-use crate::metric_names;
 use crate::lock::{Acquisition, Fencing, Handoffs, LockStore, LockToken, Waiter};
+use crate::metric_names;
 use crate::store::Sealed;
 
 /// A store whose "lock" of a key is one of the key's permits: what

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use crate::error::StoreError;
 
-/// A lock (a mutex, or a semaphore's permits) as found in a store.
+/// A guarded key as found in a store: a mutex, a semaphore's permits, or a throttled key's
+/// schedule (the one with a [`next_slot`](LockInfo::next_slot)).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct LockInfo {
     /// The lock key, as the application gave it.
@@ -25,6 +26,9 @@ pub struct LockInfo {
     /// The waiters the key (or a permit of it) is reserved for while handed over, separated by
     /// spaces.
     pub reserved_for: Option<String>,
+    /// A throttled key: how long until its next slot opens (zero: one is open now). Its
+    /// `waiters` are the slots booked ahead and not yet taken; `None` for a lock.
+    pub next_slot: Option<Duration>,
 }
 
 /// Stores whose held locks can be listed: [`MemoryStore`](super::MemoryStore), and
@@ -45,6 +49,7 @@ pub struct LockInfo {
 /// # Ok(()) }
 /// ```
 pub trait ListLocks {
-    /// Up to `limit` held (or reserved) locks, in no particular order.
+    /// Up to `limit` held (or reserved) locks, then throttled keys whose schedule is still
+    /// ahead of the clock, in no particular order.
     fn list_locks(&self, limit: usize) -> impl Future<Output = Result<Vec<LockInfo>, StoreError>> + Send;
 }

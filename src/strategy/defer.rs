@@ -2,7 +2,7 @@
 
 use std::future::{Future, ready};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures_util::future::Either;
 use serde::Serialize;
@@ -44,7 +44,7 @@ use crate::scheduler::current_job;
 /// "Retry briefly, then defer" is one line:
 ///
 /// ```
-/// use std::time::Duration;
+/// use std::time::{Duration, SystemTime};
 /// use redefer::{Backoff, MemoryStore, strategy::{Defer, Retry}};
 /// use redefer::queue::DelayQueue;
 ///
@@ -160,7 +160,7 @@ where
             // Over a throttle's rate, the job is due at the slot booked for it; held by a lock,
             // its turn in line makes it due, and the fallback only if that is never announced.
             let due = match next_slot {
-                Some(slot) => Due::At(slot.book_for_job(&shard, &id).await?.at),
+                Some(slot) => Due::At(whole_millis_up(slot.book_for_job(&shard, &id).await?.at)),
                 None => Due::In(fallback),
             };
             let deferred = match queue.push_encoded(id, bytes, due).await {
@@ -170,6 +170,18 @@ where
             };
             Ok(Decision::Deferred(deferred.in_queue(shard)))
         })
+    }
+}
+
+/// `at` rounded up to a whole millisecond: due times are kept in milliseconds, and a job due
+/// at its slot's millisecond rounded down would be claimed before its slot, only to wait for it.
+fn whole_millis_up(at: SystemTime) -> SystemTime {
+    let since = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let rest = since.subsec_nanos() % 1_000_000;
+    if rest == 0 {
+        at
+    } else {
+        at + Duration::from_nanos(u64::from(1_000_000 - rest))
     }
 }
 
@@ -188,7 +200,7 @@ where
         Some(job) => (
             match job.state {
                 RawJobState::Delayed { due } => due,
-                _ => std::time::SystemTime::now(),
+                _ => SystemTime::now(),
             },
             job.envelope
                 .as_ref()
@@ -196,7 +208,7 @@ where
                 .map_or(0, |envelope| envelope.attempt),
         ),
         // Gone between the push and this look (just finished): nothing of it is left to run.
-        None => (std::time::SystemTime::now(), 0),
+        None => (SystemTime::now(), 0),
     };
     Ok(Deferred::new(id, due, attempt).as_duplicate())
 }

@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::{Admission, NextSlot, Rate, ThrottleStore};
 use crate::key::LockKey;
-use crate::lock::Waiter;
+use crate::lock::{LockToken, Waiter};
 use crate::metric_names;
 use crate::middleware::{Error, Nesting, Outcome};
 use crate::scheduler::current_job;
@@ -41,16 +41,17 @@ where
     let span = tracing::debug_span!("redefer.throttle", %key);
     async move {
         // A re-injected job may hold a booked slot: the throttle admits it there.
-        let booked_as = current_job().map(|job| Waiter::job(&job.shard, &job.id));
+        let mut booked_as = current_job().map(|job| Waiter::job(&job.shard, &job.id));
         let started = Instant::now();
         let mut attempt = 0;
         loop {
             let opens_in = match shared.store.admit(&key, shared.rate, booked_as.as_ref()).await {
                 Ok(Admission::Admitted) => break,
                 Ok(Admission::Redeemed { wait }) => {
-                    // Due at its slot by the store's clock, in whole milliseconds: at most the
-                    // rest of one.
-                    sleep(wait).await;
+                    // Its slot not yet come (due in whole milliseconds), or runs before it late.
+                    if !wait.is_zero() {
+                        sleep(wait).await;
+                    }
                     break;
                 }
                 Ok(Admission::Throttled { opens_in }) => opens_in,
@@ -72,19 +73,21 @@ where
                 .on_conflict(conflict, &request)
                 .await
                 .map_err(Error::Strategy)?;
+            attempt += 1;
             match decision {
-                // Waiting as long as the slot takes: book it, so that nobody takes it meanwhile.
+                // Waiting as long as the slot takes: book it, so that nobody takes it meanwhile,
+                // and come back as its holder when it opens.
                 Decision::RetryAfter(delay) if delay >= opens_in => {
                     metric_names::throttle_conflict("retry");
-                    let booking = next_slot.book_for_caller().await.map_err(Error::Store)?;
+                    let me = Waiter::caller(LockToken::random());
+                    let booking = next_slot.book_for(me.clone()).await.map_err(Error::Store)?;
                     tracing::debug!(wait = ?booking.wait, "over the rate: waiting for the booked slot");
+                    booked_as = Some(me);
                     sleep(booking.wait).await;
-                    break;
                 }
                 Decision::RetryAfter(delay) => {
                     metric_names::throttle_conflict("retry");
                     sleep(delay).await;
-                    attempt += 1;
                 }
                 Decision::Reject { retry_after } => {
                     metric_names::throttle_conflict("reject");

@@ -36,7 +36,9 @@ pub struct Rate {
 pub enum RateError {
     /// A rate of 0 requests, or over a period of 0 (or one too short to split into `count`
     /// whole microseconds).
-    #[error("a rate needs at least one request over at least one microsecond per request, not {count} per {per:?}")]
+    #[error(
+        "a rate needs at least one request over at least one microsecond per request, not {count} per {per:?}"
+    )]
     Empty {
         /// The requests asked for.
         count: u32,
@@ -74,7 +76,9 @@ impl Rate {
     /// The time between two admissions once the burst is spent: `per / count`, in whole
     /// microseconds (the resolution of the server's clock).
     pub fn interval(&self) -> Duration {
-        Duration::from_micros(u64::try_from(self.per.as_micros() / u128::from(self.count.max(1))).unwrap_or(u64::MAX))
+        Duration::from_micros(
+            u64::try_from(self.per.as_micros() / u128::from(self.count.max(1))).unwrap_or(u64::MAX),
+        )
     }
 
     /// How far ahead of its schedule a key may run: `(burst - 1)` intervals.
@@ -138,8 +142,14 @@ mod tests {
     #[test]
     fn rates_that_cannot_be_kept_are_refused() {
         assert!(matches!(Rate::per_second(0), Err(RateError::Empty { .. })));
-        assert!(matches!(Rate::new(10, Duration::from_micros(5)), Err(RateError::Empty { .. })));
-        assert_eq!(Rate::per_second(3).and_then(|rate| rate.burst(0)), Err(RateError::NoBurst));
+        assert!(matches!(
+            Rate::new(10, Duration::from_micros(5)),
+            Err(RateError::Empty { .. })
+        ));
+        assert_eq!(
+            Rate::per_second(3).and_then(|rate| rate.burst(0)),
+            Err(RateError::NoBurst)
+        );
         assert!(serde_json::from_str::<Rate>(r#"{ "count": 0, "per": "1s" }"#).is_err());
     }
 

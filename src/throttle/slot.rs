@@ -26,7 +26,7 @@ pub struct NextSlot {
 
 /// Books a slot of one key; object-safe, so that [`NextSlot`] names no store type.
 trait Book: Send + Sync {
-    fn book(&self, job: Option<Waiter>) -> Pin<Box<dyn Future<Output = Result<Booking, StoreError>> + Send>>;
+    fn book(&self, waiter: Waiter) -> Pin<Box<dyn Future<Output = Result<Booking, StoreError>> + Send>>;
 }
 
 /// The booker of `key` at `rate` in `store`.
@@ -37,10 +37,10 @@ struct StoreBook<St> {
 }
 
 impl<St: ThrottleStore> Book for StoreBook<St> {
-    fn book(&self, job: Option<Waiter>) -> Pin<Box<dyn Future<Output = Result<Booking, StoreError>> + Send>> {
+    fn book(&self, waiter: Waiter) -> Pin<Box<dyn Future<Output = Result<Booking, StoreError>> + Send>> {
         let (store, key, rate) = (self.store.clone(), self.key.clone(), self.rate);
         Box::pin(async move {
-            let booking = store.book(&key, rate, job.as_ref()).await?;
+            let booking = store.book(&key, rate, &waiter).await?;
             metric_names::throttle_booked(booking.wait);
             Ok(booking)
         })
@@ -69,17 +69,23 @@ impl NextSlot {
         queue: &QueueName,
         id: &JobId,
     ) -> impl Future<Output = Result<Booking, StoreError>> + Send + 'static {
-        self.booker.book(Some(Waiter::job(queue, id)))
+        self.booker.book(Waiter::job(queue, id))
     }
 
-    /// Books the next free slot for a caller that waits for it in place.
-    pub(crate) fn book_for_caller(&self) -> impl Future<Output = Result<Booking, StoreError>> + Send + 'static {
-        self.booker.book(None)
+    /// Books the next free slot for `caller`, which waits for it in place and then comes
+    /// through the throttle as that waiter.
+    pub(crate) fn book_for(
+        &self,
+        caller: Waiter,
+    ) -> impl Future<Output = Result<Booking, StoreError>> + Send + 'static {
+        self.booker.book(caller)
     }
 }
 
 impl fmt::Debug for NextSlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NextSlot").field("opens_in", &self.opens_in).finish_non_exhaustive()
+        f.debug_struct("NextSlot")
+            .field("opens_in", &self.opens_in)
+            .finish_non_exhaustive()
     }
 }

@@ -14,8 +14,8 @@ use crate::store::Sealed;
 pub enum Admission {
     /// Within the rate: the request takes the slot that is open now.
     Admitted,
-    /// The request holds a booked slot (it was deferred to it): admitted, to start `wait`
-    /// from now (zero once the slot has come). The booking is used up.
+    /// The request holds a booked slot: admitted, to start `wait` from now (zero once the slot
+    /// has come and the runs before it have started). The booking is used up.
     Redeemed {
         /// How long until the booked slot.
         wait: Duration,
@@ -40,19 +40,22 @@ pub struct Booking {
 /// the store's clock, in one step.
 ///
 /// The semantics, pinned for every store by the conformance tests:
-/// - a key's state is the time its next slot opens; a request at or after it is admitted and
-///   moves it one [`interval`](Rate::interval) on (from no earlier than `now - tolerance`: an
-///   idle key has its burst back);
+/// - a key keeps the time its next slot opens, counting every request admitted or booked; a
+///   request at or after it is admitted and moves it one [`interval`](Rate::interval) on
+///   (from no earlier than `now - tolerance`: an idle key has its burst back);
 /// - a request before it is refused with the exact time to it, and moves nothing;
 /// - a booking takes the next slot (now, if one is open) and moves the schedule as an admission
-///   there would: N bookings in a row get N consecutive slots;
-/// - a booking for a job is kept until the job comes through the throttle, which admits it at
-///   its slot without counting it again; booking again for the same job gives the same slot.
+///   there would: N bookings in a row get N consecutive slots. It is kept for its waiter, who
+///   is admitted at its slot when it comes, without being counted again; booking again for the
+///   same waiter gives the same slot;
+/// - the key also keeps the same rate over the times requests actually start: booked requests
+///   that come late together (a scheduler that was busy) are told to wait their turns rather
+///   than start in a bunch, so that over any span `t`, at most `burst + rate * t` start.
 ///
 /// Sealed, like [`LockStore`](crate::lock::LockStore): the crate's two stores implement it.
 pub trait ThrottleStore: Sealed + Clone + Send + Sync + 'static {
-    /// Decides a request on `key` at `rate`; `booked_as` is the job it runs for, whose booked
-    /// slot (if it has one) admits it.
+    /// Decides a request on `key` at `rate`; `booked_as` is the waiter it comes as (a job, or a
+    /// caller that booked), whose booked slot (if it has one) admits it.
     fn admit(
         &self,
         key: &LockKey,
@@ -60,13 +63,13 @@ pub trait ThrottleStore: Sealed + Clone + Send + Sync + 'static {
         booked_as: Option<&Waiter>,
     ) -> impl Future<Output = Result<Admission, StoreError>> + Send;
 
-    /// Takes the next slot of `key` at `rate`, for the job `job` (kept until it comes) or for a
-    /// caller that waits for it in place (`None`).
+    /// Takes the next slot of `key` at `rate` for `waiter` (a job, or a caller that waits in
+    /// place), kept until it comes.
     fn book(
         &self,
         key: &LockKey,
         rate: Rate,
-        job: Option<&Waiter>,
+        waiter: &Waiter,
     ) -> impl Future<Output = Result<Booking, StoreError>> + Send;
 }
 

@@ -515,3 +515,25 @@ macro_rules! for_each_server {
 }
 pub(crate) use for_each_server;
 pub(crate) use for_each_store;
+
+/// The clock a store keeps its times by (a throttle's slots, a queue's due times): handlers
+/// read start times from it to check them against the store's decisions.
+pub trait StoreClock: Clone + Send + Sync + 'static {
+    fn now(&self) -> impl Future<Output = std::time::SystemTime> + Send;
+}
+
+impl StoreClock for redefer::MemoryStore {
+    async fn now(&self) -> std::time::SystemTime {
+        std::time::SystemTime::now()
+    }
+}
+
+impl StoreClock for RedisStore<ConnectionManager> {
+    async fn now(&self) -> std::time::SystemTime {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.connection())
+            .await
+            .expect("the server's TIME");
+        std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros)
+    }
+}

@@ -343,11 +343,13 @@ impl crate::store::ListLocks for MemoryStore {
                         holders: u64::from(reserved_for.is_none()),
                         limit: 1,
                         reserved_for,
+                        next_slot: None,
                     }
                 })
                 .collect()
         };
         locks.extend(self.list_semaphores(limit - locks.len()));
+        locks.extend(self.list_throttles(limit - locks.len()));
         Ok(locks)
     }
 }

@@ -193,6 +193,7 @@ impl MemoryStore {
                         .count() as u64,
                     limit: u64::from(permits.limit),
                     reserved_for: (!reserved.is_empty()).then(|| reserved.join(" ")),
+                    next_slot: None,
                 })
             })
             .take(limit)

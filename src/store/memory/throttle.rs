@@ -17,23 +17,23 @@ pub(super) struct ThrottleState {
     swept_at: usize,
 }
 
-/// One key's schedule (the script's `free_at` and bookings), in microseconds since the epoch.
+/// One key's times (the script's `free_at` and `run_free_at`) and bookings, in microseconds
+/// since the epoch.
+#[derive(Default)]
 struct KeySchedule {
     free_at: u64,
-    /// When the state stops mattering: an absent key would decide the same after it.
-    forget_at: u64,
+    run_free_at: u64,
+    /// The tolerance of the last rate the key was decided at: past `max(free_at, run_free_at) +
+    /// tolerance`, the schedule no longer matters.
+    tolerance: u64,
     bookings: HashMap<Waiter, u64>,
-}
-
-impl KeySchedule {
-    fn is_stale(&self, now: u64) -> bool {
-        self.forget_at <= now && self.bookings.is_empty()
-    }
 }
 
 /// The system clock in microseconds since the epoch.
 fn now_micros() -> u64 {
-    let since = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let since = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
     u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
 }
 
@@ -41,44 +41,85 @@ fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
+impl KeySchedule {
+    /// When the next slot opens.
+    fn opens_at(&self) -> u64 {
+        self.free_at.max(self.run_free_at)
+    }
+
+    /// When the schedule stops mattering: an absent key would decide the same after it.
+    fn forget_at(&self) -> u64 {
+        self.opens_at().saturating_add(self.tolerance)
+    }
+
+    /// Nothing left that an absent key would not decide the same way.
+    fn is_stale(&self, now: u64) -> bool {
+        self.bookings.is_empty() && self.forget_at() <= now
+    }
+
+    /// One more run, starting at `at`.
+    fn run_at(&mut self, at: u64, interval: u64, tolerance: u64) {
+        self.run_free_at = self
+            .run_free_at
+            .max(at.saturating_sub(tolerance))
+            .saturating_add(interval);
+    }
+
+    fn drop_stale_bookings(&mut self, now: u64) {
+        let retention = micros(BOOKING_RETENTION);
+        self.bookings
+            .retain(|_, slot| slot.saturating_add(retention) > now);
+    }
+}
+
 impl ThrottleState {
-    /// The script's steps for one call.
-    fn decide(&mut self, key: &LockKey, rate: Rate, book: bool, job: Option<&Waiter>, now: u64) -> (u8, u64, u64) {
-        self.sweep(now);
-        let schedule = self.keys.entry(key.clone()).or_insert(KeySchedule {
-            free_at: 0,
-            forget_at: 0,
-            bookings: HashMap::new(),
-        });
-        if let Some(job) = job
-            && let Some(&slot) = schedule.bookings.get(job)
-        {
-            if !book {
-                schedule.bookings.remove(job);
-                return (2, slot.saturating_sub(now), slot);
-            }
-            return (3, slot.saturating_sub(now), slot);
-        }
-        if schedule.free_at > now && !book {
-            return (0, schedule.free_at - now, schedule.free_at);
-        }
+    /// The script's steps for a request, booked as `booked_as` or not.
+    fn admit(&mut self, key: &LockKey, rate: Rate, booked_as: Option<&Waiter>, now: u64) -> Admission {
         let (interval, tolerance) = (micros(rate.interval()), micros(rate.tolerance()));
+        let schedule = self.schedule(key, now, tolerance);
+        if let Some(slot) = booked_as.and_then(|waiter| schedule.bookings.remove(waiter)) {
+            let start = now.max(slot).max(schedule.run_free_at);
+            schedule.run_at(start, interval, tolerance);
+            return Admission::Redeemed {
+                wait: Duration::from_micros(start - now),
+            };
+        }
+        let opens = schedule.opens_at();
+        if opens > now {
+            return Admission::Throttled {
+                opens_in: Duration::from_micros(opens - now),
+            };
+        }
+        schedule.free_at = schedule
+            .free_at
+            .max(now.saturating_sub(tolerance))
+            .saturating_add(interval);
+        schedule.run_at(now, interval, tolerance);
+        Admission::Admitted
+    }
+
+    /// The script's steps for a booking by `waiter`: its slot, in microseconds.
+    fn book(&mut self, key: &LockKey, rate: Rate, waiter: &Waiter, now: u64) -> u64 {
+        let (interval, tolerance) = (micros(rate.interval()), micros(rate.tolerance()));
+        let schedule = self.schedule(key, now, tolerance);
+        if let Some(&slot) = schedule.bookings.get(waiter) {
+            return slot;
+        }
         let slot = schedule.free_at.max(now);
-        schedule.free_at = schedule.free_at.max(now.saturating_sub(tolerance)).saturating_add(interval);
-        schedule.forget_at = schedule.free_at.saturating_add(tolerance);
-        if !book {
-            return (1, 0, slot);
-        }
-        if let Some(job) = job
-            && slot > now
-        {
-            schedule.bookings.insert(job.clone(), slot);
-            let retention = micros(BOOKING_RETENTION);
-            schedule
-                .bookings
-                .retain(|_, booked| booked.saturating_add(retention) > now);
-        }
-        (3, slot - now, slot)
+        schedule.free_at = schedule
+            .free_at
+            .max(now.saturating_sub(tolerance))
+            .saturating_add(interval);
+        schedule.bookings.insert(waiter.clone(), slot);
+        schedule.drop_stale_bookings(now);
+        slot
+    }
+
+    fn schedule(&mut self, key: &LockKey, now: u64, tolerance: u64) -> &mut KeySchedule {
+        self.sweep(now);
+        let schedule = self.keys.entry(key.clone()).or_default();
+        schedule.tolerance = tolerance;
+        schedule
     }
 
     /// Forgets the keys whose state no longer matters, when their number has doubled since the
@@ -87,36 +128,54 @@ impl ThrottleState {
         if self.keys.len() < self.swept_at.saturating_mul(2).max(64) {
             return;
         }
-        let retention = micros(BOOKING_RETENTION);
         for schedule in self.keys.values_mut() {
-            schedule
-                .bookings
-                .retain(|_, booked| booked.saturating_add(retention) > now);
+            schedule.drop_stale_bookings(now);
         }
         self.keys.retain(|_, schedule| !schedule.is_stale(now));
         self.swept_at = self.keys.len();
     }
 }
 
+impl MemoryStore {
+    /// Up to `limit` throttled keys whose schedule still matters, for
+    /// [`ListLocks`](crate::store::ListLocks).
+    pub(super) fn list_throttles(&self, limit: usize) -> Vec<crate::store::LockInfo> {
+        let now = now_micros();
+        lock_unpoisoned(&self.throttles)
+            .keys
+            .iter()
+            .filter(|(_, schedule)| !schedule.is_stale(now))
+            .take(limit)
+            .map(|(key, schedule)| crate::store::LockInfo {
+                key: key.as_str().to_string(),
+                remaining: Some(Duration::from_micros(schedule.forget_at().saturating_sub(now))),
+                fence: 0,
+                waiters: schedule.bookings.len() as u64,
+                holders: 0,
+                limit: 0,
+                reserved_for: None,
+                next_slot: Some(Duration::from_micros(schedule.opens_at().saturating_sub(now))),
+            })
+            .collect()
+    }
+}
+
 impl ThrottleStore for MemoryStore {
-    async fn admit(&self, key: &LockKey, rate: Rate, booked_as: Option<&Waiter>) -> Result<Admission, StoreError> {
-        let (status, wait, _) = lock_unpoisoned(&self.throttles).decide(key, rate, false, booked_as, now_micros());
-        Ok(match status {
-            1 => Admission::Admitted,
-            2 => Admission::Redeemed {
-                wait: Duration::from_micros(wait),
-            },
-            _ => Admission::Throttled {
-                opens_in: Duration::from_micros(wait),
-            },
-        })
+    async fn admit(
+        &self,
+        key: &LockKey,
+        rate: Rate,
+        booked_as: Option<&Waiter>,
+    ) -> Result<Admission, StoreError> {
+        Ok(lock_unpoisoned(&self.throttles).admit(key, rate, booked_as, now_micros()))
     }
 
-    async fn book(&self, key: &LockKey, rate: Rate, job: Option<&Waiter>) -> Result<Booking, StoreError> {
-        let (_, wait, slot) = lock_unpoisoned(&self.throttles).decide(key, rate, true, job, now_micros());
+    async fn book(&self, key: &LockKey, rate: Rate, waiter: &Waiter) -> Result<Booking, StoreError> {
+        let now = now_micros();
+        let slot = lock_unpoisoned(&self.throttles).book(key, rate, waiter, now);
         Ok(Booking {
             at: SystemTime::UNIX_EPOCH + Duration::from_micros(slot),
-            wait: Duration::from_micros(wait),
+            wait: Duration::from_micros(slot.saturating_sub(now)),
         })
     }
 }

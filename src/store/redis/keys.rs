@@ -149,9 +149,11 @@ impl PermitKeys {
 /// The keys of one throttled key, in the order `lua/throttle.lua` receives them in `KEYS`.
 #[derive(Debug, Clone)]
 pub(crate) struct ThrottleKeys {
-    /// string: when the key's next slot opens (microseconds since the epoch, server clock).
-    pub(crate) free_at: String,
-    /// zset: job waiter -> its booked slot (microseconds), until the job comes.
+    /// string: `<free_at> <run_free_at>`, when the key's next slot opens by its schedule and by
+    /// its runs (microseconds since the epoch, server clock).
+    pub(crate) state: String,
+    /// zset: waiter (a job, or a caller waiting in place) -> its booked slot (microseconds),
+    /// until it comes.
     pub(crate) bookings: String,
 }
 
@@ -167,14 +169,14 @@ impl ThrottleKeys {
 
     fn with_tag(prefix: &Prefix, tag: &str) -> Self {
         ThrottleKeys {
-            free_at: lock_part(prefix, "throttle", tag),
+            state: lock_part(prefix, "throttle", tag),
             bookings: lock_part(prefix, "throttle-bookings", tag),
         }
     }
 
     /// Both keys, in the order of the script's `KEYS`.
     pub(crate) fn all(&self) -> [&str; 2] {
-        [&self.free_at, &self.bookings]
+        [&self.state, &self.bookings]
     }
 }
 

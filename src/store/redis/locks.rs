@@ -33,7 +33,7 @@ impl<Conn> RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// Up to `limit` held locks (mutexes and semaphores), found by `SCAN` on the server this store is connected to (on
+    /// Up to `limit` held locks (mutexes and semaphores) and throttled keys, found by `SCAN` on the server this store is connected to (on
     /// Redis Cluster, use [`cluster_locks`](RedisStore::cluster_locks), which scans every
     /// master). A key whose hash tag no lock key encodes to is reported under its raw name.
     pub async fn locks(&self, limit: usize) -> Result<Vec<LockInfo>, StoreError> {
@@ -55,7 +55,7 @@ where
         scan
     }
 
-    /// Up to `limit` lock keys (mutexes, then semaphores), scanning with `run` until the
+    /// Up to `limit` lock keys (mutexes, then semaphores, then throttles), scanning with `run` until the
     /// cursor comes back to 0.
     async fn scan_lock_keys<Run, Fut>(&self, limit: usize, mut run: Run) -> Result<Vec<String>, StoreError>
     where
@@ -66,6 +66,7 @@ where
         for namespace in [
             keys::lock_namespace(&self.prefix),
             keys::permits_namespace(&self.prefix),
+            keys::throttles_namespace(&self.prefix),
         ] {
             let mut cursor = 0u64;
             loop {
@@ -85,14 +86,16 @@ where
     async fn describe_locks(&self, keys: Vec<String>) -> Result<Vec<LockInfo>, StoreError> {
         let lock_prefix = keys::lock_namespace(&self.prefix);
         let permits_prefix = keys::permits_namespace(&self.prefix);
+        let throttles_prefix = keys::throttles_namespace(&self.prefix);
         let mut locks = Vec::with_capacity(keys.len());
         for key in keys {
-            let described = match key.strip_prefix(&permits_prefix) {
-                Some(tag) => self.describe_semaphore(&key, tag).await?,
-                None => {
-                    self.describe_mutex(&key, key.strip_prefix(&lock_prefix).unwrap_or(&key))
-                        .await?
-                }
+            let described = if let Some(tag) = key.strip_prefix(&permits_prefix) {
+                self.describe_semaphore(&key, tag).await?
+            } else if let Some(tag) = key.strip_prefix(&throttles_prefix) {
+                self.describe_throttle(&key, tag).await?
+            } else {
+                self.describe_mutex(&key, key.strip_prefix(&lock_prefix).unwrap_or(&key))
+                    .await?
             };
             locks.extend(described);
         }
@@ -121,6 +124,7 @@ where
             holders: u64::from(reserved_for.is_none()),
             limit: 1,
             reserved_for,
+            next_slot: None,
         }))
     }
 
@@ -159,6 +163,42 @@ where
             holders,
             limit: limit.unwrap_or(0),
             reserved_for: (!reserved.is_empty()).then(|| reserved.join(" ")),
+            next_slot: None,
+        }))
+    }
+
+    /// The throttled key at `key` (its schedule), whose hash tag is `tag`; `None` once its
+    /// schedule is no longer ahead of the clock.
+    async fn describe_throttle(&self, key: &str, tag: &str) -> Result<Option<LockInfo>, StoreError> {
+        let found = keys::ThrottleKeys::of_found_tag(&self.prefix, tag);
+        let (pttl, state, booked, time): (i64, Option<String>, u64, (u64, u64)) = redis::pipe()
+            .pttl(key)
+            .get(key)
+            .zcard(&found.bookings)
+            .cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let Some(state) = state else {
+            return Ok(None);
+        };
+        let now = time.0.saturating_mul(1_000_000).saturating_add(time.1);
+        // `<free_at> <run_free_at>`: the next slot opens when both have come.
+        let opens_at = state
+            .split(' ')
+            .map(|part| part.parse::<u64>())
+            .collect::<Result<Vec<u64>, _>>()
+            .ok()
+            .and_then(|times| times.into_iter().max())
+            .ok_or_else(|| StoreError::Protocol(format!("throttle state {state:?} at {key}")))?;
+        Ok(Some(LockInfo {
+            key: key_name(key, tag),
+            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            fence: 0,
+            waiters: booked,
+            holders: 0,
+            limit: 0,
+            reserved_for: None,
+            next_slot: Some(Duration::from_micros(opens_at.saturating_sub(now))),
         }))
     }
 }

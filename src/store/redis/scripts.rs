@@ -56,7 +56,8 @@ script!(PERMIT_RELEASE, PERMIT_PRELUDE, "permit_release.lua");
 script!(PERMIT_JOIN, PERMIT_PRELUDE, "permit_join.lua");
 script!(PERMIT_LEAVE, PERMIT_PRELUDE, "permit_leave.lua");
 /// The throttle's one script: no prelude (two keys, no line).
-pub(super) static THROTTLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/throttle.lua")));
+pub(super) static THROTTLE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/throttle.lua")));
 script!(QUEUE_PUSH, QUEUE_PRELUDE, "queue_push.lua");
 script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
 script!(QUEUE_CLAIM, QUEUE_PRELUDE, "queue_claim.lua");

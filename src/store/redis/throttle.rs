@@ -30,16 +30,16 @@ where
         key: &LockKey,
         rate: Rate,
         book: bool,
-        job: Option<&Waiter>,
+        waiter: Option<&Waiter>,
     ) -> Result<ThrottleReply, StoreError> {
         let keys = ThrottleKeys::new(&self.prefix, key);
         let reply = THROTTLE
-            .key(&keys.free_at)
+            .key(&keys.state)
             .key(&keys.bookings)
             .arg(u64::try_from(rate.interval().as_micros()).unwrap_or(u64::MAX))
             .arg(u64::try_from(rate.tolerance().as_micros()).unwrap_or(u64::MAX))
             .arg(if book { "1" } else { "0" })
-            .arg(job.map_or("", Waiter::as_str))
+            .arg(waiter.map_or("", Waiter::as_str))
             .arg(millis(BOOKING_RETENTION))
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -51,24 +51,33 @@ impl<Conn> ThrottleStore for RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn admit(&self, key: &LockKey, rate: Rate, booked_as: Option<&Waiter>) -> Result<Admission, StoreError> {
+    async fn admit(
+        &self,
+        key: &LockKey,
+        rate: Rate,
+        booked_as: Option<&Waiter>,
+    ) -> Result<Admission, StoreError> {
         self.prepare().await?;
         match self.throttle_script(key, rate, false, booked_as).await? {
             (1, _, _) => Ok(Admission::Admitted),
             (2, wait, _) => Ok(Admission::Redeemed { wait: micros(wait) }),
-            (0, wait, _) => Ok(Admission::Throttled { opens_in: micros(wait) }),
+            (0, wait, _) => Ok(Admission::Throttled {
+                opens_in: micros(wait),
+            }),
             (status, _, _) => Err(StoreError::Protocol(format!("throttle answered status {status}"))),
         }
     }
 
-    async fn book(&self, key: &LockKey, rate: Rate, job: Option<&Waiter>) -> Result<Booking, StoreError> {
+    async fn book(&self, key: &LockKey, rate: Rate, waiter: &Waiter) -> Result<Booking, StoreError> {
         self.prepare().await?;
-        match self.throttle_script(key, rate, true, job).await? {
+        match self.throttle_script(key, rate, true, Some(waiter)).await? {
             (3, wait, slot) => Ok(Booking {
                 at: SystemTime::UNIX_EPOCH + micros(slot),
                 wait: micros(wait),
             }),
-            (status, _, _) => Err(StoreError::Protocol(format!("throttle booking answered status {status}"))),
+            (status, _, _) => Err(StoreError::Protocol(format!(
+                "throttle booking answered status {status}"
+            ))),
         }
     }
 }

@@ -1,23 +1,25 @@
 #!lua flags=allow-oom
 -- Decides one request against a key's rate (GCRA), by the server's clock, in microseconds.
 --
--- The key's state is the time its next slot opens (`free_at`). A request at or after it is
--- admitted and moves it one interval on, from no earlier than `now - tolerance` (an idle key
--- has its burst back); one before it is refused with the time to it. A booking takes the next
--- slot (now, if one is open) and moves the schedule as an admission there would; a job's
--- booking is kept until the job comes, which admits it without counting it again.
+-- A key keeps two times. `free_at`, the schedule: when its next slot opens, counting every
+-- request admitted or booked; a booking takes that slot. `run_free_at`, the runs: the same
+-- rate over the times requests actually start, so that booked requests that come late (a busy
+-- scheduler) are spaced out again instead of starting in a bunch. A request is admitted now
+-- when both have come; a job with a booking, at its slot once the runs allow it.
+-- Each time moves one interval per request, from no earlier than `now - tolerance` (an idle key
+-- has its burst back).
 --
--- KEYS[1] free_at (string, microseconds), KEYS[2] bookings (zset: job waiter -> slot).
+-- KEYS[1] state ("<free_at> <run_free_at>"), KEYS[2] bookings (zset: waiter -> slot).
 -- ARGV[1] interval (us), ARGV[2] tolerance (us), ARGV[3] '1' to book, '0' to decide,
--- ARGV[4] the job waiter ('' for none), ARGV[5] how long a booking waits for its job (ms).
--- Returns {status, wait (us), slot (us since the epoch)}: status 1 admitted, 2 a booking
--- redeemed, 0 refused (wait: until the next slot), 3 booked.
+-- ARGV[4] the waiter (a booking's; '' for a request without one), ARGV[5] how long a booking waits for its waiter (ms).
+-- Returns {status, wait (us), slot (us since the epoch)}: status 1 admitted now, 2 a booking
+-- redeemed (start after wait), 0 refused (wait: until the next slot), 3 booked.
 
-local free_at_key, bookings_key = KEYS[1], KEYS[2]
+local state_key, bookings_key = KEYS[1], KEYS[2]
 local interval = tonumber(ARGV[1])
 local tolerance = tonumber(ARGV[2])
 local book = ARGV[3] == '1'
-local job = ARGV[4]
+local waiter = ARGV[4]
 local retention_ms = tonumber(ARGV[5])
 
 local time = redis.call('TIME')
@@ -29,37 +31,63 @@ local function exact(n)
   return string.format('%.0f', n)
 end
 
-if job ~= '' then
-  local slot = redis.call('ZSCORE', bookings_key, job)
+local free_at, run_free_at = 0, 0
+local state = redis.call('GET', state_key)
+if state then
+  local a, b = string.match(state, '^(%d+) (%d+)$')
+  free_at, run_free_at = tonumber(a) or 0, tonumber(b) or 0
+end
+
+local function save()
+  local forget = math.max(free_at, run_free_at) + tolerance - now
+  redis.call('SET', state_key, exact(free_at) .. ' ' .. exact(run_free_at), 'PX', exact(math.floor(forget / 1000) + 1))
+end
+
+-- One more run starting at `at`.
+local function run_at(at)
+  run_free_at = math.max(run_free_at, at - tolerance) + interval
+end
+
+if waiter ~= '' then
+  local slot = redis.call('ZSCORE', bookings_key, waiter)
   if slot then
     slot = tonumber(slot)
-    if not book then
-      redis.call('ZREM', bookings_key, job)
-      return {2, math.max(0, slot - now), slot}
+    if book then
+      return {3, math.max(0, slot - now), slot}
     end
-    return {3, math.max(0, slot - now), slot}
+    redis.call('ZREM', bookings_key, waiter)
+    local start = math.max(now, slot, run_free_at)
+    run_at(start)
+    save()
+    return {2, start - now, slot}
   end
 end
 
-local free_at = tonumber(redis.call('GET', free_at_key) or '0') or 0
-if free_at > now and not book then
-  return {0, free_at - now, free_at}
+if not book then
+  local opens = math.max(free_at, run_free_at)
+  if opens > now then
+    return {0, opens - now, opens}
+  end
+  free_at = math.max(free_at, now - tolerance) + interval
+  run_at(now)
+  save()
+  return {1, 0, now}
+end
+
+if waiter == '' then
+  return redis.error_reply('a booking is for a waiter')
 end
 local slot = math.max(free_at, now)
-local next_free = math.max(free_at, now - tolerance) + interval
--- Past `next_free + tolerance` the state says nothing an absent key would not.
-redis.call('SET', free_at_key, exact(next_free), 'PX', exact(math.floor((next_free + tolerance - now) / 1000) + 1))
-if not book then
-  return {1, 0, slot}
-end
-if job ~= '' and slot > now then
-  redis.call('ZADD', bookings_key, exact(slot), job)
-  redis.call('PEXPIRE', bookings_key, exact(math.floor((slot - now) / 1000) + retention_ms))
-  -- Bookings whose job never came (deleted, or its schedulers down all that time): a few per
-  -- booking, so the set stays bounded by the bookings made.
-  local stale = redis.call('ZRANGEBYSCORE', bookings_key, '-inf', exact(now - retention_ms * 1000), 'LIMIT', 0, 8)
-  if #stale > 0 then
-    redis.call('ZREM', bookings_key, unpack(stale))
-  end
+free_at = math.max(free_at, now - tolerance) + interval
+save()
+-- A booking is kept even when its slot is open now: the job is stored after this, and takes
+-- its slot whenever it comes.
+redis.call('ZADD', bookings_key, exact(slot), waiter)
+redis.call('PEXPIRE', bookings_key, exact(math.floor((slot - now) / 1000) + retention_ms))
+-- Bookings whose waiter never came (a deleted job, a caller that died, schedulers down all
+-- that time): a few per booking, so the set stays bounded by the bookings made.
+local stale = redis.call('ZRANGEBYSCORE', bookings_key, '-inf', exact(now - retention_ms * 1000), 'LIMIT', 0, 8)
+if #stale > 0 then
+  redis.call('ZREM', bookings_key, unpack(stale))
 end
 return {3, slot - now, slot}

@@ -1,0 +1,224 @@
+//! The throttle's promises measured: 2,000 requests at five times a key's rate, deferred when
+//! over it, on each store. Every window of length T saw at most `burst + rate * T` handler
+//! starts (by the store's clock), each deferred request ran once at its booked slot (p99
+//! within 10 ms), and none was deferred again.
+//!
+//! A binary of its own, its tests one at a time: they measure time, and share the machine
+//! with nothing of theirs.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use redefer::queue::{DelayQueue, QueueStats, QueueStore};
+use redefer::strategy::Defer;
+use redefer::throttle::{Rate, ThrottleLayer, ThrottleStore};
+use redefer::{Outcome, Scheduler, SchedulerOptions, current_job};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tower::{Layer, ServiceExt, service_fn};
+
+use support::{RedisServer, Server, StoreClock, eventually};
+
+const REQUESTS: u32 = 2_000;
+
+/// A handler reads its start after it was admitted, by a call of its own whose delay varies (a
+/// round trip, a task woken on a busy machine). The window bound is checked on windows widened
+/// by this much: a saturated key is admitted at the bound exactly (its burst used up to the last
+/// slot), so any spread of the reading would otherwise count against it.
+const READ_SPREAD: Duration = Duration::from_millis(2);
+
+/// One test at a time in this binary.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Call {
+    n: u32,
+}
+
+/// One run as its handler saw it.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    n: u32,
+    /// By the store's clock.
+    started: SystemTime,
+    /// The job's due time (its booked slot, in whole milliseconds), for a deferred request.
+    due: Option<SystemTime>,
+    attempt: u32,
+}
+
+async fn deferred_requests_run_at_their_booked_slots_and_keep_the_rate<S>(store: S)
+where
+    S: ThrottleStore + QueueStore + StoreClock,
+{
+    let _alone = ALONE.lock().await;
+    let rate = Rate::per_second(200).unwrap().burst(10).unwrap();
+    let queue = DelayQueue::<Call, _>::new(store.clone(), "calls").unwrap();
+    let runs = Arc::new(Mutex::new(Vec::<Run>::new()));
+    let service = {
+        let (runs, clock) = (Arc::clone(&runs), store.clone());
+        ThrottleLayer::new(store.clone(), |_: &Call| Some("upstream:1".to_string()), rate)
+            .on_conflict(Defer::new(queue.clone()))
+            .layer(service_fn(move |call: Call| {
+                let (runs, clock) = (Arc::clone(&runs), clock.clone());
+                async move {
+                    let started = clock.now().await;
+                    let (due, attempt) = current_job().map_or((None, 0), |job| (Some(job.due), job.attempt));
+                    runs.lock().unwrap().push(Run {
+                        n: call.n,
+                        started,
+                        due,
+                        attempt,
+                    });
+                    Ok::<_, std::convert::Infallible>(())
+                }
+            }))
+    };
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(SchedulerOptions {
+            concurrency: 64,
+            max_idle: Duration::from_millis(200),
+            ..SchedulerOptions::default()
+        })
+        .start();
+
+    // Five times the rate: a request every millisecond.
+    let deferred = Arc::new(AtomicUsize::new(0));
+    let sent = Instant::now();
+    let mut calls = Vec::new();
+    for n in 0..REQUESTS {
+        tokio::time::sleep_until(sent + Duration::from_millis(u64::from(n))).await;
+        let (service, deferred) = (service.clone(), Arc::clone(&deferred));
+        calls.push(tokio::spawn(async move {
+            match service.oneshot(Call { n }).await {
+                Ok(Outcome::Done(())) => {}
+                Ok(Outcome::Deferred(_)) => {
+                    deferred.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(error) => panic!("request {n}: {error}"),
+            }
+        }));
+    }
+    for call in calls {
+        call.await.unwrap();
+    }
+    let deferred = deferred.load(Ordering::Relaxed);
+    assert!(
+        deferred > REQUESTS as usize / 2,
+        "only {deferred} of {REQUESTS} were over the rate"
+    );
+    eventually(Duration::from_secs(30), "every request ran", || async {
+        (runs.lock().unwrap().len() >= REQUESTS as usize).then_some(())
+    })
+    .await;
+    let report = scheduler.shutdown().await;
+    assert_eq!(report.acked, deferred as u64, "{report:?}");
+    assert_eq!(
+        (report.waited, report.retried, report.buried),
+        (0, 0, 0),
+        "deferred again: {report:?}"
+    );
+    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+
+    let runs = runs.lock().unwrap().clone();
+    let mut per_request: HashMap<u32, usize> = HashMap::new();
+    for run in &runs {
+        *per_request.entry(run.n).or_default() += 1;
+    }
+    assert_eq!(per_request.len(), REQUESTS as usize);
+    assert!(
+        per_request.values().all(|&count| count == 1),
+        "a request ran twice"
+    );
+    assert!(runs.iter().all(|run| run.attempt == 0), "a job used an attempt");
+
+    // Each deferred run started at its booked slot: its due time.
+    let mut errors: Vec<Duration> = runs
+        .iter()
+        .filter_map(|run| {
+            run.due
+                .map(|due| run.started.duration_since(due).unwrap_or_default())
+        })
+        .collect();
+    errors.sort();
+    assert_eq!(errors.len(), deferred);
+    let at = |percent: usize| errors[(errors.len() * percent / 100).min(errors.len() - 1)];
+    eprintln!(
+        "start minus booked slot over {} deferred runs: p50 {:?}, p99 {:?}, max {:?}",
+        errors.len(),
+        at(50),
+        at(99),
+        at(100)
+    );
+    assert_rate_kept(&runs, rate);
+    assert!(
+        at(99) <= Duration::from_millis(10),
+        "p99 of start minus booked slot: {:?}",
+        at(99)
+    );
+}
+
+/// Between the i-th and the j-th start (sorted), j - i + 1 starts in a window of their
+/// distance (widened by [`READ_SPREAD`]): at most `burst + rate * window`.
+fn assert_rate_kept(runs: &[Run], rate: Rate) {
+    let mut starts: Vec<SystemTime> = runs.iter().map(|run| run.started).collect();
+    starts.sort();
+    let per_second = f64::from(rate.count()) / rate.per().as_secs_f64();
+    let burst = f64::from(rate.burst_size());
+    for i in 0..starts.len() {
+        for j in i + 1..starts.len() {
+            let count = (j - i + 1) as f64;
+            let window = (starts[j].duration_since(starts[i]).unwrap() + READ_SPREAD).as_secs_f64();
+            let allowed = burst + per_second * window;
+            assert!(
+                count <= allowed,
+                "{count} starts within {window:.6} s (allowed {allowed:.2}): starts {i}..={j}"
+            );
+            if per_second * window > count + burst {
+                break; // wider windows only add to the allowance faster than to the count
+            }
+        }
+    }
+}
+
+/// A server for a measurement: no snapshots (the writes of 2,000 jobs would start one midway).
+async fn quiet_server(
+    server: Server,
+) -> Option<(RedisServer, redefer::RedisStore<redis::aio::ConnectionManager>)> {
+    if !server.available() {
+        return None;
+    }
+    let running = RedisServer::start_with_of(server, &["--save", ""]);
+    let store = running.store().await;
+    Some((running, store))
+}
+
+mod memory {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deferred_requests_run_at_their_booked_slots_and_keep_the_rate() {
+        super::deferred_requests_run_at_their_booked_slots_and_keep_the_rate(redefer::MemoryStore::new())
+            .await;
+    }
+}
+
+mod redis_server {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deferred_requests_run_at_their_booked_slots_and_keep_the_rate() {
+        let (_server, store) = super::quiet_server(super::Server::Redis)
+            .await
+            .expect("redis-server");
+        super::deferred_requests_run_at_their_booked_slots_and_keep_the_rate(store).await;
+    }
+}
+
+mod valkey {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deferred_requests_run_at_their_booked_slots_and_keep_the_rate() {
+        if let Some((_server, store)) = super::quiet_server(super::Server::Valkey).await {
+            super::deferred_requests_run_at_their_booked_slots_and_keep_the_rate(store).await;
+        }
+    }
+}
