@@ -1,5 +1,6 @@
-//! The least-privilege ACL user the README documents is enough for the lock layer, the queue,
-//! the scheduler (wake-ups included) and the command's `locks`.
+//! The least-privilege ACL user the README documents is enough for the lock layer (mutex and
+//! semaphore), the throttle, the queue, the scheduler (wake-ups included) and the command's
+//! `locks`.
 
 mod support;
 
@@ -8,7 +9,9 @@ use std::time::Duration;
 
 use redefer::queue::DelayQueue;
 use redefer::queue::QueueStats;
-use redefer::{LockLayer, RedisStore, Scheduler, SchedulerOptions};
+use redefer::strategy::Retry;
+use redefer::throttle::{Rate, ThrottleLayer};
+use redefer::{Backoff, LockLayer, RedisStore, Scheduler, SchedulerOptions};
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -93,6 +96,28 @@ async fn the_documented_least_privilege_user_runs_everything() {
         service.clone().oneshot(1).await.unwrap().done().is_some(),
         "lock, handle, release"
     );
+
+    // The semaphore and the throttle, as the same user.
+    let exports = LockLayer::new(store.clone(), |n: &u64| Some(format!("tenant:{n}")))
+        .permits(2)
+        .layer(service_fn(|_: u64| async { Ok::<_, Infallible>(()) }));
+    assert!(
+        exports.oneshot(1).await.unwrap().done().is_some(),
+        "permit, handle, release"
+    );
+    let calls = ThrottleLayer::new(
+        store.clone(),
+        |n: &u64| Some(format!("customer:{n}")),
+        Rate::per_second(1000).unwrap(),
+    )
+    .on_conflict(Retry::new(Backoff::default()))
+    .layer(service_fn(|_: u64| async { Ok::<_, Infallible>(()) }));
+    for _ in 0..3 {
+        assert!(
+            calls.clone().oneshot(1).await.unwrap().done().is_some(),
+            "admitted or booked"
+        );
+    }
 
     // A long idle sleep: the job is picked up through the pub/sub wake-up only.
     let options = SchedulerOptions {

@@ -106,3 +106,58 @@ fn the_layer_and_the_scheduler_report_what_they_do() {
     assert_eq!(value("redefer_queue_jobs{queue=metered,state=dead}"), 1.0);
     assert_eq!(value("redefer_queue_jobs{queue=metered,state=waiting}"), 0.0);
 }
+
+/// The throttle reports its refusals, the slots it booked and how far ahead; a semaphore the
+/// permits this process holds.
+#[test]
+fn the_throttle_and_the_semaphore_report_what_they_do() {
+    use redefer::strategy::Retry;
+    use redefer::throttle::{Rate, ThrottleLayer};
+
+    let recorder = DebuggingRecorder::new();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let store = MemoryStore::new();
+            let rate = Rate::per_second(100).unwrap();
+            let by_customer = |_: &u64| Some("customer:1".to_string());
+            let refusing =
+                ThrottleLayer::new(store.clone(), by_customer, rate).layer(service_fn(|_: u64| async {
+                    Ok::<_, std::convert::Infallible>(())
+                }));
+            assert!(refusing.clone().oneshot(1).await.is_ok());
+            assert!(refusing.oneshot(2).await.is_err(), "refused: over the rate");
+            let waiting = ThrottleLayer::new(store.clone(), by_customer, rate)
+                .on_conflict(Retry::new(Backoff::default()))
+                .layer(service_fn(|_: u64| async {
+                    Ok::<_, std::convert::Infallible>(())
+                }));
+            assert!(
+                waiting.oneshot(3).await.unwrap().done().is_some(),
+                "booked a slot and ran"
+            );
+
+            let permits = LockLayer::new(store, |n: &u64| Some(format!("tenant:{n}")))
+                .permits(2)
+                .layer(service_fn(|_: u64| async {
+                    Ok::<_, std::convert::Infallible>(())
+                }));
+            assert!(permits.oneshot(1).await.unwrap().done().is_some());
+        })
+    });
+    let seen = snapshot(&recorder);
+    let value = |name: &str| {
+        seen.get(name)
+            .copied()
+            .unwrap_or_else(|| panic!("{name} not reported: {seen:?}"))
+    };
+    assert_eq!(value("redefer_throttle_conflicts_total{decision=reject}"), 1.0);
+    assert_eq!(value("redefer_throttle_conflicts_total{decision=retry}"), 1.0);
+    assert_eq!(value("redefer_throttle_booked_total{}"), 1.0);
+    assert_eq!(value("redefer_throttle_delay_seconds{}"), 1.0);
+    // Taken and given back: none held now.
+    assert_eq!(value("redefer_permits_in_use{}"), 0.0);
+}

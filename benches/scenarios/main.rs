@@ -24,6 +24,7 @@ mod queue;
 mod redis_info;
 mod report;
 mod scale;
+mod throttle;
 
 use std::time::Duration;
 
@@ -46,7 +47,7 @@ impl Size {
     }
 }
 
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "lock",
     "queue",
     "peer",
@@ -56,6 +57,7 @@ const SCENARIOS: [&str; 9] = [
     "handoff",
     "idle",
     "operations",
+    "throttle",
 ];
 
 fn main() {
@@ -107,6 +109,7 @@ fn main() {
                     "handoff" => handoff::run(&server, size).await,
                     "idle" => idle::run(&server, size).await,
                     "operations" => operations::run(&server, size).await,
+                    "throttle" => throttle::run(&server, size).await,
                     _ => unreachable!("filtered against SCENARIOS"),
                 }
             }
