@@ -9,84 +9,93 @@
 -- Each time moves one interval per request, from no earlier than `now - tolerance` (an idle key
 -- has its burst back).
 --
--- KEYS[1] state ("<free_at> <run_free_at>"), KEYS[2] bookings (zset: waiter -> slot).
+-- KEYS[1] state: "<free_at>", or "<free_at> <run_free_at>" once they differ (only bookings
+-- make them differ), KEYS[2] bookings (zset: waiter -> slot).
 -- ARGV[1] interval (us), ARGV[2] tolerance (us), ARGV[3] '1' to book, '0' to decide,
--- ARGV[4] the waiter (a booking's; '' for a request without one), ARGV[5] how long a booking waits for its waiter (ms).
+-- ARGV[4] the waiter (a booking's; '' for a request without one), ARGV[5] how long a booking
+-- waits for its waiter (ms).
 -- Returns {status, wait (us), slot (us since the epoch)}: status 1 admitted now, 2 a booking
 -- redeemed (start after wait), 0 refused (wait: until the next slot), 3 booked.
+--
+-- Lua turns numbers into strings with 14 significant digits, and microseconds since the epoch
+-- have 16: every number that goes back to Redis as a string is formatted with '%.0f'. The
+-- steps are written out rather than in local functions: a closure is made anew at every call.
 
 local state_key, bookings_key = KEYS[1], KEYS[2]
 local interval = tonumber(ARGV[1])
 local tolerance = tonumber(ARGV[2])
 local book = ARGV[3] == '1'
 local waiter = ARGV[4]
-local retention_ms = tonumber(ARGV[5])
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
--- Lua turns numbers into strings with 14 significant digits; microseconds since the epoch
--- have 16. Every number that goes back to Redis as a string goes through this.
-local function exact(n)
-  return string.format('%.0f', n)
-end
-
 local free_at, run_free_at = 0, 0
 local state = redis.call('GET', state_key)
 if state then
-  local a, b = string.match(state, '^(%d+) (%d+)$')
-  free_at, run_free_at = tonumber(a) or 0, tonumber(b) or 0
+  local single = tonumber(state)
+  if single then
+    free_at, run_free_at = single, single
+  else
+    local a, b = string.match(state, '^(%d+) (%d+)$')
+    free_at, run_free_at = tonumber(a) or 0, tonumber(b) or 0
+  end
 end
 
-local function save()
-  local forget = math.max(free_at, run_free_at) + tolerance - now
-  redis.call('SET', state_key, exact(free_at) .. ' ' .. exact(run_free_at), 'PX', exact(math.floor(forget / 1000) + 1))
-end
-
--- One more run starting at `at`.
-local function run_at(at)
-  run_free_at = math.max(run_free_at, at - tolerance) + interval
-end
-
+-- The waiter's booking: redeemed (admitted at its slot, once the runs allow), or found again.
+local slot = nil
 if waiter ~= '' then
-  local slot = redis.call('ZSCORE', bookings_key, waiter)
+  slot = redis.call('ZSCORE', bookings_key, waiter)
   if slot then
     slot = tonumber(slot)
     if book then
       return {3, math.max(0, slot - now), slot}
     end
     redis.call('ZREM', bookings_key, waiter)
-    local start = math.max(now, slot, run_free_at)
-    run_at(start)
-    save()
-    return {2, start - now, slot}
   end
 end
 
-if not book then
+local status, start
+if slot then
+  status, start = 2, math.max(now, slot, run_free_at)
+elseif not book then
   local opens = math.max(free_at, run_free_at)
   if opens > now then
     return {0, opens - now, opens}
   end
+  status, start = 1, now
   free_at = math.max(free_at, now - tolerance) + interval
-  run_at(now)
-  save()
-  return {1, 0, now}
+else
+  if waiter == '' then
+    return redis.error_reply('a booking is for a waiter')
+  end
+  status, slot = 3, math.max(free_at, now)
+  free_at = math.max(free_at, now - tolerance) + interval
+end
+if start then
+  run_free_at = math.max(run_free_at, start - tolerance) + interval
 end
 
-if waiter == '' then
-  return redis.error_reply('a booking is for a waiter')
+local forget = math.floor((math.max(free_at, run_free_at) + tolerance - now) / 1000) + 1
+if free_at == run_free_at then
+  redis.call('SET', state_key, string.format('%.0f', free_at), 'PX', forget)
+else
+  redis.call('SET', state_key, string.format('%.0f %.0f', free_at, run_free_at), 'PX', forget)
 end
-local slot = math.max(free_at, now)
-free_at = math.max(free_at, now - tolerance) + interval
-save()
+
+if status == 2 then
+  return {2, start - now, slot}
+elseif status == 1 then
+  return {1, 0, now}
+end
 -- A booking is kept even when its slot is open now: the job is stored after this, and takes
 -- its slot whenever it comes.
-redis.call('ZADD', bookings_key, exact(slot), waiter)
-redis.call('PEXPIRE', bookings_key, exact(math.floor((slot - now) / 1000) + retention_ms))
+local retention_ms = tonumber(ARGV[5])
+redis.call('ZADD', bookings_key, string.format('%.0f', slot), waiter)
+redis.call('PEXPIRE', bookings_key, math.floor((slot - now) / 1000) + retention_ms)
 -- Bookings whose waiter never came (a deleted job, a caller that died, schedulers down all
 -- that time): a few per booking, so the set stays bounded by the bookings made.
-local stale = redis.call('ZRANGEBYSCORE', bookings_key, '-inf', exact(now - retention_ms * 1000), 'LIMIT', 0, 8)
+local stale = redis.call('ZRANGEBYSCORE', bookings_key, '-inf', string.format('%.0f', now - retention_ms * 1000), 'LIMIT', 0, 8)
 if #stale > 0 then
   redis.call('ZREM', bookings_key, unpack(stale))
 end
