@@ -4,7 +4,10 @@
 //! within 10 ms), and none was deferred again.
 //!
 //! A binary of its own, its tests one at a time: they measure time, and share the machine
-//! with nothing of theirs.
+//! with nothing of theirs. They run in an optimized build only (`cargo test --release --test
+//! throttle_accuracy`, as `.ci/run` does): in a debug build the process's own polls are slow
+//! enough to hold its timers back by milliseconds (tokio looks at its timers between batches of
+//! polls), which is the build's cost, not the throttle's.
 
 mod support;
 
@@ -85,6 +88,7 @@ where
         })
         .start();
 
+    let stalls = HostStalls::watch();
     // Five times the rate: a request every millisecond.
     let deferred = Arc::new(AtomicUsize::new(0));
     let sent = Instant::now();
@@ -135,23 +139,44 @@ where
     );
     assert!(runs.iter().all(|run| run.attempt == 0), "a job used an attempt");
 
-    // Each deferred run started at its booked slot: its due time.
-    let mut errors: Vec<Duration> = runs
-        .iter()
-        .filter_map(|run| {
-            run.due
-                .map(|due| run.started.duration_since(due).unwrap_or_default())
-        })
-        .collect();
+    // Each deferred run started at its booked slot: its due time. A run due while the host
+    // did not run this process (a thread of its own that sleeps 1 ms woke late: the machine's
+    // CPUs were taken, by other guests or other processes) measures the host, not the
+    // scheduler: those are counted apart, and any run at all must start within 100 ms of its
+    // slot (a job that polled instead of booking would wait its 1 s fallback).
+    let stalled = stalls.stop();
+    let (mut errors, mut in_stalls) = (Vec::new(), Vec::new());
+    for run in &runs {
+        let Some(due) = run.due else { continue };
+        let error = run.started.duration_since(due).unwrap_or_default();
+        if stalled.iter().any(|stall| stall.delayed(due)) {
+            in_stalls.push(error);
+        } else {
+            errors.push(error);
+        }
+    }
+    assert_eq!(errors.len() + in_stalls.len(), deferred);
+    let worst = errors.iter().chain(&in_stalls).max().copied().unwrap_or_default();
+    assert!(
+        worst <= Duration::from_millis(100),
+        "a booked job started {worst:?} after its slot"
+    );
+    assert!(
+        in_stalls.len() * 2 <= deferred,
+        "the host stalled this process through {} of {deferred} booked slots: too busy to measure",
+        in_stalls.len()
+    );
     errors.sort();
-    assert_eq!(errors.len(), deferred);
     let at = |percent: usize| errors[(errors.len() * percent / 100).min(errors.len() - 1)];
     eprintln!(
-        "start minus booked slot over {} deferred runs: p50 {:?}, p99 {:?}, max {:?}",
+        "start minus booked slot over {} deferred runs: p50 {:?}, p99 {:?}, max {:?}; {} more were due during {} stalls of the host, the latest {:?} late",
         errors.len(),
         at(50),
         at(99),
-        at(100)
+        at(100),
+        in_stalls.len(),
+        stalled.len(),
+        in_stalls.iter().max()
     );
     assert_rate_kept(&runs, rate);
     assert!(
@@ -159,6 +184,58 @@ where
         "p99 of start minus booked slot: {:?}",
         at(99)
     );
+}
+
+/// The times the host did not run this process: a thread of its own, outside the runtime,
+/// sleeps 1 ms at a time and notes each wake-up more than [`STALL`] late.
+struct HostStalls {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    watcher: std::thread::JoinHandle<Vec<Stall>>,
+}
+
+/// How late a 1 ms sleep of the watcher may wake before it counts as a stall of the host.
+const STALL: Duration = Duration::from_millis(2);
+
+/// One stall, by the wall clock (the store's clock, on this machine).
+#[derive(Debug, Clone, Copy)]
+struct Stall {
+    from: SystemTime,
+    to: SystemTime,
+}
+
+impl Stall {
+    /// Whether a job due at `due` was held back by this stall: due during it, or shortly
+    /// before its end (the jobs queued behind a stall start in a burst after it: 20 ms).
+    fn delayed(&self, due: SystemTime) -> bool {
+        due >= self.from && due <= self.to + Duration::from_millis(20)
+    }
+}
+
+impl HostStalls {
+    fn watch() -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let watcher = std::thread::spawn(move || {
+            let mut stalls = Vec::new();
+            while !stopped.load(Ordering::Relaxed) {
+                let (from, before) = (SystemTime::now(), std::time::Instant::now());
+                std::thread::sleep(Duration::from_millis(1));
+                if before.elapsed() > Duration::from_millis(1) + STALL {
+                    stalls.push(Stall {
+                        from,
+                        to: SystemTime::now(),
+                    });
+                }
+            }
+            stalls
+        });
+        HostStalls { stop, watcher }
+    }
+
+    fn stop(self) -> Vec<Stall> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.watcher.join().expect("the stall watcher")
+    }
 }
 
 /// Between the i-th and the j-th start (sorted), j - i + 1 starts in a window of their
@@ -198,6 +275,7 @@ async fn quiet_server(
 
 mod memory {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(debug_assertions, ignore = "a measurement: run it optimized, with --release")]
     async fn deferred_requests_run_at_their_booked_slots_and_keep_the_rate() {
         super::deferred_requests_run_at_their_booked_slots_and_keep_the_rate(redefer::MemoryStore::new())
             .await;
@@ -206,6 +284,7 @@ mod memory {
 
 mod redis_server {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(debug_assertions, ignore = "a measurement: run it optimized, with --release")]
     async fn deferred_requests_run_at_their_booked_slots_and_keep_the_rate() {
         let (_server, store) = super::quiet_server(super::Server::Redis)
             .await
@@ -216,6 +295,7 @@ mod redis_server {
 
 mod valkey {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(debug_assertions, ignore = "a measurement: run it optimized, with --release")]
     async fn deferred_requests_run_at_their_booked_slots_and_keep_the_rate() {
         if let Some((_server, store)) = super::quiet_server(super::Server::Valkey).await {
             super::deferred_requests_run_at_their_booked_slots_and_keep_the_rate(store).await;
