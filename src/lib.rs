@@ -6,7 +6,11 @@
 //! - [`LockLayer`] runs each request under the lock of its key (`SET key token NX PX ttl`),
 //!   renews the lock while the handler runs, and releases it on every exit path.
 //! - A [`ConflictStrategy`](strategy::ConflictStrategy) decides what a request does when its
-//!   lock is held: [`FailFast`](strategy::FailFast) or [`Retry`](strategy::Retry), composable.
+//!   lock is held: [`FailFast`](strategy::FailFast), [`Retry`](strategy::Retry) or
+//!   [`Defer`](strategy::Defer), composable.
+//! - [`LockLayer::permits`] lets N requests hold a key at once (a semaphore), and
+//!   [`throttle::ThrottleLayer`] admits a key's requests at a rate, with the same strategies:
+//!   a conflict over the rate knows exactly when the key's next slot opens.
 //! - Handlers read the [fencing token](FencingToken) of their lock with [`current_lock`].
 //! - Two stores with the same semantics: [`RedisStore`] (single node or Redis Cluster) and
 //!   [`MemoryStore`] for one process.

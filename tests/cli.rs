@@ -6,8 +6,9 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use redefer::lock::LockStore;
-use redefer::queue::DelayQueue;
+use redefer::lock::{LockStore, Waiter};
+use redefer::queue::{DelayQueue, JobId, QueueName};
+use redefer::throttle::{Rate, ThrottleStore};
 use redefer::{LockKey, LockToken};
 use serde_json::Value;
 
@@ -152,13 +153,30 @@ async fn the_command_inspects_and_operates_a_queue_and_its_locks() {
     );
     assert_eq!(json(&server, &prefix, &["stats"])["waiting"], 0);
 
+    // A throttled key with an admission and two bookings at 1 per minute.
+    let rate = Rate::new(1, Duration::from_secs(60)).unwrap();
+    let customer = LockKey::new("customer:3").unwrap();
+    store.admit(&customer, rate, None).await.unwrap();
+    for n in 0..2 {
+        let job = Waiter::job(
+            &QueueName::new("calls").unwrap(),
+            &JobId::new(format!("call-{n}")).unwrap(),
+        );
+        store.book(&customer, rate, &job).await.unwrap();
+    }
+
     let locks = json(&server, &prefix, &["locks"]);
     let locks = locks.as_array().unwrap();
-    assert_eq!(locks.len(), 1);
+    assert_eq!(locks.len(), 2);
     assert_eq!(locks[0]["key"], "order:{7}", "the key as the application gave it");
     assert_eq!(locks[0]["fence"], 1);
     assert!(locks[0]["remaining_ms"].as_u64().unwrap() > 50_000);
     assert_eq!(locks[0]["waiters"], 2, "the key's line");
+    assert_eq!(locks[0]["next_slot_ms"], Value::Null, "a lock has no slots");
+    assert_eq!(locks[1]["key"], "customer:3");
+    assert_eq!(locks[1]["waiters"], 2, "the slots booked ahead");
+    let next_slot = locks[1]["next_slot_ms"].as_u64().unwrap();
+    assert!((170_000..=180_000).contains(&next_slot), "{next_slot}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -521,6 +521,10 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
         )
         .await
         .unwrap();
+    let rate = redefer::throttle::Rate::new(1, Duration::from_secs(60)).unwrap();
+    redefer::throttle::ThrottleStore::admit(&store, &LockKey::new("customer:5").unwrap(), rate, None)
+        .await
+        .unwrap();
     let url = serve(Dashboard::new(store, DashboardOptions::default())).await;
     let http = reqwest::Client::new();
     let page = body(&http, format!("{url}/queues/orders")).await;
@@ -530,6 +534,14 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
     );
     let locks = body(&http, format!("{url}/locks")).await;
     assert!(locks.contains("order:{9}"), "{locks}");
+    assert!(
+        locks.contains("customer:5") && locks.contains("throttle"),
+        "{locks}"
+    );
+    assert!(
+        locks.contains("in 59") || locks.contains("in 60"),
+        "the next slot, a minute ahead: {locks}"
+    );
 }
 
 /// A queue whose scheduler counts no activity gets a note instead of three empty plots.

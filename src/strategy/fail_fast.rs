@@ -7,7 +7,9 @@ use crate::error::BoxError;
 
 /// Refuses a request whose lock is held, with the holder's remaining TTL as the hint of when to
 /// try again: [`Error::Locked`](crate::Error::Locked) `{ key, retry_after }`. An HTTP service
-/// turns it into `409 Conflict` or `429 Too Many Requests` with `Retry-After`.
+/// turns it into `409 Conflict` or `429 Too Many Requests` with `Retry-After`. Over a
+/// [throttle](crate::throttle)'s rate, the answer is
+/// [`Error::Throttled`](crate::Error::Throttled) with the exact time to the key's next slot.
 ///
 /// The default strategy of [`LockLayer`](crate::LockLayer).
 ///
