@@ -15,7 +15,9 @@ use crate::middleware::LockLayer;
 use crate::queue::QueueStore;
 use crate::queue::{Counters, DEFAULT_MAX_PAYLOAD, DelayQueue, Json, Retention, RetryPolicy};
 use crate::scheduler::SchedulerOptions;
+use crate::semaphore::{Permits, SemaphoreStore};
 use crate::strategy::{Conflict, ConflictStrategy, Decision, Defer, FailFast, Retry, RetryLimits};
+use crate::throttle::{Rate, ThrottleLayer, ThrottleStore};
 
 /// The configuration of a redefer stack, TOML- and JSON-friendly, durations in human form
 /// (`"250ms"`, `"30s"`, `"5m"`). Every field has a default, so a file names only what it changes.
@@ -59,6 +61,8 @@ pub struct Config {
     pub queue: QueueConfig,
     /// The scheduler that runs them.
     pub scheduler: SchedulerOptions,
+    /// A rate per key, for [`throttle_layer`](Config::throttle_layer) (none by default).
+    pub throttle: Option<ThrottleConfig>,
 }
 
 impl Default for Config {
@@ -69,8 +73,17 @@ impl Default for Config {
             strategy: StrategyConfig::default(),
             queue: QueueConfig::default(),
             scheduler: SchedulerOptions::default(),
+            throttle: None,
         }
     }
+}
+
+/// A throttle's settings: `[throttle] rate = { count = 10, per = "1s", burst = 5 }`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThrottleConfig {
+    /// The rate each key is admitted at.
+    pub rate: Rate,
 }
 
 /// The lock's settings.
@@ -84,6 +97,11 @@ pub struct LockConfig {
     /// Whether handlers get fencing tokens: `"on"` (default) or `"off"`, the cheapest
     /// acquire; see [`Fencing`] for what off costs in safety.
     pub fencing: Fencing,
+    /// How many may hold a key at once: a semaphore, built by
+    /// [`semaphore_layer`](Config::semaphore_layer) (none by default: a mutex, built by
+    /// [`lock_layer`](Config::lock_layer)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
 }
 
 impl Default for LockConfig {
@@ -91,6 +109,7 @@ impl Default for LockConfig {
         LockConfig {
             ttl: crate::middleware::DEFAULT_TTL,
             fencing: Fencing::On,
+            permits: None,
         }
     }
 }
@@ -204,6 +223,9 @@ impl Config {
         if self.lock.ttl < Duration::from_millis(3) {
             return out_of_range("lock.ttl", "must be at least 3 ms, to be renewed");
         }
+        if self.lock.permits == Some(0) {
+            return out_of_range("lock.permits", "must be at least 1 (0 would admit nobody)");
+        }
         if self.queue.retry.max_attempts == 0 {
             return out_of_range("queue.retry.max_attempts", "must be at least 1");
         }
@@ -290,28 +312,115 @@ impl Config {
     }
 
     /// The configured lock layer: `store` holds the locks (under the configured prefix),
-    /// `queue` takes deferred requests.
+    /// `queue` takes deferred requests. With `[lock] permits` set, this is an error: build with
+    /// [`semaphore_layer`](Config::semaphore_layer).
     pub fn lock_layer<St: LockStore, X, Req, Q>(
         &self,
         store: St,
         extractor: X,
         queue: DelayQueue<Req, Q>,
     ) -> Result<LockLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
+        if self.lock.permits.is_some() {
+            return Err(ConfigError::OutOfRange {
+                field: "lock.permits".to_string(),
+                problem: "is set: a semaphore is built by Config::semaphore_layer, not lock_layer",
+            });
+        }
         self.validate()?;
         let store = store.under_prefix(self.prefix()?);
+        Ok(LockLayer::new(store, extractor)
+            .ttl(self.lock.ttl)
+            .fencing(self.lock.fencing)
+            .on_conflict(self.strategy(queue)))
+    }
+
+    /// The configured semaphore: the lock layer with `[lock] permits` holders per key.
+    ///
+    /// ```
+    /// use redefer::{Config, MemoryStore};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config: Config = toml::from_str("[lock]\npermits = 4")?;
+    /// let store = MemoryStore::new();
+    /// let queue = config.queue::<u64, _>(store.clone())?;
+    /// let layer = config.semaphore_layer(store, |tenant: &u64| Some(format!("tenant:{tenant}")), queue)?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore_layer<St: SemaphoreStore, X, Req, Q>(
+        &self,
+        store: St,
+        extractor: X,
+        queue: DelayQueue<Req, Q>,
+    ) -> Result<ConfiguredSemaphore<St, X, Req, Q>, ConfigError> {
+        let Some(permits) = self.lock.permits else {
+            return Err(ConfigError::OutOfRange {
+                field: "lock.permits".to_string(),
+                problem: "is not set: a semaphore needs its number of holders per key",
+            });
+        };
+        self.validate()?;
+        let store = store.under_prefix(self.prefix()?);
+        Ok(LockLayer::new(store, extractor)
+            .ttl(self.lock.ttl)
+            .fencing(self.lock.fencing)
+            .permits(permits)
+            .on_conflict(self.strategy(queue)))
+    }
+
+    /// The configured throttle: each key admitted at `[throttle] rate`, over the rate the
+    /// configured strategy (`Retry` books the next slot, `Defer` books it for the job).
+    ///
+    /// ```
+    /// use redefer::{Config, MemoryStore};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config: Config = toml::from_str(r#"
+    ///     [strategy]
+    ///     then = "defer"
+    ///
+    ///     [throttle]
+    ///     rate = { count = 10, per = "1s", burst = 5 }
+    /// "#)?;
+    /// let store = MemoryStore::new();
+    /// let queue = config.queue::<u64, _>(store.clone())?;
+    /// let layer = config.throttle_layer(store, |customer: &u64| Some(format!("customer:{customer}")), queue)?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn throttle_layer<St: ThrottleStore, X, Req, Q>(
+        &self,
+        store: St,
+        extractor: X,
+        queue: DelayQueue<Req, Q>,
+    ) -> Result<ThrottleLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
+        let Some(throttle) = self.throttle else {
+            return Err(ConfigError::OutOfRange {
+                field: "throttle".to_string(),
+                problem: "is not set: a throttle needs its rate",
+            });
+        };
+        self.validate()?;
+        let store = store.under_prefix(self.prefix()?);
+        Ok(ThrottleLayer::new(store, extractor, throttle.rate).on_conflict(self.strategy(queue)))
+    }
+
+    /// The configured strategy: retry within the limits, then fail fast or defer to `queue`.
+    fn strategy<Req, Q>(&self, queue: DelayQueue<Req, Q>) -> ConfiguredStrategy<Req, Q> {
         let then = match self.strategy.then {
             FallThrough::FailFast => Fallback::FailFast,
             FallThrough::Defer => Fallback::Defer(Defer::new(queue)),
         };
-        Ok(LockLayer::new(store, extractor)
-            .ttl(self.lock.ttl)
-            .fencing(self.lock.fencing)
-            .on_conflict(Retry::from_limits(self.strategy.retry).then(then)))
+        Retry::from_limits(self.strategy.retry).then(then)
     }
 }
 
 /// The strategy a [`Config`] describes: retry within limits, then fail fast or defer.
 pub type ConfiguredStrategy<Req, St> = Retry<Fallback<Req, St>>;
+
+/// The semaphore a [`Config`] describes ([`Config::semaphore_layer`]): the lock layer over the
+/// permits of `St`, with the configured strategy deferring to a queue in `Q`.
+pub type ConfiguredSemaphore<St, X, Req, Q> = LockLayer<Permits<St, u32>, X, ConfiguredStrategy<Req, Q>>;
 
 /// What a configured strategy falls through to.
 #[derive(Debug)]
@@ -371,6 +480,7 @@ mod tests {
             ("prefix = \"a{b}\"", "prefix"),
             ("[queue]\nname = \"\"", "queue name"),
             ("[lock]\nttl = \"1ms\"", "lock.ttl"),
+            ("[lock]\npermits = 0", "lock.permits"),
             ("[queue.retry]\nmax_attempts = 0", "max_attempts"),
             ("[scheduler]\nconcurrency = 0", "concurrency"),
             ("[queue]\nshards = 0", "queue.shards"),
@@ -447,6 +557,42 @@ mod tests {
         let plain = parsed("").queue::<u32, _>(crate::MemoryStore::new()).unwrap();
         assert_eq!(plain.counters(), Counters::On, "on by default");
         assert!(toml::from_str::<Config>("[queue]\nactivity = \"sometimes\"").is_err());
+    }
+
+    #[test]
+    fn the_semaphore_and_the_throttle_are_built_from_their_sections() {
+        let store = crate::MemoryStore::new();
+        let by_key = |n: &u64| Some(format!("key:{n}"));
+        let plain = parsed("");
+        let queue = || plain.queue::<u64, _>(store.clone()).unwrap();
+        assert!(plain.lock_layer(store.clone(), by_key, queue()).is_ok());
+        let missing = |error: ConfigError| error.to_string();
+        let no_permits = plain
+            .semaphore_layer(store.clone(), by_key, queue())
+            .map(|_| ())
+            .unwrap_err();
+        assert!(missing(no_permits).contains("lock.permits"));
+        let no_rate = plain
+            .throttle_layer(store.clone(), by_key, queue())
+            .map(|_| ())
+            .unwrap_err();
+        assert!(missing(no_rate).contains("throttle"));
+
+        let both = parsed("[lock]\npermits = 3\n[throttle]\nrate = { count = 600, per = \"1m\", burst = 4 }");
+        assert!(both.semaphore_layer(store.clone(), by_key, queue()).is_ok());
+        assert!(both.throttle_layer(store.clone(), by_key, queue()).is_ok());
+        let rate = both.throttle.unwrap().rate;
+        assert_eq!(
+            (rate.interval(), rate.burst_size()),
+            (Duration::from_millis(100), 4)
+        );
+        // A mutex asked of a semaphore's configuration is a mistake, not a silent mutex.
+        let mutex = both
+            .lock_layer(store.clone(), by_key, queue())
+            .map(|_| ())
+            .unwrap_err();
+        assert!(missing(mutex).contains("lock.permits"));
+        assert!(toml::from_str::<Config>("[throttle]\nrate = { count = 0, per = \"1s\" }").is_err());
     }
 
     #[test]
