@@ -35,62 +35,68 @@ fn snapshot(recorder: &DebuggingRecorder) -> HashMap<String, f64> {
         .collect()
 }
 
-#[test]
-fn the_layer_and_the_scheduler_report_what_they_do() {
+/// What `work` reported, run on one thread: every task the runtime runs reports to this
+/// recorder.
+fn recorded<F: std::future::Future<Output = ()>>(work: F) -> HashMap<String, f64> {
     let recorder = DebuggingRecorder::new();
-    // One thread: every task the runtime runs reports to this test's recorder.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    metrics::with_local_recorder(&recorder, || {
-        runtime.block_on(async {
-            let store = MemoryStore::new();
-            let service = LockLayer::new(store.clone(), |n: &u64| Some(format!("order:{n}"))).layer(
-                service_fn(|n: u64| async move { if n == 2 { Err("boom") } else { Ok(()) } }),
-            );
-            assert!(service.clone().oneshot(1).await.unwrap().done().is_some());
-            let holder = LockToken::random();
-            store
-                .try_acquire(&LockKey::new("order:1").unwrap(), holder, Duration::from_secs(60))
-                .await
-                .unwrap();
-            assert!(service.clone().oneshot(1).await.is_err(), "refused: held");
+    metrics::with_local_recorder(&recorder, || runtime.block_on(work));
+    snapshot(&recorder)
+}
 
-            let queue = DelayQueue::<u64, _>::new(store.clone(), "metered")
-                .unwrap()
-                .retry_policy(RetryPolicy {
-                    backoff: Backoff::exponential(Duration::from_millis(5), Duration::from_millis(5)),
-                    max_attempts: 2,
-                    ..RetryPolicy::default()
-                });
-            queue.push(&3, Duration::ZERO).await.unwrap();
-            queue.push(&2, Duration::ZERO).await.unwrap();
-            let options = SchedulerOptions {
-                max_idle: Duration::from_millis(20),
-                stats_every: Duration::from_millis(1),
-                ..SchedulerOptions::default()
-            };
-            let scheduler = Scheduler::new(queue.clone(), service).options(options).start();
-            while queue.stats().await.unwrap()
-                != (QueueStats {
-                    dead: 1,
-                    ..QueueStats::default()
-                })
-            {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            // Let the scheduler look at the settled queue once more for the gauges.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            scheduler.shutdown().await;
-        })
+/// The value of `name` in `seen`; a test failure when it was not reported.
+fn reported(seen: &HashMap<String, f64>, name: &str) -> f64 {
+    seen.get(name)
+        .copied()
+        .unwrap_or_else(|| panic!("{name} not reported: {seen:?}"))
+}
+
+#[test]
+fn the_layer_and_the_scheduler_report_what_they_do() {
+    let seen = recorded(async {
+        let store = MemoryStore::new();
+        let service = LockLayer::new(store.clone(), |n: &u64| Some(format!("order:{n}"))).layer(service_fn(
+            |n: u64| async move { if n == 2 { Err("boom") } else { Ok(()) } },
+        ));
+        assert!(service.clone().oneshot(1).await.unwrap().done().is_some());
+        let holder = LockToken::random();
+        store
+            .try_acquire(&LockKey::new("order:1").unwrap(), holder, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(service.clone().oneshot(1).await.is_err(), "refused: held");
+
+        let queue = DelayQueue::<u64, _>::new(store.clone(), "metered")
+            .unwrap()
+            .retry_policy(RetryPolicy {
+                backoff: Backoff::exponential(Duration::from_millis(5), Duration::from_millis(5)),
+                max_attempts: 2,
+                ..RetryPolicy::default()
+            });
+        queue.push(&3, Duration::ZERO).await.unwrap();
+        queue.push(&2, Duration::ZERO).await.unwrap();
+        let options = SchedulerOptions {
+            max_idle: Duration::from_millis(20),
+            stats_every: Duration::from_millis(1),
+            ..SchedulerOptions::default()
+        };
+        let scheduler = Scheduler::new(queue.clone(), service).options(options).start();
+        while queue.stats().await.unwrap()
+            != (QueueStats {
+                dead: 1,
+                ..QueueStats::default()
+            })
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Let the scheduler look at the settled queue once more for the gauges.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        scheduler.shutdown().await;
     });
-    let seen = snapshot(&recorder);
-    let value = |name: &str| {
-        seen.get(name)
-            .copied()
-            .unwrap_or_else(|| panic!("{name} not reported: {seen:?}"))
-    };
+    let value = |name: &str| reported(&seen, name);
     assert_eq!(
         value("redefer_lock_acquired_total{}"),
         4.0,
@@ -114,46 +120,34 @@ fn the_throttle_and_the_semaphore_report_what_they_do() {
     use redefer::strategy::Retry;
     use redefer::throttle::{Rate, ThrottleLayer};
 
-    let recorder = DebuggingRecorder::new();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    metrics::with_local_recorder(&recorder, || {
-        runtime.block_on(async {
-            let store = MemoryStore::new();
-            let rate = Rate::per_second(100).unwrap();
-            let by_customer = |_: &u64| Some("customer:1".to_string());
-            let refusing =
-                ThrottleLayer::new(store.clone(), by_customer, rate).layer(service_fn(|_: u64| async {
-                    Ok::<_, std::convert::Infallible>(())
-                }));
-            assert!(refusing.clone().oneshot(1).await.is_ok());
-            assert!(refusing.oneshot(2).await.is_err(), "refused: over the rate");
-            let waiting = ThrottleLayer::new(store.clone(), by_customer, rate)
-                .on_conflict(Retry::new(Backoff::default()))
-                .layer(service_fn(|_: u64| async {
-                    Ok::<_, std::convert::Infallible>(())
-                }));
-            assert!(
-                waiting.oneshot(3).await.unwrap().done().is_some(),
-                "booked a slot and ran"
-            );
+    let seen = recorded(async {
+        let store = MemoryStore::new();
+        let rate = Rate::per_second(100).unwrap();
+        let by_customer = |_: &u64| Some("customer:1".to_string());
+        let refusing =
+            ThrottleLayer::new(store.clone(), by_customer, rate).layer(service_fn(|_: u64| async {
+                Ok::<_, std::convert::Infallible>(())
+            }));
+        assert!(refusing.clone().oneshot(1).await.is_ok());
+        assert!(refusing.oneshot(2).await.is_err(), "refused: over the rate");
+        let waiting = ThrottleLayer::new(store.clone(), by_customer, rate)
+            .on_conflict(Retry::new(Backoff::default()))
+            .layer(service_fn(|_: u64| async {
+                Ok::<_, std::convert::Infallible>(())
+            }));
+        assert!(
+            waiting.oneshot(3).await.unwrap().done().is_some(),
+            "booked a slot and ran"
+        );
 
-            let permits = LockLayer::new(store, |n: &u64| Some(format!("tenant:{n}")))
-                .permits(2)
-                .layer(service_fn(|_: u64| async {
-                    Ok::<_, std::convert::Infallible>(())
-                }));
-            assert!(permits.oneshot(1).await.unwrap().done().is_some());
-        })
+        let permits = LockLayer::new(store, |n: &u64| Some(format!("tenant:{n}")))
+            .permits(2)
+            .layer(service_fn(|_: u64| async {
+                Ok::<_, std::convert::Infallible>(())
+            }));
+        assert!(permits.oneshot(1).await.unwrap().done().is_some());
     });
-    let seen = snapshot(&recorder);
-    let value = |name: &str| {
-        seen.get(name)
-            .copied()
-            .unwrap_or_else(|| panic!("{name} not reported: {seen:?}"))
-    };
+    let value = |name: &str| reported(&seen, name);
     assert_eq!(value("redefer_throttle_conflicts_total{decision=reject}"), 1.0);
     assert_eq!(value("redefer_throttle_conflicts_total{decision=retry}"), 1.0);
     assert_eq!(value("redefer_throttle_booked_total{}"), 1.0);

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use redefer::lock::LockStore;
 use redefer::semaphore::Permits;
-use redefer::{Fencing, LockKey, LockLayer, LockToken, RedisStore};
-use tower::{Layer, ServiceExt, service_fn};
+use redefer::{Fencing, LockKey, LockLayer, LockToken, Outcome, RedisStore};
+use tower::{Layer, Service, ServiceExt, service_fn};
 
 use crate::Size;
 use crate::report::{Table, rate, spread};
@@ -67,6 +67,18 @@ async fn layer_rate<St: LockStore>(store: St, fencing: Fencing, concurrency: usi
     let service = LockLayer::new(store, |task: &usize| Some(format!("bench:{task}")))
         .fencing(fencing)
         .layer(service_fn(|_: usize| async { Ok::<_, Infallible>(()) }));
+    uncontended_rate(service, concurrency, requests).await
+}
+
+/// Requests per second through a guard's `service` when each of `concurrency` tasks sends its
+/// own task number (a key of its own), `requests / concurrency` times: every one must be done,
+/// none deferred.
+pub async fn uncontended_rate<S>(service: S, concurrency: usize, requests: usize) -> f64
+where
+    S: Service<usize, Response = Outcome<()>> + Clone + Send + 'static,
+    S::Error: std::fmt::Debug + Send,
+    S::Future: Send,
+{
     let per_task = requests / concurrency;
     let start = Instant::now();
     let tasks: Vec<_> = (0..concurrency)
@@ -74,7 +86,7 @@ async fn layer_rate<St: LockStore>(store: St, fencing: Fencing, concurrency: usi
             let service = service.clone();
             tokio::spawn(async move {
                 for _ in 0..per_task {
-                    let outcome = service.clone().oneshot(task).await.expect("uncontended lock");
+                    let outcome = service.clone().oneshot(task).await.expect("uncontended");
                     assert!(outcome.done().is_some(), "uncontended: never deferred");
                 }
             })

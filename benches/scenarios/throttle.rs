@@ -15,6 +15,7 @@ use redefer::{Error, Outcome, RedisStore, Scheduler, SchedulerOptions};
 use tower::{Layer, ServiceExt, service_fn};
 
 use crate::Size;
+use crate::lock::uncontended_rate;
 use crate::report::{Table, median, rate, spread};
 use crate::support::RedisServer;
 
@@ -73,23 +74,7 @@ async fn layer_rate(store: &RedisStore, concurrency: usize, requests: usize, rou
         unreached(),
     )
     .layer(service_fn(|_: usize| async { Ok::<_, Infallible>(()) }));
-    let per_task = requests / concurrency;
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|task| {
-            let service = service.clone();
-            tokio::spawn(async move {
-                for _ in 0..per_task {
-                    let outcome = service.clone().oneshot(task).await.expect("within the rate");
-                    assert!(outcome.done().is_some(), "within the rate: never deferred");
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("bench task");
-    }
-    rate(per_task * concurrency, start.elapsed())
+    uncontended_rate(service, concurrency, requests).await
 }
 
 async fn bare_rate(store: &RedisStore, concurrency: usize, requests: usize, round: usize) -> f64 {

@@ -662,16 +662,15 @@ where
     /// Puts a claimed job back to wait `opens_in` for its key's next slot (a throttle's,
     /// booked for it), without using an attempt.
     pub async fn wait_for_slot(&self, lease: &Lease, opens_in: Duration) -> Result<AfterFailure, QueueError> {
+        self.wait_without_attempt(lease, opens_in).await
+    }
+
+    /// Puts a claimed job back due in `wait`, its attempt unchanged: a job that waits (for its
+    /// lock, for its slot) does not fail.
+    async fn wait_without_attempt(&self, lease: &Lease, wait: Duration) -> Result<AfterFailure, QueueError> {
         let due = self
             .store
-            .retry(
-                &lease.shard,
-                &lease.id,
-                lease.token,
-                None,
-                opens_in,
-                self.counters,
-            )
+            .retry(&lease.shard, &lease.id, lease.token, None, wait, self.counters)
             .await?;
         Ok(match due {
             Some(due) => AfterFailure::Retrying {
@@ -715,24 +714,7 @@ where
         let fallback = self
             .policy
             .lock_wait_fallback(expected_wait, lock_remaining, waited);
-        let due = self
-            .store
-            .retry(
-                &lease.shard,
-                &lease.id,
-                lease.token,
-                None,
-                fallback,
-                self.counters,
-            )
-            .await?;
-        Ok(match due {
-            Some(due) => AfterFailure::Retrying {
-                due,
-                attempt: lease.attempt,
-            },
-            None => AfterFailure::LeaseLost,
-        })
+        self.wait_without_attempt(lease, fallback).await
     }
 
     /// Puts a claimed job back to wait `delay`, its attempt unchanged: for a run that the
