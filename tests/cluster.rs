@@ -15,6 +15,7 @@ use redefer::lock::{Acquisition, LockStore};
 use redefer::queue::DelayQueue;
 use redefer::queue::QueueStats;
 use redefer::strategy::{Defer, Retry};
+use redefer::throttle::{Rate, ThrottleLayer};
 use redefer::{
     Backoff, LockKey, LockLayer, LockToken, Outcome, RedisStore, Scheduler, SchedulerOptions, current_lock,
 };
@@ -312,7 +313,81 @@ async fn the_locks_of_every_master_are_listed(kind: Server) {
     assert_eq!(rows.len(), keys.len());
 }
 
+/// A throttle per customer over a semaphore per order (2 permits), both deferring to one
+/// sharded queue, on customers and orders spread over the masters: every charge runs once,
+/// with no CROSSSLOT error, and the listing of every master shows the throttled keys.
+async fn the_throttle_and_the_semaphore_work_on_a_cluster(kind: Server) {
+    let cluster = RedisCluster::start_of(kind, 3, 0);
+    let store = cluster_store(&cluster).await;
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges")
+        .unwrap()
+        .shards(3)
+        .unwrap();
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let handled = Arc::clone(&handled);
+        service_fn(move |charge: Charge| {
+            let handled = Arc::clone(&handled);
+            async move {
+                handled.lock().unwrap().push(charge.job);
+                Ok::<_, Infallible>(())
+            }
+        })
+    };
+    let service = tower::ServiceBuilder::new()
+        .layer(
+            ThrottleLayer::new(
+                store.clone(),
+                |charge: &Charge| Some(format!("customer:{}", charge.job % 6)),
+                Rate::per_second(20).unwrap(),
+            )
+            .on_conflict(Defer::new(queue.clone()))
+            .over_guard(),
+        )
+        .layer(
+            LockLayer::new(store.clone(), by_order)
+                .permits(2)
+                .on_conflict(Defer::new(queue.clone())),
+        )
+        .service(handler);
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(quick())
+        .start();
+    for job in 0..36 {
+        let outcome = service.clone().oneshot(Charge { order: job % 4, job }).await;
+        assert!(outcome.is_ok(), "charge {job}: {outcome:?}");
+    }
+    let throttled: HashSet<String> = store
+        .cluster_locks(1_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|entry| entry.next_slot.is_some())
+        .map(|entry| entry.key)
+        .collect();
+    assert_eq!(
+        throttled.len(),
+        6,
+        "every customer's schedule, from every master: {throttled:?}"
+    );
+    eventually(
+        Duration::from_secs(20),
+        "every charge handled and acked",
+        || async {
+            (handled.lock().unwrap().len() >= 36 && queue.stats().await.unwrap() == QueueStats::default())
+                .then_some(())
+        },
+    )
+    .await;
+    let report = scheduler.shutdown().await;
+    assert_eq!((report.retried, report.buried), (0, 0), "{report:?}");
+    let mut jobs = handled.lock().unwrap().clone();
+    jobs.sort();
+    assert_eq!(jobs, (0..36).collect::<Vec<u64>>(), "each charge once");
+}
+
 for_each_server!(
+    the_throttle_and_the_semaphore_work_on_a_cluster,
     the_locks_of_every_master_are_listed,
     the_lock_layer_and_a_deferral_work_on_a_cluster,
     the_shards_of_a_queue_land_on_different_masters,
