@@ -149,8 +149,8 @@ impl PermitKeys {
 /// The keys of one throttled key, in the order `lua/throttle.lua` receives them in `KEYS`.
 #[derive(Debug, Clone)]
 pub(crate) struct ThrottleKeys {
-    /// string: `<free_at> <run_free_at>`, when the key's next slot opens by its schedule and by
-    /// its runs (microseconds since the epoch, server clock).
+    /// string: `<free_at>`, or `<free_at> <run_free_at>` once they differ: when the key's next
+    /// slot opens by its schedule and by its runs (microseconds since the epoch, server clock).
     pub(crate) state: String,
     /// zset: waiter (a job, or a caller waiting in place) -> its booked slot (microseconds),
     /// until it comes.

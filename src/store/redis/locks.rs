@@ -182,7 +182,7 @@ where
             return Ok(None);
         };
         let now = time.0.saturating_mul(1_000_000).saturating_add(time.1);
-        // `<free_at> <run_free_at>`: the next slot opens when both have come.
+        // `<free_at>`, or `<free_at> <run_free_at>`: the next slot opens when both have come.
         let opens_at = state
             .split(' ')
             .map(|part| part.parse::<u64>())
