@@ -15,6 +15,7 @@
 //! | `redefer_throttle_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer` | requests over their key's rate, by what the strategy decided |
 //! | `redefer_throttle_booked_total` | counter | | slots booked ahead (by `Retry` callers and `Defer` jobs) |
 //! | `redefer_throttle_delay_seconds` | histogram | | from booking a slot to the slot |
+//! | `redefer_coalesced_total` | counter | `keep`: `latest`, `first` | deferrals that joined their key's waiting job instead of adding one |
 //! | `redefer_jobs_reinjected_total` | counter | `queue` | jobs a scheduler ran through the stack |
 //! | `redefer_jobs_acked_total` | counter | `queue` | jobs handled and acknowledged |
 //! | `redefer_jobs_retried_total` | counter | `queue` | failed attempts put back to wait |
@@ -56,6 +57,11 @@ pub(crate) fn reservation_expired() {
 /// A conflict, counted by what the strategy decided.
 pub(crate) fn conflict(decision: &'static str) {
     counter!(LOCK_CONFLICTS, "decision" => decision).increment(1);
+}
+
+/// A deferral that joined its key's waiting job.
+pub(crate) fn coalesced(keep: crate::queue::Keep) {
+    counter!("redefer_coalesced_total", "keep" => keep.as_str()).increment(1);
 }
 
 /// A request over its key's rate, counted by what the strategy decided.

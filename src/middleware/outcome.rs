@@ -58,9 +58,16 @@ pub struct Deferred {
     /// The (physical) queue the job is stored on; with it, the job waits in the key's line
     /// and runs as soon as the key is handed to it, its due time being only the fallback.
     pub queue: Option<QueueName>,
-    /// The request was already deferred under this job id (an idempotent deferral): nothing
-    /// new was stored, and this describes the existing job.
+    /// The request was already deferred under this job id (an idempotent deferral), or was
+    /// dropped as a duplicate of its key's waiting job
+    /// ([`Coalesce::first`](crate::strategy::Coalesce::first)): nothing new was stored, and this
+    /// describes the existing job.
     pub duplicate: bool,
+    /// How many requests the job has carried, this one included when it was kept: 1 for a job
+    /// of its own; above 1 when this request replaced an older one's payload in its key's
+    /// waiting job ([`Coalesce::latest`](crate::strategy::Coalesce::latest)): the older
+    /// request will not run.
+    pub revision: u64,
 }
 
 impl Deferred {
@@ -72,6 +79,7 @@ impl Deferred {
             attempt,
             queue: None,
             duplicate: false,
+            revision: 1,
         }
     }
 
@@ -81,6 +89,11 @@ impl Deferred {
             queue: Some(queue),
             ..self
         }
+    }
+
+    /// The same, as the `revision`-th request its job carries.
+    pub fn with_revision(self, revision: u64) -> Self {
+        Deferred { revision, ..self }
     }
 
     /// The same, marked as a deferral that already existed.

@@ -17,7 +17,7 @@ use crate::error::KeyError;
 use crate::lock::{FencingToken, LockToken};
 
 /// What a failed push tells: refused for memory, outcome unknown, or nothing written.
-fn push_error(error: crate::error::StoreError) -> QueueError {
+pub(super) fn push_error(error: crate::error::StoreError) -> QueueError {
     if error.is_out_of_memory() {
         QueueError::Full(error)
     } else if error.outcome_unknown() {
@@ -373,6 +373,11 @@ where
     /// The physical queue a job of this id lives on.
     pub(crate) fn shard_of(&self, id: &JobId) -> &QueueName {
         self.shards.of(id)
+    }
+
+    /// The physical queue that holds `key`'s pending job, and a fresh job id that lives on it.
+    pub(crate) fn pending_place(&self, key: &crate::key::LockKey) -> (&QueueName, JobId) {
+        (self.shards.of_key(key), self.shards.random_id_for_key(key))
     }
 
     /// Pushes `items` to become due `delay` from now, each under a fresh id, in one round trip

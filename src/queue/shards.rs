@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{JobId, QueueName};
 use crate::error::KeyError;
-use crate::key::{HASH_SLOTS, hash_slot};
+use crate::key::{HASH_SLOTS, LockKey, hash_slot};
 
 /// The most shards a queue may have.
 pub const MAX_SHARDS: usize = 1024;
@@ -70,7 +70,30 @@ impl Shards {
 
     /// The position in [`names`](Self::names) of the shard a job lives on.
     pub(crate) fn index_of(&self, id: &JobId) -> usize {
-        let hash = id.as_str().bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+        self.index_of_text(id.as_str())
+    }
+
+    /// The shard that holds `key`'s pending job (see [`PendingStore`](super::PendingStore)):
+    /// the same stable hash, of the key, so that every deferral for it looks in one place.
+    pub(crate) fn of_key(&self, key: &LockKey) -> &QueueName {
+        &self.names[self.index_of_text(key.as_str())]
+    }
+
+    /// A fresh random job id that lives on `key`'s shard: random ids, drawn until one hashes
+    /// there (about as many draws as there are shards; a few nanoseconds each).
+    pub(crate) fn random_id_for_key(&self, key: &LockKey) -> JobId {
+        let shard = self.index_of_text(key.as_str());
+        loop {
+            let id = JobId::random();
+            if self.index_of(&id) == shard {
+                return id;
+            }
+        }
+    }
+
+    /// FNV-1a of `text`, modulo the shard count.
+    fn index_of_text(&self, text: &str) -> usize {
+        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
             (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
         });
         (hash % self.names.len() as u64) as usize
@@ -113,6 +136,10 @@ mod tests {
         }
         assert_eq!(per_shard.len(), 4);
         assert!(per_shard.values().all(|&n| n > 800), "{per_shard:?}");
+        let key = LockKey::new("order:7").unwrap();
+        for _ in 0..100 {
+            assert_eq!(shards.of(&shards.random_id_for_key(&key)), shards.of_key(&key));
+        }
         let first: Vec<_> = shards.claim_order().cloned().collect();
         let second: Vec<_> = shards.claim_order().cloned().collect();
         assert_eq!(first[1], second[0]);

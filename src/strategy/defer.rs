@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
 use crate::middleware::Deferred;
-use crate::queue::{Codec, DelayQueue, JobId, Json, QueueError, RawJobState};
+use crate::queue::{Codec, DelayQueue, JobId, Json, QueueError, QueueName, RawJobState};
 use crate::queue::{Due, QueueStore};
 use crate::scheduler::current_job;
 
@@ -124,20 +124,8 @@ where
         conflict: Conflict,
         request: &Req,
     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
-        if let Some(job) = current_job().filter(|job| job.queue == *self.queue.name()) {
-            return match conflict.next_slot {
-                // Over a throttle's rate: the job books its slot and goes back to wait for it.
-                Some(slot) => Either::Left(Either::Right(async move {
-                    let booking = slot.book_for_job(&job.shard, &job.id).await?;
-                    Ok(Decision::Reject {
-                        retry_after: Some(booking.wait),
-                    })
-                })),
-                // Already a job of this queue: it goes back to wait in line, under the same id.
-                None => Either::Left(Either::Left(ready(Ok(Decision::Reject {
-                    retry_after: conflict.retry_after,
-                })))),
-            };
+        if let Some(back) = back_to_wait(self.queue.name(), &conflict) {
+            return Either::Left(back);
         }
         // Encode now, while the request is borrowed; the returned future owns the bytes.
         let id = self
@@ -147,12 +135,7 @@ where
             .unwrap_or_else(JobId::random);
         let encoded = self.queue.encode_new(id, request);
         let queue = self.queue.clone();
-        let fallback = queue.policy().lock_wait_fallback(
-            conflict.retry_after,
-            // A reservation's end is the next handoff, not a free key.
-            conflict.remaining.filter(|_| !conflict.reserved),
-            Duration::ZERO,
-        );
+        let fallback = lock_wait_fallback(&queue, &conflict);
         let next_slot = conflict.next_slot;
         Either::Right(async move {
             let (id, bytes) = encoded?;
@@ -171,6 +154,38 @@ where
             Ok(Decision::Deferred(deferred.in_queue(shard)))
         })
     }
+}
+
+/// A job of `queue` that meets its key again goes back to wait (the scheduler puts it back,
+/// using no attempt), stored nothing new: `None` for a request that is not such a job.
+pub(super) fn back_to_wait(
+    queue: &QueueName,
+    conflict: &Conflict,
+) -> Option<impl Future<Output = Result<Decision, BoxError>> + Send + use<>> {
+    let job = current_job().filter(|job| job.queue == *queue)?;
+    Some(match conflict.next_slot.clone() {
+        // Over a throttle's rate: the job books its slot and goes back to wait for it.
+        Some(slot) => Either::Right(async move {
+            let booking = slot.book_for_job(&job.shard, &job.id).await?;
+            Ok(Decision::Reject {
+                retry_after: Some(booking.wait),
+            })
+        }),
+        // Held by a lock: it goes back to wait in line, under the same id.
+        None => Either::Left(ready(Ok(Decision::Reject {
+            retry_after: conflict.retry_after,
+        }))),
+    })
+}
+
+/// When a job deferred by a lock conflict runs should its turn in line never be announced.
+pub(super) fn lock_wait_fallback<Req, St, Enc>(queue: &DelayQueue<Req, St, Enc>, conflict: &Conflict) -> Duration {
+    queue.policy().lock_wait_fallback(
+        conflict.retry_after,
+        // A reservation's end is the next handoff, not a free key.
+        conflict.remaining.filter(|_| !conflict.reserved),
+        Duration::ZERO,
+    )
 }
 
 /// `at` rounded up to a whole millisecond: due times are kept in milliseconds, and a job due

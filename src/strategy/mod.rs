@@ -6,15 +6,18 @@
 //! | [`FailFast`] | requests a person started: they see an error and retry later | the request is refused |
 //! | [`Retry`] | short critical sections, rare collisions | the waiting request holds its slot |
 //! | [`Defer`] | asynchronous work (messages, jobs) | the request runs later, from a delay queue |
+//! | [`Coalesce`] | work where only the latest (or first) request matters: syncs, recomputations | a key keeps one waiting job; the others join it |
 //!
 //! Strategies compose: [`Retry`] falls through to another strategy once its bounds are spent,
 //! and [`Switch`] picks one per request (interactive callers fail fast, webhooks defer).
 
+mod coalesce;
 mod defer;
 mod fail_fast;
 mod retry;
 mod switch;
 
+pub use self::coalesce::Coalesce;
 pub use self::defer::Defer;
 pub use self::fail_fast::FailFast;
 pub use self::retry::{Retry, RetryLimits};

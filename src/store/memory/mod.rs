@@ -3,6 +3,7 @@
 
 mod line;
 mod lock;
+mod pending;
 mod queue;
 mod semaphore;
 mod throttle;

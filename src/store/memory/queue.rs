@@ -40,6 +40,8 @@ pub(super) struct QueueState {
     activity: BTreeMap<u64, MinuteActivity>,
     paused: bool,
     wake: watch::Sender<u64>,
+    /// The keys' pending jobs (see `PendingStore`).
+    pub(super) pending: super::pending::PendingJobs,
 }
 
 impl Default for QueueState {
@@ -59,6 +61,7 @@ impl Default for QueueState {
             activity: BTreeMap::new(),
             paused: false,
             wake: watch::Sender::new(0),
+            pending: super::pending::PendingJobs::default(),
         }
     }
 }
@@ -68,7 +71,7 @@ fn now_ms() -> i64 {
 }
 
 /// When a job pushed `due` is due, in ms since the epoch.
-fn due_ms(due: Due) -> i64 {
+pub(super) fn due_ms(due: Due) -> i64 {
     match due {
         Due::In(delay) => after_epoch_ms(now_ms(), delay),
         Due::At(at) => to_epoch_ms(at),
@@ -88,6 +91,27 @@ impl QueueState {
         if first {
             self.wake.send_modify(|n| *n = n.wrapping_add(1));
         }
+    }
+
+    /// When the waiting job `id` is due; `None` when it is not waiting.
+    pub(super) fn waiting_due(&self, id: &JobId) -> Option<i64> {
+        self.due_of.get(id).copied()
+    }
+
+    /// Whether a job `id` is stored (waiting or in flight).
+    pub(super) fn holds(&self, id: &JobId) -> bool {
+        self.jobs.contains_key(id)
+    }
+
+    /// Stores a new job due at `due` (ms since the epoch), as `queue_push.lua` does.
+    pub(super) fn store_new(&mut self, id: &JobId, envelope: Vec<u8>, due: i64) {
+        self.jobs.insert(id.clone(), envelope);
+        self.schedule(id.clone(), due);
+    }
+
+    /// Replaces the envelope of the stored job `id`.
+    pub(super) fn replace_envelope(&mut self, id: &JobId, envelope: Vec<u8>) {
+        self.jobs.insert(id.clone(), envelope);
     }
 
     fn unschedule(&mut self, id: &JobId) -> bool {
@@ -181,7 +205,7 @@ impl QueueState {
 }
 
 impl MemoryStore {
-    fn with_queue<R>(&self, queue: &QueueName, f: impl FnOnce(&mut QueueState) -> R) -> R {
+    pub(super) fn with_queue<R>(&self, queue: &QueueName, f: impl FnOnce(&mut QueueState) -> R) -> R {
         let mut queues = self.queues();
         f(queues.entry(queue.clone()).or_default())
     }
@@ -221,8 +245,7 @@ impl QueueStore for MemoryStore {
                 return None;
             }
             let due = due_ms(due);
-            q.jobs.insert(id.clone(), envelope);
-            q.schedule(id.clone(), due);
+            q.store_new(id, envelope, due);
             Some(from_epoch_ms(due))
         }))
     }

@@ -296,6 +296,12 @@ impl QueueKeys {
         self.in_script_order().into_iter().chain([self.wake.as_str()])
     }
 
+    /// hash: the pending job of `key` on this queue shard (`job`, `revision`), under the
+    /// shard's hash tag: the coalescing script gets it as `KEYS[14]`.
+    pub(crate) fn pending(prefix: &Prefix, name: &QueueName, key: &LockKey) -> String {
+        tagged(prefix, "q", name.as_str(), &format!(":pending:{}", hash_tag(key.as_str())))
+    }
+
     /// How the scripts name the sorted set that holds `set` (see the prelude's `SETS`).
     pub(crate) fn set_name(set: JobSet) -> &'static str {
         match set {

@@ -6,6 +6,7 @@ mod eviction;
 pub(crate) mod keys;
 mod lock;
 mod locks;
+mod pending;
 mod queue;
 mod scripts;
 mod semaphore;

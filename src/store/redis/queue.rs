@@ -67,7 +67,7 @@ impl<Conn> RedisStore<Conn> {
 }
 
 /// How a push script reads a due time: `in` a delay, or `at` an epoch time, in ms.
-fn due_args(due: Due) -> (&'static str, u64) {
+pub(super) fn due_args(due: Due) -> (&'static str, u64) {
     match due {
         Due::In(delay) => ("in", millis(delay)),
         Due::At(at) => ("at", u64::try_from(to_epoch_ms(at)).unwrap_or(0)),

@@ -60,6 +60,7 @@ pub(super) static THROTTLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/throttle.lua")));
 script!(QUEUE_PUSH, QUEUE_PRELUDE, "queue_push.lua");
 script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
+script!(QUEUE_PENDING, QUEUE_PRELUDE, "queue_pending.lua");
 script!(QUEUE_CLAIM, QUEUE_PRELUDE, "queue_claim.lua");
 script!(QUEUE_ACK, QUEUE_PRELUDE, "queue_ack.lua");
 script!(QUEUE_RETRY, QUEUE_PRELUDE, "queue_retry.lua");
@@ -76,7 +77,7 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 28] = [
+static ALL: [&LazyLock<Script>; 29] = [
     &LOCK_ACQUIRE,
     &LOCK_EXTEND,
     &LOCK_RELEASE,
@@ -91,6 +92,7 @@ static ALL: [&LazyLock<Script>; 28] = [
     &THROTTLE,
     &QUEUE_PUSH,
     &QUEUE_PUSH_MANY,
+    &QUEUE_PENDING,
     &QUEUE_CLAIM,
     &QUEUE_ACK,
     &QUEUE_RETRY,
@@ -127,7 +129,7 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 26] = [
+    const SCRIPTS: [(&str, &str); 27] = [
         ("permit_acquire", include_str!("lua/permit_acquire.lua")),
         ("permit_extend", include_str!("lua/permit_extend.lua")),
         ("permit_release", include_str!("lua/permit_release.lua")),
@@ -143,6 +145,7 @@ mod tests {
         ("queue_promote", include_str!("lua/queue_promote.lua")),
         ("queue_push_many", include_str!("lua/queue_push_many.lua")),
         ("queue_push", include_str!("lua/queue_push.lua")),
+        ("queue_pending", include_str!("lua/queue_pending.lua")),
         ("queue_claim", include_str!("lua/queue_claim.lua")),
         ("queue_ack", include_str!("lua/queue_ack.lua")),
         ("queue_retry", include_str!("lua/queue_retry.lua")),
@@ -162,7 +165,7 @@ mod tests {
         for (name, text) in SCRIPTS {
             let flags = text.lines().next().unwrap_or_default();
             let expected = match name {
-                "queue_push" | "queue_push_many" => "#!lua",
+                "queue_push" | "queue_push_many" | "queue_pending" => "#!lua",
                 "queue_inspect" | "queue_stats" | "queue_list" => "#!lua flags=no-writes",
                 _ => "#!lua flags=allow-oom",
             };

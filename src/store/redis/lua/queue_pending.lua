@@ -1,0 +1,46 @@
+#!lua
+-- Stores a job as its key's pending job on this shard, or joins the one that waits there.
+-- KEYS[14] PENDING hash: 'job' -> the key's pending job id, 'revision' -> how many requests it
+--          has carried. Under the shard's hash tag; it names the key after it.
+-- ARGV[2] job id, ARGV[3] envelope, ARGV[4] 'in' (ARGV[5] = delay ms) or 'at' (ARGV[5] =
+-- epoch ms), ARGV[6] which request the job keeps ('latest' or 'first'), ARGV[7] how long the
+-- record lives after this push, in ms (the longest the job may wait).
+-- Returns {status, job id, revision, due ms}: 0 the id asked for is no longer pending or is
+-- taken (nothing written), 1 joined (replaced with 'latest', dropped with 'first'), 2 encode
+-- the envelope for the returned job and push again (nothing written), 3 stored.
+local PENDING = KEYS[14]
+local id, envelope, keep, hold = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
+local record = redis.call('HMGET', PENDING, 'job', 'revision')
+local pending, revision = record[1], tonumber(record[2]) or 0
+if pending then
+  -- Pending while it waits: a claim ends that (it runs; a request now is a new job).
+  local due = redis.call('ZSCORE', DELAYED, pending)
+  if due then
+    if keep == 'first' then
+      return {1, pending, revision, tonumber(due)}
+    end
+    if pending ~= id then
+      return {2, pending, revision, tonumber(due)}
+    end
+    redis.call('HSET', JOBS, id, envelope)
+    revision = revision + 1
+    redis.call('HSET', PENDING, 'revision', revision)
+    redis.call('PEXPIRE', PENDING, hold)
+    return {1, id, revision, tonumber(due)}
+  end
+  if pending == id then
+    return {0, id, revision, 0}
+  end
+end
+if redis.call('HEXISTS', JOBS, id) == 1 then
+  return {0, id, 0, 0}
+end
+local due = tonumber(ARGV[5])
+if ARGV[4] == 'in' then
+  due = now_ms() + due
+end
+redis.call('HSET', JOBS, id, envelope)
+schedule(id, due)
+redis.call('HSET', PENDING, 'job', id, 'revision', 1)
+redis.call('PEXPIRE', PENDING, hold)
+return {3, id, 1, due}

@@ -1,0 +1,68 @@
+//! The pending-job operation of the Redis store: one call of `lua/queue_pending.lua`.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use super::RedisStore;
+use super::keys::QueueKeys;
+use super::queue::due_args;
+use super::scripts::QUEUE_PENDING;
+use crate::error::StoreError;
+use crate::key::LockKey;
+use crate::queue::{Due, JobId, Keep, PendingPush, PendingStore, QueueName};
+use crate::store::time::{from_epoch_ms, millis};
+
+/// The script's reply: status, job id, revision, due ms.
+type PendingReply = (i64, String, u64, i64);
+
+impl<Conn> PendingStore for RedisStore<Conn>
+where
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn push_pending(
+        &self,
+        queue: &QueueName,
+        key: &LockKey,
+        id: &JobId,
+        envelope: Vec<u8>,
+        due: Due,
+        keep: Keep,
+        hold: Duration,
+    ) -> Result<PendingPush, StoreError> {
+        self.prepare().await?;
+        let (mode, at) = due_args(due);
+        let (status, job, revision, due_ms): PendingReply = self
+            .queue_script(&QUEUE_PENDING, queue)
+            .key(QueueKeys::pending(&self.prefix, queue, key))
+            .arg(id.as_str())
+            .arg(envelope)
+            .arg(mode)
+            .arg(at)
+            .arg(keep.as_str())
+            .arg(millis(hold).max(1))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let job = || {
+            JobId::new(job.clone())
+                .map_err(|error| StoreError::Protocol(format!("a pending job's id is not one: {error}")))
+        };
+        Ok(match status {
+            0 => PendingPush::Moved,
+            1 => PendingPush::Joined {
+                id: job()?,
+                revision,
+                due: from_epoch_ms(due_ms),
+            },
+            2 => PendingPush::EncodeFor(job()?),
+            3 => PendingPush::Stored {
+                due: from_epoch_ms(due_ms),
+            },
+            other => {
+                return Err(StoreError::Protocol(format!(
+                    "the pending push answered status {other}"
+                )));
+            }
+        })
+    }
+}

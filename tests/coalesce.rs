@@ -1,0 +1,235 @@
+//! Coalescing: a key keeps one waiting job, the latest request's or the first's, on every store
+//! and behind every guard (a lock, a throttle).
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redefer::lock::LockStore;
+use redefer::queue::{DelayQueue, Keep, PendingStore, QueueStats};
+use redefer::store::ListLocks;
+use redefer::strategy::Coalesce;
+use redefer::throttle::{Rate, ThrottleLayer, ThrottleStore};
+use redefer::{Deferred, LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+use tower::{Layer, ServiceExt, service_fn};
+
+use support::{eventually, for_each_store};
+
+/// A sync of one account, numbered by the caller.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Sync {
+    account: u64,
+    n: u32,
+}
+
+trait Store: PendingStore + LockStore + ThrottleStore + ListLocks {}
+
+impl<S: PendingStore + LockStore + ThrottleStore + ListLocks> Store for S {}
+
+fn account_key(sync: &Sync) -> Option<String> {
+    Some(format!("account:{}", sync.account))
+}
+
+fn scheduler_options() -> SchedulerOptions {
+    SchedulerOptions {
+        max_idle: Duration::from_millis(100),
+        ..SchedulerOptions::default()
+    }
+}
+
+async fn waiting<S: Store>(queue: &DelayQueue<Sync, S>) -> u64 {
+    queue.stats().await.unwrap().waiting
+}
+
+/// 1,000 requests deferred at once while their key is held leave one job (on a queue of three
+/// shards), carrying the payload of the request stored last (the highest revision): it runs
+/// once, with that payload, after the holder releases.
+async fn a_thousand_deferrals_for_a_held_key_leave_one_job_that_runs_once_with_the_last<S: Store>(store: S) {
+    let queue = DelayQueue::<Sync, _>::new(store.clone(), "syncs")
+        .unwrap()
+        .shards(3)
+        .unwrap();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let service = {
+        let runs = Arc::clone(&runs);
+        LockLayer::new(store.clone(), account_key)
+            .on_conflict(Coalesce::latest(queue.clone()))
+            .layer(service_fn(move |sync: Sync| {
+                let runs = Arc::clone(&runs);
+                async move {
+                    runs.lock().unwrap().push(sync.n);
+                    Ok::<_, std::convert::Infallible>(())
+                }
+            }))
+    };
+    let key = LockKey::new("account:1").unwrap();
+    let holder = LockToken::random();
+    store.try_acquire(&key, holder, Duration::from_secs(30)).await.unwrap();
+
+    let calls: Vec<_> = (0..1_000)
+        .map(|n| tokio::spawn(service.clone().oneshot(Sync { account: 1, n })))
+        .collect();
+    let mut deferrals: Vec<(u32, Deferred)> = Vec::new();
+    for (n, call) in calls.into_iter().enumerate() {
+        match call.await.unwrap() {
+            Ok(Outcome::Deferred(deferred)) => deferrals.push((n as u32, deferred)),
+            other => panic!("request {n}: {other:?}"),
+        }
+    }
+    let job = deferrals[0].1.job_id.clone();
+    assert!(deferrals.iter().all(|(_, d)| d.job_id == job && !d.duplicate));
+    // Each request was stored once, in turn: revisions 1 to 1,000, each once.
+    let mut revisions: Vec<u64> = deferrals.iter().map(|(_, d)| d.revision).collect();
+    revisions.sort_unstable();
+    assert_eq!(revisions, (1..=1_000).collect::<Vec<u64>>());
+    let last = deferrals
+        .iter()
+        .find(|(_, d)| d.revision == 1_000)
+        .map(|(n, _)| *n)
+        .unwrap();
+    assert_eq!(waiting(&queue).await, 1, "more than one job for the key");
+    let stored = queue.job(&job).await.unwrap().unwrap();
+    assert_eq!(stored.envelope.unwrap().unwrap().payload.n, last);
+
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(scheduler_options())
+        .start();
+    assert!(store.release(&key, holder).await.unwrap());
+    eventually(Duration::from_secs(20), "the job ran", || async {
+        (queue.stats().await.unwrap() == QueueStats::default() && !runs.lock().unwrap().is_empty())
+            .then_some(())
+    })
+    .await;
+    let report = scheduler.shutdown().await;
+    assert_eq!(*runs.lock().unwrap(), [last], "{report:?}");
+}
+
+/// `Coalesce::first` keeps the first request: the later ones are told they were dropped as
+/// duplicates of its job, whose payload stays the first's.
+async fn keep_first_drops_the_later_requests_as_duplicates<S: Store>(store: S) {
+    let queue = DelayQueue::<Sync, _>::new(store.clone(), "syncs").unwrap();
+    let service = LockLayer::new(store.clone(), account_key)
+        .on_conflict(Coalesce::first(queue.clone()))
+        .layer(service_fn(|_: Sync| async { Ok::<_, std::convert::Infallible>(()) }));
+    let key = LockKey::new("account:2").unwrap();
+    store
+        .try_acquire(&key, LockToken::random(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut deferrals = Vec::new();
+    for n in 0..50 {
+        let outcome = service.clone().oneshot(Sync { account: 2, n }).await.unwrap();
+        deferrals.push(outcome.deferred().cloned().unwrap());
+    }
+    assert!(!deferrals[0].duplicate);
+    assert!(deferrals[1..].iter().all(|d| d.duplicate && d.job_id == deferrals[0].job_id));
+    assert!(deferrals.iter().all(|d| d.revision == 1), "{deferrals:?}");
+    assert_eq!(waiting(&queue).await, 1);
+    let stored = queue.job(&deferrals[0].job_id).await.unwrap().unwrap();
+    assert_eq!(stored.envelope.unwrap().unwrap().payload.n, 0);
+    // Another key has a job of its own.
+    let other = Keep::First;
+    let elsewhere = queue
+        .push_pending(
+            &LockKey::new("account:3").unwrap(),
+            &Sync { account: 3, n: 0 },
+            redefer::queue::Due::In(Duration::from_secs(60)),
+            other,
+        )
+        .await
+        .unwrap();
+    assert!(!elsewhere.joined && elsewhere.id != deferrals[0].job_id);
+}
+
+/// A request deferred while the key's job runs starts a new job: one running, one waiting.
+/// The burst that arrived during the run makes exactly one more run, with its last payload.
+async fn a_request_deferred_while_the_job_runs_starts_a_new_one<S: Store>(store: S) {
+    let queue = DelayQueue::<Sync, _>::new(store.clone(), "syncs").unwrap();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    // The first run waits for a permit the test hands out once the burst is stored.
+    let gate = Arc::new(Semaphore::new(0));
+    let service = {
+        let (runs, gate) = (Arc::clone(&runs), Arc::clone(&gate));
+        LockLayer::new(store.clone(), account_key)
+            .on_conflict(Coalesce::latest(queue.clone()))
+            .layer(service_fn(move |sync: Sync| {
+                let (runs, gate) = (Arc::clone(&runs), Arc::clone(&gate));
+                async move {
+                    runs.lock().unwrap().push(sync.n);
+                    if sync.n == 1 {
+                        gate.acquire().await.unwrap().forget();
+                    }
+                    Ok::<_, std::convert::Infallible>(())
+                }
+            }))
+    };
+    let key = LockKey::new("account:4").unwrap();
+    let holder = LockToken::random();
+    store.try_acquire(&key, holder, Duration::from_secs(30)).await.unwrap();
+    let first = service.clone().oneshot(Sync { account: 4, n: 1 }).await.unwrap();
+    let first = first.deferred().cloned().unwrap();
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(scheduler_options())
+        .start();
+    assert!(store.release(&key, holder).await.unwrap());
+    eventually(Duration::from_secs(10), "the first job runs", || async {
+        (runs.lock().unwrap().len() == 1).then_some(())
+    })
+    .await;
+    // It holds the key: these wait, in one new job.
+    let mut burst = Vec::new();
+    for n in 2..=5 {
+        let outcome = service.clone().oneshot(Sync { account: 4, n }).await.unwrap();
+        burst.push(outcome.deferred().cloned().unwrap());
+    }
+    assert!(burst.iter().all(|d| d.job_id == burst[0].job_id));
+    assert_ne!(burst[0].job_id, first.job_id, "joined the running job");
+    assert_eq!(burst[3].revision, 4);
+    gate.add_permits(1);
+    eventually(Duration::from_secs(10), "the burst ran", || async {
+        (runs.lock().unwrap().len() == 2 && queue.stats().await.unwrap() == QueueStats::default())
+            .then_some(())
+    })
+    .await;
+    scheduler.shutdown().await;
+    assert_eq!(*runs.lock().unwrap(), [1, 5]);
+}
+
+/// Over a throttle's rate, the first deferral books the key's next slot; the ones that join its
+/// job book nothing more: the key's schedule holds one booking, not one per request.
+async fn coalesced_deferrals_over_a_rate_book_one_slot<S: Store>(store: S) {
+    let queue = DelayQueue::<Sync, _>::new(store.clone(), "syncs").unwrap();
+    let rate = Rate::per_second(1).unwrap();
+    let service = ThrottleLayer::new(store.clone(), account_key, rate)
+        .on_conflict(Coalesce::latest(queue.clone()))
+        .layer(service_fn(|_: Sync| async { Ok::<_, std::convert::Infallible>(()) }));
+    let admitted = service.clone().oneshot(Sync { account: 5, n: 0 }).await.unwrap();
+    assert!(admitted.done().is_some());
+    let mut deferrals = Vec::new();
+    for n in 1..=20 {
+        let outcome = service.clone().oneshot(Sync { account: 5, n }).await.unwrap();
+        deferrals.push(outcome.deferred().cloned().unwrap());
+    }
+    assert!(deferrals.iter().all(|d| d.job_id == deferrals[0].job_id));
+    assert_eq!(waiting(&queue).await, 1);
+    let locks = store.list_locks(100).await.unwrap();
+    let throttle = locks
+        .iter()
+        .find(|info| info.key.as_str() == "account:5")
+        .unwrap_or_else(|| panic!("{locks:?}"));
+    assert_eq!(throttle.waiters, 1, "{throttle:?}");
+    // The job is due at that slot, about one interval after the admission.
+    let due = deferrals[0].due;
+    let ahead = due.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+    assert!(ahead <= rate.interval(), "{ahead:?}");
+}
+
+for_each_store!(
+    a_thousand_deferrals_for_a_held_key_leave_one_job_that_runs_once_with_the_last,
+    keep_first_drops_the_later_requests_as_duplicates,
+    a_request_deferred_while_the_job_runs_starts_a_new_one,
+    coalesced_deferrals_over_a_rate_book_one_slot,
+);
