@@ -4,7 +4,7 @@
 //! | name | kind | labels | what |
 //! |---|---|---|---|
 //! | `redefer_lock_acquired_total` | counter | | locks taken |
-//! | `redefer_lock_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer` | held locks met, by what the strategy decided |
+//! | `redefer_lock_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer`, `line_full` | held locks met, by what the strategy decided |
 //! | `redefer_lock_lost_total` | counter | | handlers stopped because their lock was lost |
 //! | `redefer_lock_hold_seconds` | histogram | | from acquire to release |
 //! | `redefer_lock_handoffs_total` | counter | | keys handed to the first in line at release |
@@ -12,10 +12,11 @@
 //! | `redefer_lock_reservations_expired_total` | counter | | handoffs whose waiter never came |
 //! | `redefer_lock_waiters` | gauge | | the line of the last key a conflict met |
 //! | `redefer_permits_in_use` | gauge | | semaphore permits this process holds |
-//! | `redefer_throttle_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer` | requests over their key's rate, by what the strategy decided |
+//! | `redefer_throttle_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer`, `line_full` | requests over their key's rate, by what the strategy decided |
 //! | `redefer_throttle_booked_total` | counter | | slots booked ahead (by `Retry` callers and `Defer` jobs) |
 //! | `redefer_throttle_delay_seconds` | histogram | | from booking a slot to the slot |
 //! | `redefer_coalesced_total` | counter | `keep`: `latest`, `first` | deferrals that joined their key's waiting job instead of adding one |
+//! | `redefer_line_dropped_total` | counter | | waiting jobs dropped from a full line to make room for a newer request (buried) |
 //! | `redefer_jobs_reinjected_total` | counter | `queue` | jobs a scheduler ran through the stack |
 //! | `redefer_jobs_acked_total` | counter | `queue` | jobs handled and acknowledged |
 //! | `redefer_jobs_retried_total` | counter | `queue` | failed attempts put back to wait |
@@ -62,6 +63,11 @@ pub(crate) fn conflict(decision: &'static str) {
 /// A deferral that joined its key's waiting job.
 pub(crate) fn coalesced(keep: crate::queue::Keep) {
     counter!("redefer_coalesced_total", "keep" => keep.as_str()).increment(1);
+}
+
+/// A waiting job dropped from a full line for a newer request.
+pub(crate) fn line_dropped() {
+    counter!("redefer_line_dropped_total").increment(1);
 }
 
 /// A request over its key's rate, counted by what the strategy decided.

@@ -67,7 +67,10 @@ async fn a_thousand_deferrals_for_a_held_key_leave_one_job_that_runs_once_with_t
     };
     let key = LockKey::new("account:1").unwrap();
     let holder = LockToken::random();
-    store.try_acquire(&key, holder, Duration::from_secs(30)).await.unwrap();
+    store
+        .try_acquire(&key, holder, Duration::from_secs(30))
+        .await
+        .unwrap();
 
     let calls: Vec<_> = (0..1_000)
         .map(|n| tokio::spawn(service.clone().oneshot(Sync { account: 1, n })))
@@ -113,7 +116,9 @@ async fn keep_first_drops_the_later_requests_as_duplicates<S: Store>(store: S) {
     let queue = DelayQueue::<Sync, _>::new(store.clone(), "syncs").unwrap();
     let service = LockLayer::new(store.clone(), account_key)
         .on_conflict(Coalesce::first(queue.clone()))
-        .layer(service_fn(|_: Sync| async { Ok::<_, std::convert::Infallible>(()) }));
+        .layer(service_fn(|_: Sync| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
     let key = LockKey::new("account:2").unwrap();
     store
         .try_acquire(&key, LockToken::random(), Duration::from_secs(30))
@@ -125,7 +130,11 @@ async fn keep_first_drops_the_later_requests_as_duplicates<S: Store>(store: S) {
         deferrals.push(outcome.deferred().cloned().unwrap());
     }
     assert!(!deferrals[0].duplicate);
-    assert!(deferrals[1..].iter().all(|d| d.duplicate && d.job_id == deferrals[0].job_id));
+    assert!(
+        deferrals[1..]
+            .iter()
+            .all(|d| d.duplicate && d.job_id == deferrals[0].job_id)
+    );
     assert!(deferrals.iter().all(|d| d.revision == 1), "{deferrals:?}");
     assert_eq!(waiting(&queue).await, 1);
     let stored = queue.job(&deferrals[0].job_id).await.unwrap().unwrap();
@@ -168,7 +177,10 @@ async fn a_request_deferred_while_the_job_runs_starts_a_new_one<S: Store>(store:
     };
     let key = LockKey::new("account:4").unwrap();
     let holder = LockToken::random();
-    store.try_acquire(&key, holder, Duration::from_secs(30)).await.unwrap();
+    store
+        .try_acquire(&key, holder, Duration::from_secs(30))
+        .await
+        .unwrap();
     let first = service.clone().oneshot(Sync { account: 4, n: 1 }).await.unwrap();
     let first = first.deferred().cloned().unwrap();
     let scheduler = Scheduler::new(queue.clone(), service.clone())
@@ -205,7 +217,9 @@ async fn coalesced_deferrals_over_a_rate_book_one_slot<S: Store>(store: S) {
     let rate = Rate::per_second(1).unwrap();
     let service = ThrottleLayer::new(store.clone(), account_key, rate)
         .on_conflict(Coalesce::latest(queue.clone()))
-        .layer(service_fn(|_: Sync| async { Ok::<_, std::convert::Infallible>(()) }));
+        .layer(service_fn(|_: Sync| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
     let admitted = service.clone().oneshot(Sync { account: 5, n: 0 }).await.unwrap();
     assert!(admitted.done().is_some());
     let mut deferrals = Vec::new();
@@ -223,7 +237,9 @@ async fn coalesced_deferrals_over_a_rate_book_one_slot<S: Store>(store: S) {
     assert_eq!(throttle.waiters, 1, "{throttle:?}");
     // The job is due at that slot, about one interval after the admission.
     let due = deferrals[0].due;
-    let ahead = due.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+    let ahead = due
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
     assert!(ahead <= rate.interval(), "{ahead:?}");
 }
 

@@ -5,6 +5,7 @@
 mod guard;
 mod handoffs;
 mod held;
+mod line;
 mod releasing;
 mod store;
 mod token;
@@ -14,6 +15,7 @@ pub(crate) use self::guard::ReleaseOnDrop;
 pub use self::handoffs::Handoffs;
 pub(crate) use self::held::run_holding;
 pub use self::held::{HeldLock, current_lock};
+pub use self::line::{Line, LineCap, LineJoin, Overflow, SUPERSEDED_BY_NEWER};
 pub(crate) use self::releasing::Releasing;
 pub use self::store::{Acquisition, LockStore};
 pub use self::token::{Fencing, FencingToken, LockToken};

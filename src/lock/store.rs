@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{Fencing, FencingToken, Handoffs, LockToken, Waiter};
+use super::{Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockToken, Waiter};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::store::Sealed;
@@ -104,7 +104,26 @@ pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
         key: &LockKey,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        async move {
+            match self.join_within(key, waiter, replacing, None).await? {
+                LineJoin::Joined { ahead, .. } => Ok(ahead),
+                LineJoin::Full { waiting } => Ok(waiting),
+            }
+        }
+    }
+
+    /// [`join`](LockStore::join) within `cap`, checked in the same step: a line that holds
+    /// `cap.max` waiters (not counting `replacing`) takes a new one only by evicting its oldest
+    /// jobs ([`Overflow::DropOldest`](super::Overflow::DropOldest), never a job the key is being
+    /// handed to), else answers [`LineJoin::Full`] and changes nothing.
+    fn join_within(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        replacing: Option<&Waiter>,
+        cap: Option<LineCap>,
+    ) -> impl Future<Output = Result<LineJoin, StoreError>> + Send;
 
     /// Takes `waiter` out of `key`'s line; if the key was reserved for it, hands it on.
     fn leave(&self, key: &LockKey, waiter: &Waiter) -> impl Future<Output = Result<(), StoreError>> + Send;

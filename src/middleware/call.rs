@@ -86,6 +86,11 @@ where
                 ahead,
                 retry_after: estimate_wait(remaining, ahead, typical_hold, shared.ttl),
                 next_slot: None,
+                line: Some(crate::lock::Line::new(
+                    shared.store.clone(),
+                    key.clone(),
+                    line.place.clone(),
+                )),
             };
             let retry_after = conflict.retry_after;
             let decision = match shared.strategy.on_conflict(conflict, &request).await {
@@ -127,10 +132,25 @@ where
                         retry_after: hint.or(retry_after),
                     });
                 }
+                Decision::LineFull {
+                    waiting,
+                    retry_after: hint,
+                } => {
+                    tracing::debug!(attempt, waiting, "lock held: its line is full");
+                    metric_names::conflict("line_full");
+                    line.leave(&shared.store, &key, &mut guard).await;
+                    return Err(Error::LineFull {
+                        key,
+                        waiting,
+                        retry_after: hint.or(retry_after),
+                    });
+                }
                 Decision::Deferred(deferred) => {
                     tracing::debug!(attempt, job_id = %deferred.job_id, "lock held: deferred");
                     metric_names::conflict("defer");
                     match &deferred.queue {
+                        // The strategy put it in line (in the caller's place, if it had one).
+                        Some(_) if deferred.in_line => guard.waiting_as(None),
                         // The job takes the caller's place in line, or the end of it.
                         Some(queue) => {
                             let job = Waiter::job(queue, &deferred.job_id);

@@ -52,6 +52,18 @@ pub enum Error<E> {
         /// When the key's next slot opens, by the store's clock.
         retry_after: Duration,
     },
+    /// The key's line is full (its strategy's [`LineCap`](crate::lock::LineCap)): the request
+    /// was refused and nothing was stored. An HTTP service answers `429 Too Many Requests` or
+    /// `503 Service Unavailable` with `Retry-After`.
+    #[error("{key:?} has {waiting} requests waiting, its line's limit{}", retry_hint(*retry_after))]
+    LineFull {
+        /// The key whose line is full.
+        key: LockKey,
+        /// How many wait in its line.
+        waiting: u64,
+        /// When trying again may succeed: the key's expected wait.
+        retry_after: Option<Duration>,
+    },
     /// The lock stopped being ours while the handler ran (expired during a pause, deleted by an
     /// operator, unreachable store), so the handler was stopped rather than run on unlocked.
     #[error("lost the lock on {key:?} while the handler ran ({reason:?})")]
@@ -80,10 +92,11 @@ fn retry_hint(retry_after: Option<Duration>) -> String {
 }
 
 impl<E> Error<E> {
-    /// When trying again may succeed, for [`Error::Locked`] and [`Error::Throttled`].
+    /// When trying again may succeed, for [`Error::Locked`], [`Error::Throttled`] and
+    /// [`Error::LineFull`].
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Error::Locked { retry_after, .. } => *retry_after,
+            Error::Locked { retry_after, .. } | Error::LineFull { retry_after, .. } => *retry_after,
             Error::Throttled { retry_after, .. } => Some(*retry_after),
             _ => None,
         }

@@ -68,6 +68,8 @@ pub struct Deferred {
     /// waiting job ([`Coalesce::latest`](crate::strategy::Coalesce::latest)): the older
     /// request will not run.
     pub revision: u64,
+    /// The strategy put the job in its key's line itself (within a cap): the layer does not.
+    pub(crate) in_line: bool,
 }
 
 impl Deferred {
@@ -80,6 +82,7 @@ impl Deferred {
             queue: None,
             duplicate: false,
             revision: 1,
+            in_line: false,
         }
     }
 
@@ -94,6 +97,14 @@ impl Deferred {
     /// The same, as the `revision`-th request its job carries.
     pub fn with_revision(self, revision: u64) -> Self {
         Deferred { revision, ..self }
+    }
+
+    /// The same, its job already in its key's line.
+    pub(crate) fn already_in_line(self) -> Self {
+        Deferred {
+            in_line: true,
+            ..self
+        }
     }
 
     /// The same, marked as a deferral that already existed.

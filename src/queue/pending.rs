@@ -138,7 +138,13 @@ where
     /// assert_eq!(queue.stats().await?.waiting, 1);
     /// # Ok(()) }
     /// ```
-    pub async fn push_pending(&self, key: &LockKey, item: &T, due: Due, keep: Keep) -> Result<Coalesced, QueueError> {
+    pub async fn push_pending(
+        &self,
+        key: &LockKey,
+        item: &T,
+        due: Due,
+        keep: Keep,
+    ) -> Result<Coalesced, QueueError> {
         self.push_pending_encoded(key, |id| self.encode_new(id.clone(), item), due, keep)
             .await
     }

@@ -289,6 +289,16 @@ pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
         counters: Counters,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Moves a waiting job to the dead-letter set with `reason` (a full line dropped it to make
+    /// room for a newer request); `false` when it is not waiting.
+    fn bury_waiting(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        reason: &str,
+        counters: Counters,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Extends a claimed job's lease to `lease` from now; `false` when it is no longer `token`'s.
     fn extend_lease(
         &self,

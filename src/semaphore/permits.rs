@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{PermitLimit, SemaphoreStore};
 use crate::error::StoreError;
 use crate::key::{LockKey, Prefix};
-use crate::lock::{Acquisition, Fencing, Handoffs, LockStore, LockToken, Waiter};
+use crate::lock::{Acquisition, Fencing, Handoffs, LineCap, LineJoin, LockStore, LockToken, Waiter};
 use crate::metric_names;
 use crate::store::Sealed;
 
@@ -141,14 +141,16 @@ where
         self.store.release_permit(key, token, permits, held_for)
     }
 
-    fn join(
+    fn join_within(
         &self,
         key: &LockKey,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        cap: Option<LineCap>,
+    ) -> impl Future<Output = Result<LineJoin, StoreError>> + Send {
         let permits = self.limit.permits(key);
-        self.store.join_permits(key, waiter, replacing, permits)
+        self.store
+            .join_permits_within(key, waiter, replacing, permits, cap)
     }
 
     fn leave(&self, key: &LockKey, waiter: &Waiter) -> impl Future<Output = Result<(), StoreError>> + Send {

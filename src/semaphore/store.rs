@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, Fencing, Handoffs, LockToken, Waiter};
+use crate::lock::{Acquisition, Fencing, Handoffs, LineCap, LineJoin, LockToken, Waiter};
 use crate::store::Sealed;
 
 /// Atomic semaphore operations on one key: up to `permits` holders at once, each a lease of its
@@ -68,7 +68,29 @@ pub trait SemaphoreStore: Sealed + Clone + Send + Sync + 'static {
         waiter: &Waiter,
         replacing: Option<&Waiter>,
         permits: u32,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        async move {
+            match self
+                .join_permits_within(key, waiter, replacing, permits, None)
+                .await?
+            {
+                LineJoin::Joined { ahead, .. } => Ok(ahead),
+                LineJoin::Full { waiting } => Ok(waiting),
+            }
+        }
+    }
+
+    /// [`join_permits`](SemaphoreStore::join_permits) within `cap`, as
+    /// [`LockStore::join_within`](crate::lock::LockStore::join_within) (never evicting a
+    /// waiter a permit is reserved for).
+    fn join_permits_within(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        replacing: Option<&Waiter>,
+        permits: u32,
+        cap: Option<LineCap>,
+    ) -> impl Future<Output = Result<LineJoin, StoreError>> + Send;
 
     /// Takes `waiter` out of `key`'s line; a permit reserved for it goes to the next.
     fn leave_permits(

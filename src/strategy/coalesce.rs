@@ -8,8 +8,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::defer::{back_to_wait, lock_wait_fallback};
+use super::line_cap::take_place;
 use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
+use crate::lock::LineCap;
 use crate::metric_names;
 use crate::middleware::Deferred;
 use crate::queue::{Codec, DelayQueue, Due, JobId, Json, Keep, PendingStore};
@@ -69,6 +71,7 @@ use crate::queue::{Codec, DelayQueue, Due, JobId, Json, Keep, PendingStore};
 pub struct Coalesce<Req, St, Enc = Json> {
     queue: DelayQueue<Req, St, Enc>,
     keep: Keep,
+    line_cap: Option<LineCap>,
 }
 
 impl<Req, St, Enc> std::fmt::Debug for Coalesce<Req, St, Enc> {
@@ -76,6 +79,7 @@ impl<Req, St, Enc> std::fmt::Debug for Coalesce<Req, St, Enc> {
         f.debug_struct("Coalesce")
             .field("queue", &self.queue)
             .field("keep", &self.keep)
+            .field("line_cap", &self.line_cap)
             .finish()
     }
 }
@@ -85,6 +89,7 @@ impl<Req, St: Clone, Enc: Clone> Clone for Coalesce<Req, St, Enc> {
         Coalesce {
             queue: self.queue.clone(),
             keep: self.keep,
+            line_cap: self.line_cap,
         }
     }
 }
@@ -92,7 +97,11 @@ impl<Req, St: Clone, Enc: Clone> Clone for Coalesce<Req, St, Enc> {
 impl<Req, St, Enc> Coalesce<Req, St, Enc> {
     /// Defers to `queue`, a key's waiting job keeping `keep`'s request.
     pub fn new(queue: DelayQueue<Req, St, Enc>, keep: Keep) -> Self {
-        Coalesce { queue, keep }
+        Coalesce {
+            queue,
+            keep,
+            line_cap: None,
+        }
     }
 
     /// Defers to `queue`, a key's waiting job carrying the newest request.
@@ -104,6 +113,15 @@ impl<Req, St, Enc> Coalesce<Req, St, Enc> {
     /// dropped as duplicates while it waits.
     pub fn first(queue: DelayQueue<Req, St, Enc>) -> Self {
         Coalesce::new(queue, Keep::First)
+    }
+
+    /// Caps the key's line, as [`Defer::max_waiting`](super::Defer::max_waiting) does: a
+    /// request that joins the key's waiting job adds no one to the line and always passes.
+    pub fn max_waiting(self, cap: LineCap) -> Self {
+        Coalesce {
+            line_cap: Some(cap),
+            ..self
+        }
     }
 }
 
@@ -123,7 +141,7 @@ where
         }
         let request = request.clone();
         let queue = self.queue.clone();
-        let keep = self.keep;
+        let (keep, line_cap) = (self.keep, self.line_cap);
         // Held by a lock, the job's turn in line makes it due, its fallback only if that is
         // never announced. Over a throttle's rate it is due at the next slot, which it books once
         // stored: a request that joins a waiting job books nothing (a booking per request would
@@ -138,14 +156,19 @@ where
             let pushed = queue
                 .push_pending_encoded(&conflict.key, encode, due, keep)
                 .await?;
-            if pushed.joined {
-                metric_names::coalesced(keep);
-            } else if let Some(slot) = conflict.next_slot {
-                slot.book_for_job(&pushed.shard, &pushed.id).await?;
-            }
-            let mut deferred = Deferred::new(pushed.id, pushed.due, 0).with_revision(pushed.revision);
+            let mut deferred = Deferred::new(pushed.id.clone(), pushed.due, 0).with_revision(pushed.revision);
             if pushed.dropped {
                 deferred = deferred.as_duplicate();
+            }
+            if pushed.joined {
+                metric_names::coalesced(keep);
+            } else if let Some(slot) = &conflict.next_slot {
+                slot.book_for_job(&pushed.shard, &pushed.id).await?;
+            } else if let Some(cap) = line_cap {
+                match take_place(&queue, &conflict, cap, &pushed.shard, &pushed.id).await? {
+                    Some(full) => return Ok(full),
+                    None => deferred = deferred.already_in_line(),
+                }
             }
             Ok(Decision::Deferred(deferred.in_queue(pushed.shard)))
         })

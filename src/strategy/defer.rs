@@ -8,8 +8,10 @@ use futures_util::future::Either;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::line_cap::take_place;
 use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
+use crate::lock::LineCap;
 use crate::middleware::Deferred;
 use crate::queue::{Codec, DelayQueue, JobId, Json, QueueError, QueueName, RawJobState};
 use crate::queue::{Due, QueueStore};
@@ -61,6 +63,7 @@ use crate::scheduler::current_job;
 pub struct Defer<Req, St, Enc = Json> {
     queue: DelayQueue<Req, St, Enc>,
     job_id: Option<Arc<JobIdOf<Req>>>,
+    line_cap: Option<LineCap>,
 }
 
 /// Derives a request's job id.
@@ -71,6 +74,7 @@ impl<Req, St, Enc> std::fmt::Debug for Defer<Req, St, Enc> {
         f.debug_struct("Defer")
             .field("queue", &self.queue)
             .field("job_id", &self.job_id.is_some())
+            .field("line_cap", &self.line_cap)
             .finish()
     }
 }
@@ -80,6 +84,7 @@ impl<Req, St: Clone, Enc: Clone> Clone for Defer<Req, St, Enc> {
         Defer {
             queue: self.queue.clone(),
             job_id: self.job_id.clone(),
+            line_cap: self.line_cap,
         }
     }
 }
@@ -87,7 +92,11 @@ impl<Req, St: Clone, Enc: Clone> Clone for Defer<Req, St, Enc> {
 impl<Req, St, Enc> Defer<Req, St, Enc> {
     /// Defers to `queue`, each request under a fresh random job id.
     pub fn new(queue: DelayQueue<Req, St, Enc>) -> Self {
-        Defer { queue, job_id: None }
+        Defer {
+            queue,
+            job_id: None,
+            line_cap: None,
+        }
     }
 
     /// Takes the job id from the request when `job_id` gives one (a random one otherwise), so
@@ -108,6 +117,27 @@ impl<Req, St, Enc> Defer<Req, St, Enc> {
     pub fn job_id(self, job_id: impl Fn(&Req) -> Option<JobId> + Send + Sync + 'static) -> Self {
         Defer {
             job_id: Some(Arc::new(job_id)),
+            ..self
+        }
+    }
+
+    /// Caps the key's line: a request that finds `cap.max` waiting is refused with
+    /// [`Error::LineFull`](crate::Error::LineFull) (nothing stored), or makes room by dropping
+    /// the oldest waiting jobs to the dead-letter set ([`LineCap::drop_oldest`]). For a lock or
+    /// a semaphore; a throttle's deferrals wait for booked slots, not in a line.
+    ///
+    /// ```
+    /// use redefer::{MemoryStore, lock::LineCap, strategy::Defer};
+    /// use redefer::queue::DelayQueue;
+    ///
+    /// let queue = DelayQueue::<u64, _>::new(MemoryStore::new(), "orders")?;
+    /// let defer = Defer::new(queue).max_waiting(LineCap::new(100).drop_oldest());
+    /// # let _ = defer;
+    /// # Ok::<(), redefer::KeyError>(())
+    /// ```
+    pub fn max_waiting(self, cap: LineCap) -> Self {
+        Defer {
+            line_cap: Some(cap),
             ..self
         }
     }
@@ -136,18 +166,27 @@ where
         let encoded = self.queue.encode_new(id, request);
         let queue = self.queue.clone();
         let fallback = lock_wait_fallback(&queue, &conflict);
-        let next_slot = conflict.next_slot;
+        let line_cap = self.line_cap;
         Either::Right(async move {
             let (id, bytes) = encoded?;
             let shard = queue.shard_of(&id).clone();
             // Over a throttle's rate, the job is due at the slot booked for it; held by a lock,
             // its turn in line makes it due, and the fallback only if that is never announced.
-            let due = match next_slot {
+            let due = match &conflict.next_slot {
                 Some(slot) => Due::At(whole_millis_up(slot.book_for_job(&shard, &id).await?.at)),
                 None => Due::In(fallback),
             };
             let deferred = match queue.push_encoded(id, bytes, due).await {
-                Ok(scheduled) => Deferred::new(scheduled.id, scheduled.due, 0),
+                Ok(scheduled) => {
+                    let deferred = Deferred::new(scheduled.id.clone(), scheduled.due, 0);
+                    match line_cap {
+                        Some(cap) => match take_place(&queue, &conflict, cap, &shard, &scheduled.id).await? {
+                            Some(full) => return Ok(full),
+                            None => deferred.already_in_line(),
+                        },
+                        None => deferred,
+                    }
+                }
                 Err(QueueError::DuplicateId(id)) => existing_deferral(&queue, id).await?,
                 Err(error) => return Err(error.into()),
             };
@@ -179,7 +218,10 @@ pub(super) fn back_to_wait(
 }
 
 /// When a job deferred by a lock conflict runs should its turn in line never be announced.
-pub(super) fn lock_wait_fallback<Req, St, Enc>(queue: &DelayQueue<Req, St, Enc>, conflict: &Conflict) -> Duration {
+pub(super) fn lock_wait_fallback<Req, St, Enc>(
+    queue: &DelayQueue<Req, St, Enc>,
+    conflict: &Conflict,
+) -> Duration {
     queue.policy().lock_wait_fallback(
         conflict.retry_after,
         // A reservation's end is the next handoff, not a free key.

@@ -14,6 +14,7 @@
 mod coalesce;
 mod defer;
 mod fail_fast;
+mod line_cap;
 mod retry;
 mod switch;
 
@@ -28,6 +29,7 @@ use std::time::Duration;
 
 use crate::error::BoxError;
 use crate::key::LockKey;
+use crate::lock::Line;
 use crate::middleware::Deferred;
 use crate::throttle::NextSlot;
 
@@ -55,6 +57,9 @@ pub struct Conflict {
     /// A throttle's next slot, which a strategy may book instead of trying again (`None` for a
     /// lock): [`Retry`] waits exactly until it, [`Defer`] stores the job due at it.
     pub next_slot: Option<NextSlot>,
+    /// The key's line (`None` for a throttle): a deferring strategy with a
+    /// [`LineCap`](crate::lock::LineCap) joins it with the job it stored, within the cap.
+    pub line: Option<Line>,
 }
 
 /// A strategy's answer to a conflict.
@@ -71,6 +76,14 @@ pub enum Decision {
     /// The request was stored to run later: the caller gets
     /// [`Outcome::Deferred`](crate::Outcome::Deferred).
     Deferred(Deferred),
+    /// The key's line is full: the caller gets [`Error::LineFull`](crate::Error::LineFull), and
+    /// nothing is stored.
+    LineFull {
+        /// How many wait in the line.
+        waiting: u64,
+        /// When trying again may succeed.
+        retry_after: Option<Duration>,
+    },
 }
 
 /// Decides what a request does when its lock is held by another.

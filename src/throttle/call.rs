@@ -67,6 +67,7 @@ where
                 ahead: 0,
                 retry_after: Some(opens_in),
                 next_slot: Some(next_slot.clone()),
+                line: None,
             };
             let decision = shared
                 .strategy
@@ -94,6 +95,14 @@ where
                     return Err(Error::Throttled {
                         key,
                         retry_after: retry_after.unwrap_or(opens_in),
+                    });
+                }
+                Decision::LineFull { waiting, retry_after } => {
+                    metric_names::throttle_conflict("line_full");
+                    return Err(Error::LineFull {
+                        key,
+                        waiting,
+                        retry_after: retry_after.or(Some(opens_in)),
                     });
                 }
                 Decision::Deferred(deferred) => {

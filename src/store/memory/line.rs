@@ -3,7 +3,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::lock::Waiter;
+use crate::lock::{LineCap, Overflow, Waiter};
+
+/// The most line entries one join looks at for jobs to drop (`MAX_EVICTION_SCAN` of
+/// `line_cap.lua`).
+const MAX_EVICTION_SCAN: usize = 1000;
 
 /// One key's line: waiters by arrival order.
 #[derive(Default)]
@@ -43,5 +47,47 @@ impl Line {
         let place = taken.unwrap_or_else(|| self.order.keys().next_back().map_or(1, |last| last + 1));
         self.order.insert(place, waiter.clone());
         self.place.insert(waiter.clone(), place);
+    }
+
+    /// Makes room for `waiter` within `cap`, as `make_room` in `line_cap.lua`: the waiters
+    /// evicted (the oldest jobs, none that `reserved` protects), or `Err` with how many wait
+    /// when it is refused (nothing changed).
+    pub(super) fn make_room(
+        &mut self,
+        waiter: &Waiter,
+        replacing: Option<&Waiter>,
+        cap: Option<LineCap>,
+        reserved: impl Fn(&Waiter) -> bool,
+    ) -> Result<Vec<Waiter>, u64> {
+        let Some(cap) = cap else { return Ok(Vec::new()) };
+        if self.place.contains_key(waiter) {
+            return Ok(Vec::new());
+        }
+        let replaced = replacing.is_some_and(|replaced| self.place.contains_key(replaced));
+        let waiting = self.order.len() as u64 - u64::from(replaced);
+        let excess = (waiting + 1).saturating_sub(cap.max);
+        if excess == 0 {
+            return Ok(Vec::new());
+        }
+        if cap.overflow == Overflow::RefuseNewest || excess > MAX_EVICTION_SCAN as u64 {
+            return Err(waiting);
+        }
+        let evicted: Vec<Waiter> = self
+            .order
+            .values()
+            .take(MAX_EVICTION_SCAN)
+            .filter(|candidate| {
+                candidate.as_job().is_some() && Some(*candidate) != replacing && !reserved(candidate)
+            })
+            .take(excess as usize)
+            .cloned()
+            .collect();
+        if (evicted.len() as u64) < excess {
+            return Err(waiting);
+        }
+        for gone in &evicted {
+            self.remove(gone);
+        }
+        Ok(evicted)
     }
 }

@@ -11,7 +11,9 @@ use super::MemoryStore;
 use super::line::Line;
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LockStore, LockToken, Waiter};
+use crate::lock::{
+    Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken, Waiter,
+};
 use crate::metric_names;
 use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_expired};
 
@@ -259,24 +261,44 @@ impl LockStore for MemoryStore {
         Ok(true)
     }
 
-    async fn join(
+    async fn join_within(
         &self,
         key: &LockKey,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
-    ) -> Result<u64, StoreError> {
-        let (handed, ahead) = self.with_locks(|state, now, reservation| {
+        cap: Option<LineCap>,
+    ) -> Result<LineJoin, StoreError> {
+        let joined = self.with_locks(|state, now, reservation| {
+            let reserved_for = match state.live(key, now) {
+                Some(Holding {
+                    holder: Holder::Reserved(head, _),
+                    ..
+                }) => Some(head.clone()),
+                _ => None,
+            };
+            let line = state.line(key);
+            let room = line.make_room(waiter, replacing, cap, |candidate| {
+                reserved_for.as_ref() == Some(candidate)
+            });
+            if room.is_err() && line.order.is_empty() {
+                state.lines.remove(key);
+            }
+            let evicted = room?;
             state.line(key).join(waiter, replacing);
             let handed = match state.live(key, now) {
                 Some(_) => Handed::default(),
                 None => state.hand_to_head(key, true, now, reservation),
             };
             let ahead = state.lines.get(key).map_or(0, |line| line.ahead_of(Some(waiter)));
-            (handed, ahead)
+            Ok((handed, ahead, evicted))
         });
+        let (handed, ahead, evicted) = match joined {
+            Ok(joined) => joined,
+            Err(waiting) => return Ok(LineJoin::Full { waiting }),
+        };
         reservation_expired(key, handed.dropped.as_ref());
         hand_over(self, key, handed.reserved).await;
-        Ok(ahead)
+        Ok(LineJoin::Joined { ahead, evicted })
     }
 
     async fn leave(&self, key: &LockKey, waiter: &Waiter) -> Result<(), StoreError> {

@@ -468,6 +468,26 @@ impl QueueStore for MemoryStore {
         }))
     }
 
+    async fn bury_waiting(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        reason: &str,
+        counters: Counters,
+    ) -> Result<bool, StoreError> {
+        Ok(self.with_queue(queue, |q| {
+            if !q.unschedule(id) {
+                return false;
+            }
+            let now = now_ms();
+            q.dead.insert(id.clone(), (now, reason.to_string()));
+            q.expiries.remove(id);
+            q.handed.remove(id);
+            q.record(counters, now, &[("dead", 1)]);
+            true
+        }))
+    }
+
     async fn extend_lease(
         &self,
         queue: &QueueName,

@@ -11,7 +11,7 @@ use super::MemoryStore;
 use super::line::Line;
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LockToken, Waiter};
+use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockToken, Waiter};
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
 use crate::semaphore::SemaphoreStore;
@@ -304,22 +304,31 @@ impl SemaphoreStore for MemoryStore {
         Ok(released)
     }
 
-    async fn join_permits(
+    async fn join_permits_within(
         &self,
         key: &LockKey,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
         permits: u32,
-    ) -> Result<u64, StoreError> {
+        cap: Option<LineCap>,
+    ) -> Result<LineJoin, StoreError> {
         let now = Instant::now();
         let reservation = self.reservation;
-        let (ahead, handed) = self.semaphores().with_key(key, now, |state, handed, _| {
+        let (joined, handed) = self.semaphores().with_key(key, now, |state, handed, _| {
+            let reserved = &state.reserved;
+            let evicted = state.line.make_room(waiter, replacing, cap, |candidate| {
+                reserved.contains_key(candidate)
+            })?;
             state.line.join(waiter, replacing);
             handed.reserved = state.hand_to_line(now, permits, reservation);
-            state.line.ahead_of(Some(waiter))
+            Ok((state.line.ahead_of(Some(waiter)), evicted))
         });
+        let (ahead, evicted) = match joined {
+            Ok(joined) => joined,
+            Err(waiting) => return Ok(LineJoin::Full { waiting }),
+        };
         self.permits_handed(key, permits, handed).await;
-        Ok(ahead)
+        Ok(LineJoin::Joined { ahead, evicted })
     }
 
     async fn leave_permits(&self, key: &LockKey, waiter: &Waiter, permits: u32) -> Result<(), StoreError> {

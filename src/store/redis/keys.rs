@@ -299,7 +299,12 @@ impl QueueKeys {
     /// hash: the pending job of `key` on this queue shard (`job`, `revision`), under the
     /// shard's hash tag: the coalescing script gets it as `KEYS[14]`.
     pub(crate) fn pending(prefix: &Prefix, name: &QueueName, key: &LockKey) -> String {
-        tagged(prefix, "q", name.as_str(), &format!(":pending:{}", hash_tag(key.as_str())))
+        tagged(
+            prefix,
+            "q",
+            name.as_str(),
+            &format!(":pending:{}", hash_tag(key.as_str())),
+        )
     }
 
     /// How the scripts name the sorted set that holds `set` (see the prelude's `SETS`).

@@ -12,7 +12,9 @@ use super::scripts::{
 };
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LockStore, LockToken, Waiter};
+use crate::lock::{
+    Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken, Overflow, Waiter,
+};
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
 use crate::store::handover::{HandOver, Promotion, hand_over, hand_over_with_runner_up, reservation_expired};
@@ -283,21 +285,31 @@ where
         Ok(released)
     }
 
-    async fn join(
+    async fn join_within(
         &self,
         key: &LockKey,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
-    ) -> Result<u64, StoreError> {
-        let (handed, dropped, ahead): (String, String, u64) = self
+        cap: Option<LineCap>,
+    ) -> Result<LineJoin, StoreError> {
+        let (max, overflow) = cap_args(cap);
+        let (handed, dropped, ahead, refused, evicted): JoinReply<String> = self
             .lock_script(&LOCK_JOIN, key)
             .arg(waiter.as_str())
             .arg(replacing.map_or("", Waiter::as_str))
+            .arg(max)
+            .arg(overflow)
             .invoke_async(&mut self.conn.clone())
             .await?;
+        if refused == 1 {
+            return Ok(LineJoin::Full { waiting: ahead });
+        }
         reservation_expired(key, Waiter::from_stored(dropped).as_ref());
         hand_over(self, key, Waiter::from_stored(handed)).await;
-        Ok(ahead)
+        Ok(LineJoin::Joined {
+            ahead,
+            evicted: evicted.into_iter().filter_map(Waiter::from_stored).collect(),
+        })
     }
 
     async fn leave(&self, key: &LockKey, waiter: &Waiter) -> Result<(), StoreError> {
@@ -336,5 +348,23 @@ where
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(Waiter::from_stored(handed).into_iter().collect())
+    }
+}
+
+/// A join script's reply: the waiters handed the key (`T`: one, or a list for permits), the
+/// waiters dropped, the waiters ahead (all, when refused), 1 when refused, the waiters evicted.
+pub(super) type JoinReply<T> = (T, T, u64, i64, Vec<String>);
+
+/// A line cap as the join scripts read it: the most waiters ('-1' none), and what a full line does.
+pub(super) fn cap_args(cap: Option<LineCap>) -> (i64, &'static str) {
+    match cap {
+        None => (-1, "refuse"),
+        Some(LineCap { max, overflow }) => (
+            i64::try_from(max).unwrap_or(i64::MAX),
+            match overflow {
+                Overflow::RefuseNewest => "refuse",
+                Overflow::DropOldest => "drop",
+            },
+        ),
     }
 }

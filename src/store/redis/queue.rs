@@ -9,8 +9,9 @@ use tokio::sync::watch;
 use super::RedisStore;
 use super::keys::{self, QueueKeys};
 use super::scripts::{
-    QUEUE_ACK, QUEUE_BURY, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PAUSE,
-    QUEUE_PURGE, QUEUE_PUSH, QUEUE_PUSH_MANY, QUEUE_REQUEUE, QUEUE_RETRY, QUEUE_RUN_NOW, QUEUE_STATS,
+    QUEUE_ACK, QUEUE_BURY, QUEUE_BURY_WAITING, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_INSPECT,
+    QUEUE_LIST, QUEUE_PAUSE, QUEUE_PURGE, QUEUE_PUSH, QUEUE_PUSH_MANY, QUEUE_REQUEUE, QUEUE_RETRY,
+    QUEUE_RUN_NOW, QUEUE_STATS,
 };
 use super::wake::forward_wakeups;
 use crate::error::StoreError;
@@ -234,6 +235,24 @@ where
     ) -> Result<bool, StoreError> {
         self.bury_found(queue, id.as_str().as_bytes(), token, reason, envelope, counters)
             .await
+    }
+
+    async fn bury_waiting(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        reason: &str,
+        counters: Counters,
+    ) -> Result<bool, StoreError> {
+        self.prepare().await?;
+        let buried: bool = self
+            .queue_script(&QUEUE_BURY_WAITING, queue)
+            .arg(id.as_str())
+            .arg(reason)
+            .arg(counters.as_arg())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(buried)
     }
 
     async fn extend_lease(

@@ -35,6 +35,8 @@ macro_rules! script {
 const QUEUE_PRELUDE: &str = include_str!("lua/queue_prelude.lua");
 const LOCK_PRELUDE: &str = include_str!("lua/lock_prelude.lua");
 const PERMIT_PRELUDE: &str = include_str!("lua/permit_prelude.lua");
+/// The line's cap, shared by the two join scripts after their family's prelude.
+const LINE_CAP: &str = include_str!("lua/line_cap.lua");
 
 /// A script with `prelude` after its first line, which must stay first: the flags.
 fn with_prelude(prelude: &str, script: &str) -> String {
@@ -45,7 +47,7 @@ fn with_prelude(prelude: &str, script: &str) -> String {
 script!(LOCK_ACQUIRE, LOCK_PRELUDE, "lock_acquire.lua");
 script!(LOCK_EXTEND, LOCK_PRELUDE, "lock_extend.lua");
 script!(LOCK_RELEASE, LOCK_PRELUDE, "lock_release.lua");
-script!(LOCK_JOIN, LOCK_PRELUDE, "lock_join.lua");
+script!(LOCK_JOIN, &[LOCK_PRELUDE, LINE_CAP].concat(), "lock_join.lua");
 /// The release of a lock nobody waits for: two keys, no prelude (its cost is per key and argument).
 pub(super) static LOCK_RELEASE_ALONE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_release_alone.lua")));
@@ -53,7 +55,11 @@ script!(LOCK_LEAVE, LOCK_PRELUDE, "lock_leave.lua");
 script!(PERMIT_ACQUIRE, PERMIT_PRELUDE, "permit_acquire.lua");
 script!(PERMIT_EXTEND, PERMIT_PRELUDE, "permit_extend.lua");
 script!(PERMIT_RELEASE, PERMIT_PRELUDE, "permit_release.lua");
-script!(PERMIT_JOIN, PERMIT_PRELUDE, "permit_join.lua");
+script!(
+    PERMIT_JOIN,
+    &[PERMIT_PRELUDE, LINE_CAP].concat(),
+    "permit_join.lua"
+);
 script!(PERMIT_LEAVE, PERMIT_PRELUDE, "permit_leave.lua");
 /// The throttle's one script: no prelude (two keys, no line).
 pub(super) static THROTTLE: LazyLock<Script> =
@@ -65,6 +71,7 @@ script!(QUEUE_CLAIM, QUEUE_PRELUDE, "queue_claim.lua");
 script!(QUEUE_ACK, QUEUE_PRELUDE, "queue_ack.lua");
 script!(QUEUE_RETRY, QUEUE_PRELUDE, "queue_retry.lua");
 script!(QUEUE_BURY, QUEUE_PRELUDE, "queue_bury.lua");
+script!(QUEUE_BURY_WAITING, QUEUE_PRELUDE, "queue_bury_waiting.lua");
 script!(QUEUE_EXTEND, QUEUE_PRELUDE, "queue_extend.lua");
 script!(QUEUE_CANCEL, QUEUE_PRELUDE, "queue_cancel.lua");
 script!(QUEUE_INSPECT, QUEUE_PRELUDE, "queue_inspect.lua");
@@ -77,7 +84,7 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 29] = [
+static ALL: [&LazyLock<Script>; 30] = [
     &LOCK_ACQUIRE,
     &LOCK_EXTEND,
     &LOCK_RELEASE,
@@ -97,6 +104,7 @@ static ALL: [&LazyLock<Script>; 29] = [
     &QUEUE_ACK,
     &QUEUE_RETRY,
     &QUEUE_BURY,
+    &QUEUE_BURY_WAITING,
     &QUEUE_EXTEND,
     &QUEUE_CANCEL,
     &QUEUE_INSPECT,
@@ -129,7 +137,7 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 27] = [
+    const SCRIPTS: [(&str, &str); 28] = [
         ("permit_acquire", include_str!("lua/permit_acquire.lua")),
         ("permit_extend", include_str!("lua/permit_extend.lua")),
         ("permit_release", include_str!("lua/permit_release.lua")),
@@ -150,6 +158,7 @@ mod tests {
         ("queue_ack", include_str!("lua/queue_ack.lua")),
         ("queue_retry", include_str!("lua/queue_retry.lua")),
         ("queue_bury", include_str!("lua/queue_bury.lua")),
+        ("queue_bury_waiting", include_str!("lua/queue_bury_waiting.lua")),
         ("queue_extend", include_str!("lua/queue_extend.lua")),
         ("queue_cancel", include_str!("lua/queue_cancel.lua")),
         ("queue_inspect", include_str!("lua/queue_inspect.lua")),

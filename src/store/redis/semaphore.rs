@@ -7,10 +7,11 @@ use redis::{Script, ScriptInvocation};
 
 use super::RedisStore;
 use super::keys::PermitKeys;
+use super::lock::{JoinReply, cap_args};
 use super::scripts::{PERMIT_ACQUIRE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE, PERMIT_RELEASE};
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LockToken, Waiter};
+use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockToken, Waiter};
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
 use crate::semaphore::SemaphoreStore;
@@ -169,22 +170,32 @@ where
         Ok(released)
     }
 
-    async fn join_permits(
+    async fn join_permits_within(
         &self,
         key: &LockKey,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
         permits: u32,
-    ) -> Result<u64, StoreError> {
-        let (handed, dropped, ahead): (Vec<String>, Vec<String>, u64) = self
+        cap: Option<LineCap>,
+    ) -> Result<LineJoin, StoreError> {
+        let (max, overflow) = cap_args(cap);
+        let (handed, dropped, ahead, refused, evicted): JoinReply<Vec<String>> = self
             .permit_script(&PERMIT_JOIN, key)
             .arg(waiter.as_str())
             .arg(replacing.map_or("", Waiter::as_str))
             .arg(permits)
+            .arg(max)
+            .arg(overflow)
             .invoke_async(&mut self.conn.clone())
             .await?;
+        if refused == 1 {
+            return Ok(LineJoin::Full { waiting: ahead });
+        }
         self.permits_handed(key, permits, handed, dropped).await;
-        Ok(ahead)
+        Ok(LineJoin::Joined {
+            ahead,
+            evicted: evicted.into_iter().filter_map(Waiter::from_stored).collect(),
+        })
     }
 
     async fn leave_permits(&self, key: &LockKey, waiter: &Waiter, permits: u32) -> Result<(), StoreError> {

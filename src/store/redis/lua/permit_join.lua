@@ -2,9 +2,18 @@
 -- Puts a waiter in the key's line: at the end, or in the place of the waiter it replaces (a
 -- caller that retried, then deferred). Already in line, it keeps its place. Permits freed
 -- since the caller found them taken go to the line now.
--- ARGV[3] the waiter, ARGV[4] the waiter it replaces ('' none), ARGV[5] the limit.
--- Returns {the waiters permits were reserved for, the waiters dropped, waiters ahead}.
+-- ARGV[3] the waiter, ARGV[4] the waiter it replaces ('' none), ARGV[5] the limit, ARGV[6]
+-- the line's cap ('-1' none), ARGV[7] what a full line does ('refuse' or 'drop'; see
+-- line_cap.lua).
+-- Returns {the waiters permits were reserved for, the waiters dropped, waiters ahead (all of
+-- them when refused), 1 when refused for a full line, waiters evicted to make room}.
 local waiter, replacing, limit = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local refused, evicted, waiting = make_room(waiter, replacing, tonumber(ARGV[6]) or -1, ARGV[7], function(candidate)
+  return redis.call('ZSCORE', PERMITS, '@' .. candidate) ~= false
+end)
+if refused then
+  return {{}, {}, waiting, 1, {}}
+end
 local place = nil
 if replacing ~= '' then
   place = redis.call('ZSCORE', WAITERS, replacing)
@@ -17,4 +26,4 @@ end
 redis.call('ZADD', WAITERS, 'NX', place, waiter)
 local now = now_ms()
 local dropped = prune(now)
-return {hand_to_line(now, limit), dropped, ahead_of(waiter)}
+return {hand_to_line(now, limit), dropped, ahead_of(waiter), 0, evicted}

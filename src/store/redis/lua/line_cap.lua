@@ -1,0 +1,45 @@
+-- The cap on a key's line, for the join scripts (lock_join.lua, permit_join.lua), appended to
+-- their family's prelude. ARGV[5] of the lock's join (ARGV[6] of the permit's) is the most
+-- waiters ('-1': no cap), the next one what a full line does ('refuse' or 'drop').
+
+-- The most line entries one join looks at for jobs to drop: bounded work per call.
+local MAX_EVICTION_SCAN = 1000
+
+-- Makes room in the line for `waiter` within `max` waiters (`replacing` leaves as it joins).
+-- With 'drop', the oldest jobs ('j|' waiters) that `reserved` does not protect (the key is
+-- being handed to them) leave the line to make room; callers who wait in place never do.
+-- Returns whether the waiter is refused, the waiters evicted, and how many wait.
+local function make_room(waiter, replacing, max, overflow, reserved)
+  if max < 0 or redis.call('ZSCORE', WAITERS, waiter) then
+    return false, {}, 0
+  end
+  local waiting = redis.call('ZCARD', WAITERS)
+  if replacing ~= '' and redis.call('ZSCORE', WAITERS, replacing) then
+    waiting = waiting - 1
+  end
+  local excess = waiting - max + 1
+  if excess <= 0 then
+    return false, {}, waiting
+  end
+  if overflow ~= 'drop' or excess > MAX_EVICTION_SCAN then
+    return true, {}, waiting
+  end
+  local evicted = {}
+  for _, candidate in ipairs(redis.call('ZRANGE', WAITERS, 0, MAX_EVICTION_SCAN - 1)) do
+    if #evicted == excess then
+      break
+    end
+    if string.sub(candidate, 1, 2) == 'j|' and candidate ~= replacing and not reserved(candidate) then
+      evicted[#evicted + 1] = candidate
+    end
+  end
+  if #evicted < excess then
+    return true, {}, waiting
+  end
+  for _, gone in ipairs(evicted) do
+    redis.call('ZREM', WAITERS, gone)
+  end
+  return false, evicted, waiting
+end
+
+-- The join script itself follows.

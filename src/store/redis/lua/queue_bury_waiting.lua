@@ -1,0 +1,16 @@
+#!lua flags=allow-oom
+-- Moves a waiting job to the dead-letter set with its reason: a full line dropped it to make
+-- room for a newer request. The job's bytes stay, so it can be inspected and requeued.
+-- ARGV[2] job id, ARGV[3] reason, ARGV[4] '1' to count the activity.
+-- Returns 1 when buried, 0 when it was not waiting (claimed meanwhile, or gone).
+local id = ARGV[2]
+if redis.call('ZREM', DELAYED, id) == 0 then
+  return 0
+end
+local now = now_ms()
+redis.call('ZADD', DEAD, now, id)
+redis.call('HSET', ERRORS, id, ARGV[3])
+redis.call('HDEL', EXPIRIES, id)
+redis.call('HDEL', HANDED, id)
+record(ARGV[4], now, {'dead', 1})
+return 1
