@@ -171,6 +171,60 @@ async fn a_request_that_keeps_meeting_the_lock_waits_then_is_buried<St: LockStor
     );
 }
 
+/// A job that keeps coming back to a held key (a livelock, or a holder that never lets go) is
+/// buried after `max_lock_waits` returns, however little time that took, with the count as its
+/// reason; each return is counted in its envelope, none as an attempt.
+async fn a_job_that_keeps_meeting_its_key_is_buried_after_max_lock_waits<St: LockStore + QueueStore>(
+    store: St,
+) {
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges")
+        .unwrap()
+        .retry_policy(RetryPolicy {
+            max_lock_waits: 2,
+            ..fast_policy(1)
+        });
+    let handler = service_fn(|_: Charge| async { Ok::<_, std::convert::Infallible>(()) });
+    let service = LockLayer::new(store.clone(), by_order)
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(handler);
+    // A holder that never lets go, on a short TTL it keeps renewing: the job's fallback, which
+    // follows the TTL, brings it back about every second.
+    let token = LockToken::random();
+    let ttl = Duration::from_millis(300);
+    store.try_acquire(&order_key(2), token, ttl).await.unwrap();
+    let holder = tokio::spawn({
+        let store = store.clone();
+        async move {
+            while store.extend(&order_key(2), token, ttl).await.unwrap() {
+                tokio::time::sleep(ttl / 3).await;
+            }
+        }
+    });
+    let Ok(Outcome::Deferred(deferred)) = service.clone().oneshot(Charge { order: 2, job: 1 }).await else {
+        panic!("expected a deferral");
+    };
+    let scheduler = Scheduler::new(queue.clone(), service).options(options()).start();
+    wait_for_stats(
+        &queue,
+        QueueStats {
+            dead: 1,
+            ..QueueStats::default()
+        },
+        "the job is buried",
+    )
+    .await;
+    let report = scheduler.shutdown().await;
+    holder.abort();
+    assert_eq!((report.retried, report.buried), (0, 1), "{report:?}");
+    let info = queue.job(&deferred.job_id).await.unwrap().unwrap();
+    let RawJobState::Dead { reason, .. } = info.state else {
+        panic!("expected dead, got {:?}", info.state);
+    };
+    assert_eq!(reason.as_deref(), Some("met lock order:2 held 3 times"));
+    let envelope = info.envelope.unwrap().unwrap();
+    assert_eq!((envelope.lock_waits, envelope.attempt), (2, 0));
+}
+
 async fn failing_and_panicking_handlers_back_off_and_are_buried<St: LockStore + QueueStore>(store: St) {
     let policy = RetryPolicy {
         backoff: Backoff::exponential(Duration::from_millis(20), Duration::from_secs(1)),
@@ -543,6 +597,7 @@ async fn a_handler_blocking_its_thread_on_a_quiet_runtime_keeps_the_job_lease<St
 for_each_store!(
     a_deferred_request_runs_once_after_the_holder_releases,
     a_request_that_keeps_meeting_the_lock_waits_then_is_buried,
+    a_job_that_keeps_meeting_its_key_is_buried_after_max_lock_waits,
     failing_and_panicking_handlers_back_off_and_are_buried,
     schedulers_sharing_a_queue_handle_each_job_once,
     a_job_pushed_while_the_scheduler_sleeps_starts_when_due,

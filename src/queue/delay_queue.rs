@@ -665,17 +665,46 @@ where
     }
 
     /// Puts a claimed job back to wait `opens_in` for its key's next slot (a throttle's,
-    /// booked for it), without using an attempt.
-    pub async fn wait_for_slot(&self, lease: &Lease, opens_in: Duration) -> Result<AfterFailure, QueueError> {
-        self.wait_without_attempt(lease, opens_in).await
+    /// booked for it), without using an attempt; once it did that the policy's
+    /// [`max_lock_waits`](RetryPolicy::max_lock_waits) times, it is buried instead.
+    pub async fn wait_for_slot(
+        &self,
+        lease: &Lease,
+        key: &crate::key::LockKey,
+        opens_in: Duration,
+    ) -> Result<AfterFailure, QueueError> {
+        let envelope = self.decode(&lease.id, &lease.stored).ok();
+        self.wait_without_attempt(lease, envelope, key, opens_in).await
     }
 
     /// Puts a claimed job back due in `wait`, its attempt unchanged: a job that waits (for its
-    /// lock, for its slot) does not fail.
-    async fn wait_without_attempt(&self, lease: &Lease, wait: Duration) -> Result<AfterFailure, QueueError> {
+    /// lock, for its slot) does not fail. Its envelope counts the wait; one that waited the
+    /// policy's `max_lock_waits` times is buried with "met lock K held N times" instead. An
+    /// envelope that does not decode is put back as it is, uncounted: its claim buries it.
+    async fn wait_without_attempt(
+        &self,
+        lease: &Lease,
+        envelope: Option<Envelope<T>>,
+        key: &crate::key::LockKey,
+        wait: Duration,
+    ) -> Result<AfterFailure, QueueError> {
+        let counted = match envelope {
+            Some(mut envelope) => {
+                if !self.policy.allows_another_lock_wait(envelope.lock_waits) {
+                    let reason = format!(
+                        "met lock {key} held {} times",
+                        envelope.lock_waits.saturating_add(1)
+                    );
+                    return self.bury_for(lease, reason).await;
+                }
+                envelope.lock_waits = envelope.lock_waits.saturating_add(1);
+                Some(self.encode(&envelope)?)
+            }
+            None => None,
+        };
         let due = self
             .store
-            .retry(&lease.shard, &lease.id, lease.token, None, wait, self.counters)
+            .retry(&lease.shard, &lease.id, lease.token, counted, wait, self.counters)
             .await?;
         Ok(match due {
             Some(due) => AfterFailure::Retrying {
@@ -683,6 +712,15 @@ where
                 attempt: lease.attempt,
             },
             None => AfterFailure::LeaseLost,
+        })
+    }
+
+    /// Buries a claimed job with `reason`: what [`AfterFailure`] says of it.
+    async fn bury_for(&self, lease: &Lease, reason: String) -> Result<AfterFailure, QueueError> {
+        Ok(if self.bury(lease, &reason).await? {
+            AfterFailure::Buried { reason }
+        } else {
+            AfterFailure::LeaseLost
         })
     }
 
@@ -700,26 +738,19 @@ where
         expected_wait: Option<Duration>,
         lock_remaining: Option<Duration>,
     ) -> Result<AfterFailure, QueueError> {
-        let first_stored = self
-            .decode(&lease.id, &lease.stored)
-            .map(|envelope| envelope.enqueued_at_ms)
-            .unwrap_or(0);
+        let envelope = self.decode(&lease.id, &lease.stored).ok();
+        let first_stored = envelope.as_ref().map_or(0, |envelope| envelope.enqueued_at_ms);
         let first_stored = SystemTime::UNIX_EPOCH + Duration::from_millis(first_stored);
         let waited = SystemTime::now().duration_since(first_stored).unwrap_or_default();
         if waited >= self.policy.max_lock_wait {
             let waited = Duration::from_secs(waited.as_secs());
             let reason = format!("waited {} for lock {key}", humantime::format_duration(waited));
-            let buried = self.bury(lease, &reason).await?;
-            return Ok(if buried {
-                AfterFailure::Buried { reason }
-            } else {
-                AfterFailure::LeaseLost
-            });
+            return self.bury_for(lease, reason).await;
         }
         let fallback = self
             .policy
             .lock_wait_fallback(expected_wait, lock_remaining, waited);
-        self.wait_without_attempt(lease, fallback).await
+        self.wait_without_attempt(lease, envelope, key, fallback).await
     }
 
     /// Puts a claimed job back to wait `delay`, its attempt unchanged: for a run that the

@@ -17,6 +17,11 @@ pub struct Envelope<T> {
     pub enqueued_at_ms: u64,
     /// Why the previous attempt failed, if one did.
     pub last_error: Option<String>,
+    /// How many times the job came back to find its key held (or its slot not open) and went
+    /// back to wait (see [`RetryPolicy::max_lock_waits`](super::RetryPolicy::max_lock_waits)).
+    /// Absent from envelopes stored before it was counted: 0.
+    #[serde(default)]
+    pub lock_waits: u32,
     /// The job's payload: for a deferred request, the request.
     pub payload: T,
 }
@@ -32,6 +37,7 @@ impl<T> Envelope<T> {
             attempt: 0,
             enqueued_at_ms,
             last_error: None,
+            lock_waits: 0,
             payload,
         }
     }

@@ -35,11 +35,17 @@ pub struct RetryPolicy {
     /// buried with "waited D for lock K". Waiting is not failing: it uses no attempt.
     #[serde(with = "humantime_serde")]
     pub max_lock_wait: Duration,
+    /// How many times a job may come back to find its key held (or its slot not open) and go
+    /// back to wait, before it is buried with "met lock K held N times" (0: no limit, only
+    /// `max_lock_wait`). A bound on re-deferrals that holds however fast a livelock loops; a
+    /// job waiting in a long line meets its key about once per fallback (1 s to 10 s).
+    pub max_lock_waits: u32,
 }
 
 impl Default for RetryPolicy {
     /// 250 ms doubling up to 1 min with a quarter jitter; 10 attempts (about 3 minutes in all);
-    /// buried after 5 lease expiries, or after waiting 6 hours for its lock.
+    /// buried after 5 lease expiries, or after waiting 6 hours for its lock (however many times
+    /// it met it).
     fn default() -> Self {
         RetryPolicy {
             backoff: Backoff {
@@ -51,6 +57,7 @@ impl Default for RetryPolicy {
             max_attempts: 10,
             max_lease_expiries: 5,
             max_lock_wait: Duration::from_secs(6 * 60 * 60),
+            max_lock_waits: 0,
         }
     }
 }
@@ -82,6 +89,11 @@ impl RetryPolicy {
             .min(remaining.map_or(longest, |remaining| remaining + FREED_MARGIN))
             .clamp(shortest, longest)
             .min(self.max_lock_wait.saturating_sub(waited))
+    }
+
+    /// Whether a job that went back to wait `lock_waits` times may go once more.
+    pub fn allows_another_lock_wait(&self, lock_waits: u32) -> bool {
+        self.max_lock_waits == 0 || lock_waits < self.max_lock_waits
     }
 
     /// Whether a job whose attempt `attempt` (counting from 0) failed gets another.

@@ -305,12 +305,14 @@ where
                     }
                     end_after(after, JobEnd::Waiting)
                 }),
-            Ran::Throttled { key, opens_in } => queue.wait_for_slot(lease, *opens_in).await.map(|after| {
-                if let AfterFailure::Retrying { due, .. } = after {
-                    tracing::debug!(%key, ?due, "over the rate: the job waits for its slot");
-                }
-                end_after(after, JobEnd::Waiting)
-            }),
+            Ran::Throttled { key, opens_in } => {
+                queue.wait_for_slot(lease, key, *opens_in).await.map(|after| {
+                    if let AfterFailure::Retrying { due, .. } = after {
+                        tracing::debug!(%key, ?due, "over the rate: the job waits for its slot");
+                    }
+                    end_after(after, JobEnd::Waiting)
+                })
+            }
             Ran::StoreFailed(_) => queue.postpone(lease, postpone_by).await.map(|back| {
                 if back {
                     JobEnd::Postponed
