@@ -38,6 +38,7 @@ pub mod config;
 // A failed page is the error page itself (a `Response`), built at most once per request.
 #[allow(clippy::result_large_err)]
 pub mod dashboard;
+pub mod debounce;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz;

@@ -31,7 +31,7 @@ pub use self::envelope::Envelope;
 pub use self::error::QueueError;
 pub use self::job_id::JobId;
 pub use self::name::{MAX_QUEUE_NAME_LEN, QueueName};
-pub use self::pending::{Coalesced, Keep, PendingPush, PendingStore};
+pub use self::pending::{Coalesced, Keep, PendingPush, PendingRules, PendingStore};
 pub use self::policy::RetryPolicy;
 pub use self::retention::Retention;
 pub use self::rules::{MAX_JOB_ID_LEN, MAX_LEASE, MAX_PAGE};

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Codec, DelayQueue, Due, JobId, QueueError, QueueName, QueueStore};
+use crate::debounce::Debounce;
 use crate::error::StoreError;
 use crate::key::LockKey;
 
@@ -29,6 +30,18 @@ impl Keep {
             Keep::First => "first",
         }
     }
+}
+
+/// How a push joins its key's pending job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingRules {
+    /// Which request the job keeps.
+    pub keep: Keep,
+    /// How long the pending record lives after the push: the longest the job may wait.
+    pub hold: Duration,
+    /// With [`Keep::Latest`], a request that replaces the payload also makes the job due a
+    /// period from now, no later than the longest wait after the job's first request.
+    pub debounce: Option<Debounce>,
 }
 
 /// What a [`PendingStore::push_pending`] did.
@@ -69,13 +82,14 @@ pub enum PendingPush {
 ///   pending job's own id it replaces the envelope atomically (a claim sees the old one or the
 ///   new one, whole);
 /// - the pending record lives at least `hold` after the last push (the longest the job may
-///   wait), so that a later request finds the job.
+///   wait), so that a later request finds the job;
+/// - with a debounce, a replaced payload makes the job due `period` after the push (by the
+///   store's clock), but never later than `max_wait` after the push that stored the job.
 ///
 /// Sealed, like [`QueueStore`]: the crate's two stores implement it.
 pub trait PendingStore: QueueStore {
     /// Stores `envelope` as job `id`, due at `due`, as `key`'s pending job on `queue`, unless
-    /// the key's pending job waits there: then joins it as `keep` says.
-    #[allow(clippy::too_many_arguments)] // one atomic step: every argument is part of it
+    /// the key's pending job waits there: then joins it as `rules` say.
     fn push_pending(
         &self,
         queue: &QueueName,
@@ -83,8 +97,7 @@ pub trait PendingStore: QueueStore {
         id: &JobId,
         envelope: Vec<u8>,
         due: Due,
-        keep: Keep,
-        hold: Duration,
+        rules: PendingRules,
     ) -> impl Future<Output = Result<PendingPush, StoreError>> + Send;
 }
 
@@ -145,7 +158,7 @@ where
         due: Due,
         keep: Keep,
     ) -> Result<Coalesced, QueueError> {
-        self.push_pending_encoded(key, |id| self.encode_new(id.clone(), item), due, keep)
+        self.push_pending_encoded(key, |id| self.encode_new(id.clone(), item), due, keep, None)
             .await
     }
 
@@ -158,6 +171,7 @@ where
         encode: impl Fn(&JobId) -> Result<(JobId, Vec<u8>), QueueError>,
         due: Due,
         keep: Keep,
+        debounce: Option<Debounce>,
     ) -> Result<Coalesced, QueueError> {
         self.register().await;
         let (shard, fresh) = self.pending_place(key);
@@ -168,12 +182,13 @@ where
             Due::At(at) => at.duration_since(SystemTime::now()).unwrap_or_default(),
         };
         let hold = self.policy().max_lock_wait.saturating_add(until_due);
+        let rules = PendingRules { keep, hold, debounce };
         let mut id = fresh;
         for _ in 0..MAX_PENDING_TRIES {
             let (_, envelope) = encode(&id)?;
             let pushed = self
                 .store()
-                .push_pending(&shard, key, &id, envelope, due, keep, hold)
+                .push_pending(&shard, key, &id, envelope, due, rules)
                 .await
                 .map_err(super::delay_queue::push_error)?;
             let coalesced = |id, due, revision, joined| Coalesced {

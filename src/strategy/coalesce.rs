@@ -154,7 +154,7 @@ where
             let encoder = queue.clone();
             let encode = move |id: &JobId| encoder.encode_new(id.clone(), &request);
             let pushed = queue
-                .push_pending_encoded(&conflict.key, encode, due, keep)
+                .push_pending_encoded(&conflict.key, encode, due, keep, None)
                 .await?;
             let mut deferred = Deferred::new(pushed.id.clone(), pushed.due, 0).with_revision(pushed.revision);
             if pushed.dropped {

@@ -2,23 +2,32 @@
 //! under the queue's mutex.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use super::MemoryStore;
-use super::queue::due_ms;
+use super::queue::{due_ms, now_ms};
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::queue::{Due, JobId, Keep, PendingPush, PendingStore, QueueName};
-use crate::store::time::from_epoch_ms;
+use crate::queue::{Due, JobId, Keep, PendingPush, PendingRules, PendingStore, QueueName};
+use crate::store::time::{after_epoch_ms, from_epoch_ms};
 
-/// The keys' pending jobs of one queue: key -> (job, revision). A record whose job no longer
-/// waits is stale (the next push replaces it); stale records are swept when their number has
-/// doubled since the last sweep, so the map stays within twice the keys with a waiting job.
-/// Records need no expiry here: a job that stops waiting makes its record stale at once.
+/// The keys' pending jobs of one queue. A record whose job no longer waits is stale (the next
+/// push replaces it); stale records are swept when their number has doubled since the last
+/// sweep, so the map stays within twice the keys with a waiting job. Records need no expiry
+/// here (the `hold` of the Redis record): a job that stops waiting makes its record stale.
 #[derive(Default)]
 pub(super) struct PendingJobs {
-    records: HashMap<LockKey, (JobId, u64)>,
+    records: HashMap<LockKey, Record>,
     swept_at: usize,
+}
+
+/// A key's pending job, as the `PENDING` hash of `queue_pending.lua` holds it.
+#[derive(Clone)]
+struct Record {
+    job: JobId,
+    /// How many requests the job has carried.
+    revision: u64,
+    /// When the job's first request came, in ms since the epoch.
+    first: i64,
 }
 
 impl MemoryStore {
@@ -29,32 +38,42 @@ impl MemoryStore {
         id: &JobId,
         envelope: Vec<u8>,
         due: Due,
-        keep: Keep,
+        rules: PendingRules,
     ) -> PendingPush {
         self.with_queue(queue, |q| {
-            if let Some((pending, revision)) = q.pending.records.get(key).cloned() {
-                if let Some(due) = q.waiting_due(&pending) {
-                    let due = from_epoch_ms(due);
-                    if keep == Keep::First {
+            if let Some(record) = q.pending.records.get(key).cloned() {
+                if let Some(due) = q.waiting_due(&record.job) {
+                    if rules.keep == Keep::First {
                         return PendingPush::Joined {
-                            id: pending,
-                            revision,
-                            due,
+                            id: record.job,
+                            revision: record.revision,
+                            due: from_epoch_ms(due),
                         };
                     }
-                    if pending != *id {
-                        return PendingPush::EncodeFor(pending);
+                    if record.job != *id {
+                        return PendingPush::EncodeFor(record.job);
                     }
                     q.replace_envelope(id, envelope);
-                    let revision = revision + 1;
-                    q.pending.records.insert(key.clone(), (pending, revision));
+                    let due = match rules.debounce {
+                        Some(debounce) => {
+                            let due = after_epoch_ms(now_ms(), debounce.period)
+                                .min(after_epoch_ms(record.first, debounce.max_wait));
+                            q.reschedule(id, due);
+                            due
+                        }
+                        None => due,
+                    };
+                    let revision = record.revision + 1;
+                    q.pending
+                        .records
+                        .insert(key.clone(), Record { revision, ..record });
                     return PendingPush::Joined {
                         id: id.clone(),
                         revision,
-                        due,
+                        due: from_epoch_ms(due),
                     };
                 }
-                if pending == *id {
+                if record.job == *id {
                     return PendingPush::Moved;
                 }
             }
@@ -63,10 +82,15 @@ impl MemoryStore {
             }
             let due = due_ms(due);
             q.store_new(id, envelope, due);
-            q.pending.records.insert(key.clone(), (id.clone(), 1));
+            let record = Record {
+                job: id.clone(),
+                revision: 1,
+                first: now_ms(),
+            };
+            q.pending.records.insert(key.clone(), record);
             if q.pending.records.len() >= 2 * q.pending.swept_at.max(64) {
                 let mut records = std::mem::take(&mut q.pending.records);
-                records.retain(|_, (job, _)| q.waiting_due(job).is_some());
+                records.retain(|_, record| q.waiting_due(&record.job).is_some());
                 q.pending.swept_at = records.len();
                 q.pending.records = records;
             }
@@ -85,9 +109,8 @@ impl PendingStore for MemoryStore {
         id: &JobId,
         envelope: Vec<u8>,
         due: Due,
-        keep: Keep,
-        _hold: Duration,
+        rules: PendingRules,
     ) -> Result<PendingPush, StoreError> {
-        Ok(self.push_pending_now(queue, key, id, envelope, due, keep))
+        Ok(self.push_pending_now(queue, key, id, envelope, due, rules))
     }
 }

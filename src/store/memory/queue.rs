@@ -66,7 +66,7 @@ impl Default for QueueState {
     }
 }
 
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     to_epoch_ms(SystemTime::now())
 }
 
@@ -106,6 +106,11 @@ impl QueueState {
     /// Stores a new job due at `due` (ms since the epoch), as `queue_push.lua` does.
     pub(super) fn store_new(&mut self, id: &JobId, envelope: Vec<u8>, due: i64) {
         self.jobs.insert(id.clone(), envelope);
+        self.schedule(id.clone(), due);
+    }
+
+    /// Makes the waiting job `id` due at `due` (ms since the epoch) instead.
+    pub(super) fn reschedule(&mut self, id: &JobId, due: i64) {
         self.schedule(id.clone(), due);
     }
 

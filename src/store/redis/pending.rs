@@ -1,7 +1,5 @@
 //! The pending-job operation of the Redis store: one call of `lua/queue_pending.lua`.
 
-use std::time::Duration;
-
 use redis::aio::ConnectionLike;
 
 use super::RedisStore;
@@ -10,7 +8,7 @@ use super::queue::due_args;
 use super::scripts::QUEUE_PENDING;
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::queue::{Due, JobId, Keep, PendingPush, PendingStore, QueueName};
+use crate::queue::{Due, JobId, PendingPush, PendingRules, PendingStore, QueueName};
 use crate::store::time::{from_epoch_ms, millis};
 
 /// The script's reply: status, job id, revision, due ms.
@@ -27,11 +25,17 @@ where
         id: &JobId,
         envelope: Vec<u8>,
         due: Due,
-        keep: Keep,
-        hold: Duration,
+        rules: PendingRules,
     ) -> Result<PendingPush, StoreError> {
         self.prepare().await?;
         let (mode, at) = due_args(due);
+        let (period, max_wait) = match rules.debounce {
+            Some(debounce) => (
+                millis(debounce.period).to_string(),
+                millis(debounce.max_wait).to_string(),
+            ),
+            None => (String::new(), String::new()),
+        };
         let (status, job, revision, due_ms): PendingReply = self
             .queue_script(&QUEUE_PENDING, queue)
             .key(QueueKeys::pending(&self.prefix, queue, key))
@@ -39,8 +43,10 @@ where
             .arg(envelope)
             .arg(mode)
             .arg(at)
-            .arg(keep.as_str())
-            .arg(millis(hold).max(1))
+            .arg(rules.keep.as_str())
+            .arg(millis(rules.hold).max(1))
+            .arg(period)
+            .arg(max_wait)
             .invoke_async(&mut self.conn.clone())
             .await?;
         let job = || {

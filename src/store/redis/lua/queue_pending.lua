@@ -4,13 +4,16 @@
 --          has carried. Under the shard's hash tag; it names the key after it.
 -- ARGV[2] job id, ARGV[3] envelope, ARGV[4] 'in' (ARGV[5] = delay ms) or 'at' (ARGV[5] =
 -- epoch ms), ARGV[6] which request the job keeps ('latest' or 'first'), ARGV[7] how long the
--- record lives after this push, in ms (the longest the job may wait).
+-- record lives after this push, in ms (the longest the job may wait), ARGV[8] a debounce
+-- period in ms ('' none) and ARGV[9] its longest wait in ms: a payload replaced makes the job
+-- due a period from now, but no later than the longest wait after its first request.
 -- Returns {status, job id, revision, due ms}: 0 the id asked for is no longer pending or is
 -- taken (nothing written), 1 joined (replaced with 'latest', dropped with 'first'), 2 encode
 -- the envelope for the returned job and push again (nothing written), 3 stored.
+-- The record also keeps 'first': when the job's first request came (ms, server clock).
 local PENDING = KEYS[14]
 local id, envelope, keep, hold = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
-local record = redis.call('HMGET', PENDING, 'job', 'revision')
+local record = redis.call('HMGET', PENDING, 'job', 'revision', 'first')
 local pending, revision = record[1], tonumber(record[2]) or 0
 if pending then
   -- Pending while it waits: a claim ends that (it runs; a request now is a new job).
@@ -26,7 +29,14 @@ if pending then
     revision = revision + 1
     redis.call('HSET', PENDING, 'revision', revision)
     redis.call('PEXPIRE', PENDING, hold)
-    return {1, id, revision, tonumber(due)}
+    due = tonumber(due)
+    if ARGV[8] ~= '' then
+      local now = now_ms()
+      local first = tonumber(record[3]) or now
+      due = math.min(now + tonumber(ARGV[8]), first + tonumber(ARGV[9]))
+      schedule(id, due)
+    end
+    return {1, id, revision, due}
   end
   if pending == id then
     return {0, id, revision, 0}
@@ -35,12 +45,13 @@ end
 if redis.call('HEXISTS', JOBS, id) == 1 then
   return {0, id, 0, 0}
 end
+local now = now_ms()
 local due = tonumber(ARGV[5])
 if ARGV[4] == 'in' then
-  due = now_ms() + due
+  due = now + due
 end
 redis.call('HSET', JOBS, id, envelope)
 schedule(id, due)
-redis.call('HSET', PENDING, 'job', id, 'revision', 1)
+redis.call('HSET', PENDING, 'job', id, 'revision', 1, 'first', now)
 redis.call('PEXPIRE', PENDING, hold)
 return {3, id, 1, due}
