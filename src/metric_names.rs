@@ -17,6 +17,7 @@
 //! | `redefer_throttle_delay_seconds` | histogram | | from booking a slot to the slot |
 //! | `redefer_coalesced_total` | counter | `keep`: `latest`, `first` | deferrals that joined their key's waiting job instead of adding one |
 //! | `redefer_debounced_total` | counter | `burst`: `new`, `joined` | requests a debounce deferred, by whether they started a burst's job or joined it |
+//! | `redefer_supersede_requests_total` | counter | | requests that asked their key's holders to stop (`Supersede`) |
 //! | `redefer_line_dropped_total` | counter | | waiting jobs dropped from a full line to make room for a newer request (buried) |
 //! | `redefer_jobs_reinjected_total` | counter | `queue` | jobs a scheduler ran through the stack |
 //! | `redefer_jobs_acked_total` | counter | `queue` | jobs handled and acknowledged |
@@ -70,6 +71,11 @@ pub(crate) fn coalesced(keep: crate::queue::Keep) {
 pub(crate) fn debounced(joined: bool) {
     let burst = if joined { "joined" } else { "new" };
     counter!("redefer_debounced_total", "burst" => burst).increment(1);
+}
+
+/// A request that asked its key's holders to stop.
+pub(crate) fn supersede_asked() {
+    counter!("redefer_supersede_requests_total").increment(1);
 }
 
 /// A waiting job dropped from a full line for a newer request.

@@ -3,6 +3,7 @@
 use std::future::Future;
 
 use super::FencingToken;
+use super::stop::StopSignal;
 use crate::key::LockKey;
 
 tokio::task_local! {
@@ -10,7 +11,8 @@ tokio::task_local! {
 }
 
 /// The lock a handler runs under: its key and the fencing token of this holding.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HeldLock {
     /// The key the request was locked on.
     pub key: LockKey,
@@ -18,6 +20,50 @@ pub struct HeldLock {
     /// systems the handler writes to, so they can reject writes from a holder that lost the lock.
     /// `None` when the layer runs with [`Fencing::Off`](crate::Fencing::Off).
     pub fence: Option<FencingToken>,
+    stop: StopSignal,
+}
+
+impl PartialEq for HeldLock {
+    /// The same holding: key and fence (the stop signal is its state, not its identity).
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key && self.fence == other.fence
+    }
+}
+
+impl Eq for HeldLock {}
+
+impl HeldLock {
+    pub(crate) fn new(key: LockKey, fence: Option<FencingToken>, stop: StopSignal) -> Self {
+        HeldLock { key, fence, stop }
+    }
+
+    /// Whether a newer request for the key asked this holder to stop (the
+    /// [`Supersede`](crate::strategy::Supersede) strategy): it wants the key, and whatever
+    /// this handler would still write is older than what it brings.
+    pub fn is_superseded(&self) -> bool {
+        self.stop.is_set()
+    }
+
+    /// Resolves when a newer request for the key asks this holder to stop; never, under a
+    /// layer whose strategy does not [`Supersede`](crate::strategy::Supersede). A handler
+    /// selects on it to stop early; the newer request gets the key once the handler returns
+    /// (or the lock expires), and its writes carry the higher fencing token.
+    ///
+    /// ```
+    /// use redefer::current_lock;
+    ///
+    /// async fn sync_account() -> Result<(), std::io::Error> {
+    ///     let lock = current_lock().expect("runs under the lock");
+    ///     tokio::select! {
+    ///         () = lock.superseded() => Ok(()), // a newer sync wants the key: leave it to it
+    ///         done = do_the_sync() => done,
+    ///     }
+    /// }
+    /// # async fn do_the_sync() -> Result<(), std::io::Error> { Ok(()) }
+    /// ```
+    pub async fn superseded(&self) {
+        self.stop.set().await;
+    }
 }
 
 /// The lock the current handler runs under, when called from inside a

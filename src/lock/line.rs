@@ -91,47 +91,62 @@ pub enum LineJoin {
 /// A held key's line, which a [`Conflict`](crate::strategy::Conflict) of a lock or a semaphore
 /// carries: a deferring strategy with a [`LineCap`] joins it with the job it stored, within
 /// the cap, before telling the caller the request is deferred (otherwise the layer puts the
-/// job in line itself).
+/// job in line itself); a [`Supersede`](crate::strategy::Supersede) strategy asks the key's
+/// holders to stop through it.
 #[derive(Clone)]
 pub struct Line {
-    joiner: Arc<dyn Join>,
+    actions: Arc<dyn LineActions>,
 }
 
-/// Joins one key's line; object-safe, so that [`Line`] names no store type.
-trait Join: Send + Sync {
-    fn join(
-        &self,
-        waiter: Waiter,
-        cap: Option<LineCap>,
-    ) -> Pin<Box<dyn Future<Output = Result<LineJoin, StoreError>> + Send>>;
+/// A future of the line's store.
+type LineFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send>>;
+
+/// What a strategy does with one key's line; object-safe, so that [`Line`] names no store type.
+trait LineActions: Send + Sync {
+    fn join(&self, waiter: Waiter, cap: LineCap) -> LineFuture<LineJoin>;
+    fn ask_holders_to_stop(&self) -> LineFuture<()>;
 }
 
-struct StoreJoin<St> {
+struct StoreLine<St> {
     store: St,
     key: LockKey,
     /// The caller's place, when it waited in line before deferring: its job takes it.
     replacing: Option<Waiter>,
+    /// The caller, as it waits in line (or would).
+    caller: Waiter,
 }
 
-impl<St: LockStore> Join for StoreJoin<St> {
-    fn join(
-        &self,
-        waiter: Waiter,
-        cap: Option<LineCap>,
-    ) -> Pin<Box<dyn Future<Output = Result<LineJoin, StoreError>> + Send>> {
+impl<St: LockStore> LineActions for StoreLine<St> {
+    fn join(&self, waiter: Waiter, cap: LineCap) -> LineFuture<LineJoin> {
         let (store, key, replacing) = (self.store.clone(), self.key.clone(), self.replacing.clone());
-        Box::pin(async move { store.join_within(&key, &waiter, replacing.as_ref(), cap).await })
+        Box::pin(async move {
+            store
+                .join_within(&key, &waiter, replacing.as_ref(), Some(cap))
+                .await
+        })
+    }
+
+    fn ask_holders_to_stop(&self) -> LineFuture<()> {
+        let (store, key, caller) = (self.store.clone(), self.key.clone(), self.caller.clone());
+        Box::pin(async move { store.request_stop(&key, &caller).await })
     }
 }
 
 impl Line {
-    /// The line of `key`; a waiter that joins takes the place of `replacing`, if in line.
-    pub(crate) fn new<St: LockStore>(store: St, key: LockKey, replacing: Option<Waiter>) -> Self {
+    /// The line of `key`, met by `caller`; a waiter that joins takes the place of `replacing`,
+    /// if in line.
+    pub(crate) fn new<St: LockStore>(
+        store: St,
+        key: LockKey,
+        replacing: Option<Waiter>,
+        caller: Waiter,
+    ) -> Self {
         Line {
-            joiner: Arc::new(StoreJoin {
+            actions: Arc::new(StoreLine {
                 store,
                 key,
                 replacing,
+                caller,
             }),
         }
     }
@@ -144,7 +159,14 @@ impl Line {
         waiter: Waiter,
         cap: LineCap,
     ) -> impl Future<Output = Result<LineJoin, StoreError>> + Send + 'static {
-        self.joiner.join(waiter, Some(cap))
+        self.actions.join(waiter, cap)
+    }
+
+    /// Asks the key's holders to stop, on behalf of the request that met the key held: a
+    /// holder under a layer whose strategy supersedes hears it through
+    /// [`HeldLock::superseded`](crate::HeldLock::superseded), in whatever process it runs.
+    pub fn ask_holders_to_stop(&self) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        self.actions.ask_holders_to_stop()
     }
 }
 

@@ -130,4 +130,17 @@ pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
 
     /// The announcements of who `key` is handed to, from now on.
     fn handoffs(&self, key: &LockKey) -> Handoffs;
+
+    /// Asks whoever holds `key` now to stop, on behalf of `from` (the newer request that wants
+    /// the key): announced to the holders' [`stop_requests`](LockStore::stop_requests), in any
+    /// process. Best effort, like a handoff's announcement: the asker asks again while it waits.
+    fn request_stop(
+        &self,
+        key: &LockKey,
+        from: &Waiter,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The requests to stop that holders of `key` get from now on, each as the waiter that
+    /// asked.
+    fn stop_requests(&self, key: &LockKey) -> Handoffs;
 }

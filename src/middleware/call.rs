@@ -14,7 +14,8 @@ use tracing::Instrument;
 use super::{Error, Outcome};
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, Fencing, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, Waiter, run_holding,
+    Acquisition, Fencing, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, StopListener, Waiter,
+    run_holding,
 };
 use crate::metric_names;
 use crate::renewal::{Renewal, while_valid};
@@ -50,6 +51,8 @@ where
         let mut guard = ReleaseOnDrop::new(shared.store.clone(), key.clone(), token);
         // A re-injected job meets the lock as its own waiter: the key may be reserved for it.
         let job_waiter = current_job().map(|job| Waiter::job(&job.shard, &job.id));
+        // Who this call is, in the key's line and to its holders.
+        let caller = job_waiter.clone().unwrap_or_else(|| Waiter::caller(token));
         let mut line = Line::default();
         let mut attempt = 0;
         let started = Instant::now();
@@ -90,6 +93,7 @@ where
                     shared.store.clone(),
                     key.clone(),
                     line.place.clone(),
+                    caller.clone(),
                 )),
             };
             let retry_after = conflict.retry_after;
@@ -104,8 +108,7 @@ where
                 Decision::RetryAfter(delay) => {
                     tracing::debug!(attempt, ?remaining, ahead, ?delay, "lock held: waiting in line");
                     metric_names::conflict("retry");
-                    let me = job_waiter.clone().unwrap_or_else(|| Waiter::caller(token));
-                    if let Err(error) = line.join(&shared.store, &key, me, &mut guard).await {
+                    if let Err(error) = line.join(&shared.store, &key, caller.clone(), &mut guard).await {
                         return Err(Error::Store(error));
                     }
                     line.wait_turn(delay).await;
@@ -173,10 +176,16 @@ where
         tracing::debug!(attempt, "lock acquired");
         ::metrics::counter!(metric_names::LOCK_ACQUIRED).increment(1);
 
-        let held = HeldLock {
-            key: key.clone(),
+        // Under a strategy that supersedes, holders hear newer requests that want the key.
+        let stop = shared
+            .strategy
+            .supersedes()
+            .then(|| StopListener::start(&shared.store, &key, caller));
+        let held = HeldLock::new(
+            key.clone(),
             fence,
-        };
+            stop.as_ref().map(StopListener::signal).unwrap_or_default(),
+        );
         let renewal = Renewal::start("lock", shared.ttl, acquired_at, {
             let (store, key, ttl) = (shared.store.clone(), key.clone(), shared.ttl);
             move || {

@@ -96,7 +96,7 @@ impl<St: Sealed, L> Sealed for Permits<St, L> {
 
 impl<St, L> LockStore for Permits<St, L>
 where
-    St: SemaphoreStore,
+    St: SemaphoreStore + LockStore,
     L: PermitLimit + Clone,
 {
     fn try_acquire_in_line(
@@ -156,6 +156,19 @@ where
     fn leave(&self, key: &LockKey, waiter: &Waiter) -> impl Future<Output = Result<(), StoreError>> + Send {
         let permits = self.limit.permits(key);
         self.store.leave_permits(key, waiter, permits)
+    }
+
+    fn request_stop(
+        &self,
+        key: &LockKey,
+        from: &Waiter,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        // One channel per key, whichever guard holds it.
+        self.store.request_stop(key, from)
+    }
+
+    fn stop_requests(&self, key: &LockKey) -> Handoffs {
+        self.store.stop_requests(key)
     }
 
     fn handoffs(&self, key: &LockKey) -> Handoffs {

@@ -6,6 +6,7 @@
 //! | [`FailFast`] | requests a person started: they see an error and retry later | the request is refused |
 //! | [`Retry`] | short critical sections, rare collisions | the waiting request holds its slot |
 //! | [`Defer`] | asynchronous work (messages, jobs) | the request runs later, from a delay queue |
+//! | [`Supersede`] | the newest request makes the running one pointless (a newer sync, a re-render) | the holder is asked to stop; the request waits for the key |
 //! | [`Coalesce`] | work where only the latest (or first) request matters: syncs, recomputations | a key keeps one waiting job; the others join it |
 //!
 //! Strategies compose: [`Retry`] falls through to another strategy once its bounds are spent,
@@ -16,12 +17,14 @@ mod defer;
 mod fail_fast;
 mod line_cap;
 mod retry;
+mod supersede;
 mod switch;
 
 pub use self::coalesce::Coalesce;
 pub use self::defer::Defer;
 pub use self::fail_fast::FailFast;
 pub use self::retry::{Retry, RetryLimits};
+pub use self::supersede::Supersede;
 pub use self::switch::Switch;
 
 use std::future::Future;
@@ -124,4 +127,12 @@ pub trait ConflictStrategy<Req>: Send + Sync + 'static {
         conflict: Conflict,
         request: &Req,
     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static;
+
+    /// Whether this strategy may ask holders to stop ([`Supersede`]): then the layer's holders
+    /// listen for such requests while they hold (one subscription per holding), and their
+    /// handlers hear them through [`HeldLock::superseded`](crate::HeldLock::superseded). Other
+    /// strategies cost their holders nothing.
+    fn supersedes(&self) -> bool {
+        false
+    }
 }

@@ -135,4 +135,8 @@ where
             None => Either::Right(self.fallback.on_conflict(conflict, request)),
         }
     }
+
+    fn supersedes(&self) -> bool {
+        self.fallback.supersedes()
+    }
 }

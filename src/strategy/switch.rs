@@ -86,4 +86,8 @@ where
             Either::Right(self.otherwise.on_conflict(conflict, request))
         }
     }
+
+    fn supersedes(&self) -> bool {
+        self.when.supersedes() || self.otherwise.supersedes()
+    }
 }

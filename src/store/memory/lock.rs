@@ -26,6 +26,8 @@ pub(super) struct LockState {
     /// Per-key last hold, in ms.
     holds: HashMap<LockKey, f64>,
     announcements: HashMap<LockKey, broadcast::Sender<String>>,
+    /// Per-key requests to stop, for holders that listen.
+    stops: HashMap<LockKey, broadcast::Sender<String>>,
 }
 
 struct Holding {
@@ -305,6 +307,28 @@ impl LockStore for MemoryStore {
         let next = self.pass_on_now(key, waiter);
         hand_over(self, key, next).await;
         Ok(())
+    }
+
+    async fn request_stop(&self, key: &LockKey, from: &Waiter) -> Result<(), StoreError> {
+        self.with_locks(|state, _, _| {
+            if let Some(sender) = state.stops.get(key)
+                && sender.send(from.as_str().to_string()).is_err()
+            {
+                state.stops.remove(key);
+            }
+        });
+        Ok(())
+    }
+
+    fn stop_requests(&self, key: &LockKey) -> Handoffs {
+        let receiver = self.with_locks(|state, _, _| {
+            state
+                .stops
+                .entry(key.clone())
+                .or_insert_with(|| broadcast::channel(16).0)
+                .subscribe()
+        });
+        Handoffs::new(receiver, None)
     }
 
     fn handoffs(&self, key: &LockKey) -> Handoffs {

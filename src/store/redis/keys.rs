@@ -38,6 +38,8 @@ pub(crate) struct LockKeys {
     pub(crate) holds: String,
     /// pub/sub channel: who the key was handed to. Not a key: scripts get it in `ARGV[1]`.
     pub(crate) wake: String,
+    /// pub/sub channel: newer requests asking the key's holders to stop (mutex or semaphore).
+    pub(crate) stop: String,
 }
 
 /// The hash tag, braces included, of every Redis key of the lock key `key` (mutex or semaphore).
@@ -69,6 +71,7 @@ impl LockKeys {
             handoff: key("handoff"),
             holds: key("holds"),
             wake: key("wake"),
+            stop: key("stop"),
         }
     }
 
@@ -77,9 +80,11 @@ impl LockKeys {
         [&self.lock, &self.fence, &self.waiters, &self.handoff, &self.holds]
     }
 
-    /// Every name of the lock: its keys, then its channel.
+    /// Every name of the lock: its keys, then its channels.
     pub(crate) fn all(&self) -> impl Iterator<Item = &str> {
-        self.in_script_order().into_iter().chain([self.wake.as_str()])
+        self.in_script_order()
+            .into_iter()
+            .chain([self.wake.as_str(), self.stop.as_str()])
     }
 }
 

@@ -318,6 +318,20 @@ where
         Ok(())
     }
 
+    async fn request_stop(&self, key: &LockKey, from: &Waiter) -> Result<(), StoreError> {
+        let channel = LockKeys::new(&self.prefix, key).stop;
+        let _heard_by: u64 = redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg(from.as_str())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    fn stop_requests(&self, key: &LockKey) -> Handoffs {
+        self.announced_on(LockKeys::new(&self.prefix, key).stop)
+    }
+
     fn handoffs(&self, key: &LockKey) -> Handoffs {
         self.announced_on(LockKeys::new(&self.prefix, key).wake)
     }
