@@ -96,7 +96,7 @@ impl<St: Sealed, L> Sealed for Permits<St, L> {
 
 impl<St, L> LockStore for Permits<St, L>
 where
-    St: SemaphoreStore + LockStore,
+    St: SemaphoreStore,
     L: PermitLimit + Clone,
 {
     fn try_acquire_in_line(

@@ -6,7 +6,6 @@ use std::time::Duration;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{Acquisition, Fencing, Handoffs, LineCap, LineJoin, LockToken, Waiter};
-use crate::store::Sealed;
 
 /// Atomic semaphore operations on one key: up to `permits` holders at once, each a lease of its
 /// own, and a line of waiters.
@@ -27,8 +26,11 @@ use crate::store::Sealed;
 /// The keys of a semaphore are not the keys of a mutex of the same name: guard a key with one
 /// or the other, in every process (see [`semaphore`](crate::semaphore)).
 ///
-/// Sealed, like [`LockStore`](crate::lock::LockStore): the crate's two stores implement it.
-pub trait SemaphoreStore: Sealed + Clone + Send + Sync + 'static {
+/// Sealed, like [`LockStore`](crate::lock::LockStore): the crate's two stores implement it. A
+/// store of semaphores is a lock store too: the requests to stop a key's holders
+/// ([`LockStore::request_stop`](crate::lock::LockStore::request_stop)) go to its mutex and
+/// semaphore holders alike.
+pub trait SemaphoreStore: crate::lock::LockStore {
     /// Takes one of `key`'s `permits` for `ttl` as `waiter`, if given (first in line, or a
     /// permit reserved for it; it then leaves the line). With [`Fencing::Off`], no fencing token.
     fn try_acquire_permit(
