@@ -122,6 +122,10 @@ pub struct StrategyConfig {
     pub retry: RetryLimits,
     /// What happens after the retries.
     pub then: FallThrough,
+    /// With `then = "defer"`, the most requests a key's line holds, and what a request that
+    /// finds it full does (none by default; see [`Defer::max_waiting`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_waiting: Option<crate::lock::LineCap>,
 }
 
 impl Default for StrategyConfig {
@@ -133,6 +137,7 @@ impl Default for StrategyConfig {
                 ..RetryLimits::default()
             },
             then: FallThrough::FailFast,
+            max_waiting: None,
         }
     }
 }
@@ -409,7 +414,10 @@ impl Config {
     fn strategy<Req, Q>(&self, queue: DelayQueue<Req, Q>) -> ConfiguredStrategy<Req, Q> {
         let then = match self.strategy.then {
             FallThrough::FailFast => Fallback::FailFast,
-            FallThrough::Defer => Fallback::Defer(Defer::new(queue)),
+            FallThrough::Defer => Fallback::Defer(match self.strategy.max_waiting {
+                Some(cap) => Defer::new(queue).max_waiting(cap),
+                None => Defer::new(queue),
+            }),
         };
         Retry::from_limits(self.strategy.retry).then(then)
     }
@@ -557,6 +565,23 @@ mod tests {
         let plain = parsed("").queue::<u32, _>(crate::MemoryStore::new()).unwrap();
         assert_eq!(plain.counters(), Counters::On, "on by default");
         assert!(toml::from_str::<Config>("[queue]\nactivity = \"sometimes\"").is_err());
+    }
+
+    #[test]
+    fn the_line_cap_and_the_re_deferral_cap_are_read_from_their_sections() {
+        let config = parsed(
+            "[strategy]\nthen = \"defer\"\nmax_waiting = { max = 3, overflow = \"drop_oldest\" }\n\
+             [queue]\nretry = { max_lock_waits = 50 }",
+        );
+        assert_eq!(
+            config.strategy.max_waiting,
+            Some(crate::lock::LineCap::new(3).drop_oldest())
+        );
+        assert_eq!(config.queue.retry.max_lock_waits, 50);
+        assert_eq!(parsed("").strategy.max_waiting, None);
+        assert!(
+            toml::from_str::<Config>("[strategy]\nmax_waiting = { max = 3, overflow = \"newest\" }").is_err()
+        );
     }
 
     #[test]

@@ -544,6 +544,47 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
     );
 }
 
+/// The queue page counts what the policies for waiting did: requests that joined a waiting job
+/// (coalesced) and waiting jobs dropped from a full line for newer ones (superseded), as the
+/// store's scripts counted them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_page_counts_what_was_coalesced_and_superseded() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "syncs").unwrap();
+    let due = redefer::queue::Due::In(Duration::from_secs(60));
+    let key = LockKey::new("account:1").unwrap();
+    for n in 0..4 {
+        queue
+            .push_pending(&key, &json!({ "n": n }), due, redefer::queue::Keep::Latest)
+            .await
+            .unwrap();
+    }
+    let dropped = queue
+        .push(&json!({ "n": "old" }), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(
+        redefer::queue::QueueStore::bury_waiting(
+            &store,
+            &redefer::queue::QueueName::new("syncs").unwrap(),
+            &dropped.id,
+            redefer::lock::SUPERSEDED_BY_NEWER,
+            redefer::queue::Counters::On,
+        )
+        .await
+        .unwrap()
+    );
+    let url = serve(Dashboard::new(store, DashboardOptions::default())).await;
+    let page = body(&reqwest::Client::new(), format!("{url}/queues/syncs")).await;
+    assert!(
+        page.contains("<span id=coalesced>3</span>") && page.contains("<span id=superseded>1</span>"),
+        "{page}"
+    );
+    let queues = body(&reqwest::Client::new(), format!("{url}/")).await;
+    assert!(queues.contains("coalesced + superseded"), "{queues}");
+}
+
 /// A queue whose scheduler counts no activity gets a note instead of three empty plots.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_whose_counters_are_off_says_so_instead_of_plotting() {

@@ -114,11 +114,13 @@ async fn queues_page<St: QueueStore + ListLocks + Sync>(
                         m.lag_mean().map_or(0.0, |lag| lag.as_secs_f64() * 1000.0)
                     });
                     let failures = per_minute(&activity, now, |m| (m.failed + m.dead) as f64);
+                    let joined = per_minute(&activity, now, |m| (m.coalesced + m.superseded) as f64);
                     format!(
-                        "{}{}{}",
+                        "{}{}{}{}",
                         bars("done", "/min", &throughput),
                         bars("lag (mean)", "ms", &lag),
-                        bars("failed + buried", "/min", &failures)
+                        bars("failed + buried", "/min", &failures),
+                        bars("coalesced + superseded", "/min", &joined)
                     )
                 }
                 Err(error) => format!(
@@ -208,6 +210,16 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
          <td class=num>{}</td><td class=num>{}</td><td class=num>{}</td></tr></table>",
         stats.waiting, stats.due, stats.in_flight, stats.dead, stats.done
     );
+    // What the policies for waiting did in the last hour; a broken activity hash costs only this.
+    if let Ok(activity) = queue.activity().await {
+        let (coalesced, superseded) = activity
+            .iter()
+            .fold((0, 0), |(c, s), m| (c + m.coalesced, s + m.superseded));
+        let _ = write!(
+            body,
+            "<p id=policies>Last hour: <span id=coalesced>{coalesced}</span> requests joined a waiting job              (coalesced), <span id=superseded>{superseded}</span> waiting jobs dropped for newer requests              (superseded).</p>"
+        );
+    }
     if let Some(csrf) = csrf {
         let (action, label) = if stats.paused {
             ("resume", "Resume")

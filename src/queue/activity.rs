@@ -47,6 +47,11 @@ pub struct MinuteActivity {
     pub postponed: u64,
     /// Jobs moved to the dead-letter set.
     pub dead: u64,
+    /// Deferrals that joined their key's waiting job instead of adding one
+    /// ([`Coalesce`](crate::strategy::Coalesce), [`DebounceLayer`](crate::debounce::DebounceLayer)).
+    pub coalesced: u64,
+    /// Waiting jobs dropped from a full line for a newer request (buried; counted in `dead` too).
+    pub superseded: u64,
     /// The sum over the claimed jobs of how late each was claimed after it was due, in ms.
     pub lag_total_ms: u64,
     /// The latest claim after due, in ms.
@@ -68,6 +73,8 @@ impl MinuteActivity {
             failed: 0,
             postponed: 0,
             dead: 0,
+            coalesced: 0,
+            superseded: 0,
             lag_total_ms: 0,
             lag_max_ms: 0,
         }
@@ -80,6 +87,8 @@ impl MinuteActivity {
         self.failed += other.failed;
         self.postponed += other.postponed;
         self.dead += other.dead;
+        self.coalesced += other.coalesced;
+        self.superseded += other.superseded;
         self.lag_total_ms += other.lag_total_ms;
         self.lag_max_ms = self.lag_max_ms.max(other.lag_max_ms);
     }
@@ -92,6 +101,8 @@ impl MinuteActivity {
             "failed" => &mut self.failed,
             "postponed" => &mut self.postponed,
             "dead" => &mut self.dead,
+            "coalesced" => &mut self.coalesced,
+            "superseded" => &mut self.superseded,
             "lag_ms" => &mut self.lag_total_ms,
             "lag_max_ms" => {
                 self.lag_max_ms = self.lag_max_ms.max(count);

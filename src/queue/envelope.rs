@@ -19,8 +19,9 @@ pub struct Envelope<T> {
     pub last_error: Option<String>,
     /// How many times the job came back to find its key held (or its slot not open) and went
     /// back to wait (see [`RetryPolicy::max_lock_waits`](super::RetryPolicy::max_lock_waits)).
-    /// Absent from envelopes stored before it was counted: 0.
-    #[serde(default)]
+    /// Absent (0) until the job first waits: envelopes keep their size, and readers of
+    /// envelopes stored before it was counted read 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub lock_waits: u32,
     /// The job's payload: for a deferred request, the request.
     pub payload: T,
@@ -41,4 +42,8 @@ impl<T> Envelope<T> {
             payload,
         }
     }
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Codec, DelayQueue, Due, JobId, QueueError, QueueName, QueueStore};
+use super::{Codec, Counters, DelayQueue, Due, JobId, QueueError, QueueName, QueueStore};
 use crate::debounce::Debounce;
 use crate::error::StoreError;
 use crate::key::LockKey;
@@ -42,6 +42,8 @@ pub struct PendingRules {
     /// With [`Keep::Latest`], a request that replaces the payload also makes the job due a
     /// period from now, no later than the longest wait after the job's first request.
     pub debounce: Option<Debounce>,
+    /// Whether the queue's activity is counted (a request that joins is `coalesced`).
+    pub counters: Counters,
 }
 
 /// What a [`PendingStore::push_pending`] did.
@@ -182,7 +184,12 @@ where
             Due::At(at) => at.duration_since(SystemTime::now()).unwrap_or_default(),
         };
         let hold = self.policy().max_lock_wait.saturating_add(until_due);
-        let rules = PendingRules { keep, hold, debounce };
+        let rules = PendingRules {
+            keep,
+            hold,
+            debounce,
+            counters: self.counters(),
+        };
         let mut id = fresh;
         for _ in 0..MAX_PENDING_TRIES {
             let (_, envelope) = encode(&id)?;

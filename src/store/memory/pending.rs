@@ -44,6 +44,7 @@ impl MemoryStore {
             if let Some(record) = q.pending.records.get(key).cloned() {
                 if let Some(due) = q.waiting_due(&record.job) {
                     if rules.keep == Keep::First {
+                        q.record(rules.counters, now_ms(), &[("coalesced", 1)]);
                         return PendingPush::Joined {
                             id: record.job,
                             revision: record.revision,
@@ -54,6 +55,7 @@ impl MemoryStore {
                         return PendingPush::EncodeFor(record.job);
                     }
                     q.replace_envelope(id, envelope);
+                    q.record(rules.counters, now_ms(), &[("coalesced", 1)]);
                     let due = match rules.debounce {
                         Some(debounce) => {
                             let due = after_epoch_ms(now_ms(), debounce.period)

@@ -155,7 +155,7 @@ impl QueueState {
 
     /// Adds `counts` to the current minute's activity, forgetting minutes out of the window,
     /// when the queue's `counters` are on.
-    fn record(&mut self, counters: Counters, now: i64, counts: &[(&str, u64)]) {
+    pub(super) fn record(&mut self, counters: Counters, now: i64, counts: &[(&str, u64)]) {
         if counters == Counters::Off {
             return;
         }
@@ -488,7 +488,7 @@ impl QueueStore for MemoryStore {
             q.dead.insert(id.clone(), (now, reason.to_string()));
             q.expiries.remove(id);
             q.handed.remove(id);
-            q.record(counters, now, &[("dead", 1)]);
+            q.record(counters, now, &[("dead", 1), ("superseded", 1)]);
             true
         }))
     }

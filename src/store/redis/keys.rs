@@ -417,11 +417,17 @@ mod tests {
         let lock = LockKeys::new(&prefix, &LockKey::new("<key>").unwrap());
         let permits = PermitKeys::new(&prefix, &LockKey::new("<key>").unwrap());
         let throttle = ThrottleKeys::new(&prefix, &LockKey::new("<key>").unwrap());
+        let pending = QueueKeys::pending(
+            &prefix,
+            &QueueName::new("<queue>").unwrap(),
+            &LockKey::new("<key>").unwrap(),
+        );
         let built: Vec<String> = queue
             .all()
             .chain(lock.all())
             .chain(permits.all())
             .chain(throttle.all())
+            .chain([pending.as_str()])
             .map(str::to_string)
             .collect();
         let built: BTreeSet<&str> = built

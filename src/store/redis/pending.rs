@@ -47,6 +47,7 @@ where
             .arg(millis(rules.hold).max(1))
             .arg(period)
             .arg(max_wait)
+            .arg(rules.counters.as_arg())
             .invoke_async(&mut self.conn.clone())
             .await?;
         let job = || {

@@ -12,5 +12,5 @@ redis.call('ZADD', DEAD, now, id)
 redis.call('HSET', ERRORS, id, ARGV[3])
 redis.call('HDEL', EXPIRIES, id)
 redis.call('HDEL', HANDED, id)
-record(ARGV[4], now, {'dead', 1})
+record(ARGV[4], now, {'dead', 1, 'superseded', 1})
 return 1

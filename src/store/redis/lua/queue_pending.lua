@@ -7,19 +7,21 @@
 -- record lives after this push, in ms (the longest the job may wait), ARGV[8] a debounce
 -- period in ms ('' none) and ARGV[9] its longest wait in ms: a payload replaced makes the job
 -- due a period from now, but no later than the longest wait after its first request.
+-- ARGV[10] '1' to count the activity (a request that joins is 'coalesced').
 -- Returns {status, job id, revision, due ms}: 0 the id asked for is no longer pending or is
 -- taken (nothing written), 1 joined (replaced with 'latest', dropped with 'first'), 2 encode
 -- the envelope for the returned job and push again (nothing written), 3 stored.
 -- The record also keeps 'first': when the job's first request came (ms, server clock).
 local PENDING = KEYS[14]
 local id, envelope, keep, hold = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
-local record = redis.call('HMGET', PENDING, 'job', 'revision', 'first')
-local pending, revision = record[1], tonumber(record[2]) or 0
+local found = redis.call('HMGET', PENDING, 'job', 'revision', 'first')
+local pending, revision = found[1], tonumber(found[2]) or 0
 if pending then
   -- Pending while it waits: a claim ends that (it runs; a request now is a new job).
   local due = redis.call('ZSCORE', DELAYED, pending)
   if due then
     if keep == 'first' then
+      record(ARGV[10], now_ms(), {'coalesced', 1})
       return {1, pending, revision, tonumber(due)}
     end
     if pending ~= id then
@@ -30,9 +32,10 @@ if pending then
     redis.call('HSET', PENDING, 'revision', revision)
     redis.call('PEXPIRE', PENDING, hold)
     due = tonumber(due)
+    local now = now_ms()
+    record(ARGV[10], now, {'coalesced', 1})
     if ARGV[8] ~= '' then
-      local now = now_ms()
-      local first = tonumber(record[3]) or now
+      local first = tonumber(found[3]) or now
       due = math.min(now + tonumber(ARGV[8]), first + tonumber(ARGV[9]))
       schedule(id, due)
     end
