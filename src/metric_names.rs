@@ -4,7 +4,7 @@
 //! | name | kind | labels | what |
 //! |---|---|---|---|
 //! | `redefer_lock_acquired_total` | counter | | locks taken |
-//! | `redefer_lock_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer`, `line_full` | held locks met, by what the strategy decided |
+//! | `redefer_lock_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer`, `line_full`, `superseded` | held locks met, by what the strategy decided |
 //! | `redefer_lock_lost_total` | counter | | handlers stopped because their lock was lost |
 //! | `redefer_lock_hold_seconds` | histogram | | from acquire to release |
 //! | `redefer_lock_handoffs_total` | counter | | keys handed to the first in line at release |
@@ -12,7 +12,7 @@
 //! | `redefer_lock_reservations_expired_total` | counter | | handoffs whose waiter never came |
 //! | `redefer_lock_waiters` | gauge | | the line of the last key a conflict met |
 //! | `redefer_permits_in_use` | gauge | | semaphore permits this process holds |
-//! | `redefer_throttle_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer`, `line_full` | requests over their key's rate, by what the strategy decided |
+//! | `redefer_throttle_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer`, `line_full`, `superseded` | requests over their key's rate, by what the strategy decided |
 //! | `redefer_throttle_booked_total` | counter | | slots booked ahead (by `Retry` callers and `Defer` jobs) |
 //! | `redefer_throttle_delay_seconds` | histogram | | from booking a slot to the slot |
 //! | `redefer_coalesced_total` | counter | `keep`: `latest`, `first` | deferrals that joined their key's waiting job instead of adding one |

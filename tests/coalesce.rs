@@ -9,14 +9,18 @@ use std::time::Duration;
 use redefer::lock::LockStore;
 use redefer::queue::{DelayQueue, Keep, PendingStore, QueueStats};
 use redefer::store::ListLocks;
-use redefer::strategy::Coalesce;
+use redefer::strategy::{Coalesce, Retry, Switch};
 use redefer::throttle::{Rate, ThrottleLayer, ThrottleStore};
-use redefer::{Deferred, LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions};
+use redefer::{
+    Backoff, Deferred, Error, LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tower::{Layer, ServiceExt, service_fn};
 
 use support::{eventually, for_each_store};
+
+const MS: Duration = Duration::from_millis(1);
 
 /// A sync of one account, numbered by the caller.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -210,6 +214,40 @@ async fn a_request_deferred_while_the_job_runs_starts_a_new_one<S: Store>(store:
     assert_eq!(*runs.lock().unwrap(), [1, 5]);
 }
 
+/// "Latest" is by arrival: a caller that waited in place, then falls through to
+/// `Coalesce::latest` after a newer request was deferred, replaces nothing and is told it was
+/// superseded, with the job that carries the newer one; that job keeps the newer payload.
+async fn a_retrying_caller_overtaken_by_a_newer_deferral_is_told_it_was_superseded<S: Store>(store: S) {
+    let queue = DelayQueue::<Sync, _>::new(store.clone(), "syncs").unwrap();
+    let patient = Retry::new(Backoff::exponential(20 * MS, 50 * MS))
+        .max_attempts(u32::MAX)
+        .max_wait(300 * MS)
+        .then(Coalesce::latest(queue.clone()));
+    let service = LockLayer::new(store.clone(), account_key)
+        .on_conflict(Switch::when(|s: &Sync| s.n == 0, patient).otherwise(Coalesce::latest(queue.clone())))
+        .layer(service_fn(|_: Sync| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
+    let key = LockKey::new("account:6").unwrap();
+    store
+        .try_acquire(&key, LockToken::random(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    let older = tokio::spawn(service.clone().oneshot(Sync { account: 6, n: 0 }));
+    tokio::time::sleep(50 * MS).await;
+    let newer = service.clone().oneshot(Sync { account: 6, n: 1 }).await.unwrap();
+    let newer = newer.deferred().cloned().unwrap();
+    match older.await.unwrap() {
+        Err(Error::Superseded { key, by }) => {
+            assert_eq!((key.as_str(), &by), ("account:6", &newer.job_id));
+        }
+        other => panic!("the older caller was told {other:?}"),
+    }
+    let job = queue.job(&newer.job_id).await.unwrap().unwrap();
+    assert_eq!(job.envelope.unwrap().unwrap().payload.n, 1);
+    assert_eq!(waiting(&queue).await, 1);
+}
+
 /// Over a throttle's rate, the first deferral books the key's next slot; the ones that join its
 /// job book nothing more: the key's schedule holds one booking, not one per request.
 async fn coalesced_deferrals_over_a_rate_book_one_slot<S: Store>(store: S) {
@@ -248,4 +286,5 @@ for_each_store!(
     keep_first_drops_the_later_requests_as_duplicates,
     a_request_deferred_while_the_job_runs_starts_a_new_one,
     coalesced_deferrals_over_a_rate_book_one_slot,
+    a_retrying_caller_overtaken_by_a_newer_deferral_is_told_it_was_superseded,
 );

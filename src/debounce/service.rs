@@ -3,6 +3,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -12,7 +13,7 @@ use super::Debounce;
 use crate::key::LockKey;
 use crate::metric_names;
 use crate::middleware::{Deferred, Error, KeyExtractor, Nesting, Outcome, ResponseFuture};
-use crate::queue::{Codec, DelayQueue, Due, JobId, Keep, PendingStore};
+use crate::queue::{Codec, DelayQueue, Due, JobId, Joining, Keep, PendingStore};
 use crate::scheduler::current_job;
 
 /// Debounces each request by its key; built by [`DebounceLayer`](super::DebounceLayer).
@@ -108,17 +109,16 @@ where
         let shared = Arc::clone(&self.shared);
         ResponseFuture::new(async move {
             let Debounce { period, max_wait } = shared.debounce;
+            let joining = Joining {
+                keep: Keep::Latest,
+                debounce: Some(shared.debounce),
+                arrived_ago: Duration::ZERO,
+            };
             let encoder = shared.queue.clone();
             let encode = move |id: &JobId| encoder.encode_new(id.clone(), &request);
             let pushed = shared
                 .queue
-                .push_pending_encoded(
-                    &key,
-                    encode,
-                    Due::In(period.min(max_wait)),
-                    Keep::Latest,
-                    Some(shared.debounce),
-                )
+                .push_pending_encoded(&key, encode, Due::In(period.min(max_wait)), joining)
                 .await
                 .map_err(|error| Error::Strategy(error.into()))?;
             metric_names::debounced(pushed.joined);

@@ -135,6 +135,12 @@ where
                         retry_after: hint.or(retry_after),
                     });
                 }
+                Decision::Superseded { by } => {
+                    tracing::debug!(attempt, job_id = %by, "lock held: a newer request waits");
+                    metric_names::conflict("superseded");
+                    line.leave(&shared.store, &key, &mut guard).await;
+                    return Err(Error::Superseded { key, by });
+                }
                 Decision::LineFull {
                     waiting,
                     retry_after: hint,

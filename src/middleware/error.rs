@@ -6,6 +6,7 @@ use thiserror::Error;
 
 use crate::error::{BoxError, KeyError, StoreError};
 use crate::key::LockKey;
+use crate::queue::JobId;
 use crate::renewal::LossReason;
 
 /// Why a call through [`LockService`](crate::LockService) failed. `E` is the inner service's
@@ -51,6 +52,16 @@ pub enum Error<E> {
         key: LockKey,
         /// When the key's next slot opens, by the store's clock.
         retry_after: Duration,
+    },
+    /// A newer request for the key was already waiting, and this one, older, was dropped in
+    /// its favour ([`Coalesce::latest`](crate::strategy::Coalesce::latest)): nothing of it is
+    /// stored or run; the newer request runs in job `by`.
+    #[error("{key:?} has a newer request waiting (job {by}); this one is superseded")]
+    Superseded {
+        /// The key.
+        key: LockKey,
+        /// The job that carries the newer request.
+        by: JobId,
     },
     /// The key's line is full (its strategy's [`LineCap`](crate::lock::LineCap)): the request
     /// was refused and nothing was stored. An HTTP service answers `429 Too Many Requests` or

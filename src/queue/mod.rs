@@ -31,6 +31,7 @@ pub use self::envelope::Envelope;
 pub use self::error::QueueError;
 pub use self::job_id::JobId;
 pub use self::name::{MAX_QUEUE_NAME_LEN, QueueName};
+pub(crate) use self::pending::Joining;
 pub use self::pending::{Coalesced, Keep, PendingPush, PendingRules, PendingStore};
 pub use self::policy::RetryPolicy;
 pub use self::retention::Retention;

@@ -44,6 +44,9 @@ pub struct PendingRules {
     pub debounce: Option<Debounce>,
     /// Whether the queue's activity is counted (a request that joins is `coalesced`).
     pub counters: Counters,
+    /// How long ago the request arrived (a caller that waited in place before it deferred):
+    /// with [`Keep::Latest`], a request older than the one the job carries replaces nothing.
+    pub arrived_ago: Duration,
 }
 
 /// What a [`PendingStore::push_pending`] did.
@@ -72,6 +75,16 @@ pub enum PendingPush {
     /// The job asked for is no longer the key's pending waiting job (a scheduler claimed it,
     /// or its id is taken): push again under a new id. Nothing was written.
     Moved,
+    /// With [`Keep::Latest`]: the key's pending job `id` carries a request that arrived after
+    /// this one, which is superseded. Nothing was written.
+    Newer {
+        /// The pending job.
+        id: JobId,
+        /// Its revision.
+        revision: u64,
+        /// When it is due.
+        due: SystemTime,
+    },
 }
 
 /// The pending-job operation of a store, on the queue's shard of the key.
@@ -82,7 +95,8 @@ pub enum PendingPush {
 ///   deferred while it runs starts a new pending job: one running, one waiting);
 /// - a push for a key whose pending job waits stores nothing new; with [`Keep::Latest`] and the
 ///   pending job's own id it replaces the envelope atomically (a claim sees the old one or the
-///   new one, whole);
+///   new one, whole), unless the job carries a request that arrived later (by the store's
+///   clock, less `arrived_ago`): the job keeps the newest request;
 /// - the pending record lives at least `hold` after the last push (the longest the job may
 ///   wait), so that a later request finds the job;
 /// - with a debounce, a replaced payload makes the job due `period` after the push (by the
@@ -121,6 +135,9 @@ pub struct Coalesced {
     pub joined: bool,
     /// The request was dropped as a duplicate of the waiting job ([`Keep::First`]).
     pub dropped: bool,
+    /// The request was dropped because the waiting job carries a newer one ([`Keep::Latest`]
+    /// and a request that arrived earlier, as one that waited in place before deferring).
+    pub superseded: bool,
 }
 
 /// How many times a push follows the key's pending job as it moves (each move is a claim or a
@@ -160,7 +177,12 @@ where
         due: Due,
         keep: Keep,
     ) -> Result<Coalesced, QueueError> {
-        self.push_pending_encoded(key, |id| self.encode_new(id.clone(), item), due, keep, None)
+        let joining = Joining {
+            keep,
+            debounce: None,
+            arrived_ago: Duration::ZERO,
+        };
+        self.push_pending_encoded(key, |id| self.encode_new(id.clone(), item), due, joining)
             .await
     }
 
@@ -172,8 +194,7 @@ where
         key: &LockKey,
         encode: impl Fn(&JobId) -> Result<(JobId, Vec<u8>), QueueError>,
         due: Due,
-        keep: Keep,
-        debounce: Option<Debounce>,
+        joining: Joining,
     ) -> Result<Coalesced, QueueError> {
         self.register().await;
         let (shard, fresh) = self.pending_place(key);
@@ -183,12 +204,13 @@ where
             Due::In(delay) => delay,
             Due::At(at) => at.duration_since(SystemTime::now()).unwrap_or_default(),
         };
-        let hold = self.policy().max_lock_wait.saturating_add(until_due);
+        let keep = joining.keep;
         let rules = PendingRules {
             keep,
-            hold,
-            debounce,
+            hold: self.policy().max_lock_wait.saturating_add(until_due),
+            debounce: joining.debounce,
             counters: self.counters(),
+            arrived_ago: joining.arrived_ago,
         };
         let mut id = fresh;
         for _ in 0..MAX_PENDING_TRIES {
@@ -198,17 +220,23 @@ where
                 .push_pending(&shard, key, &id, envelope, due, rules)
                 .await
                 .map_err(super::delay_queue::push_error)?;
-            let coalesced = |id, due, revision, joined| Coalesced {
+            let coalesced = |id, due, revision, joined, superseded| Coalesced {
                 id,
                 shard: shard.clone(),
                 due,
                 revision,
                 joined,
                 dropped: joined && keep == Keep::First,
+                superseded,
             };
             match pushed {
-                PendingPush::Stored { due } => return Ok(coalesced(id, due, 1, false)),
-                PendingPush::Joined { id, revision, due } => return Ok(coalesced(id, due, revision, true)),
+                PendingPush::Stored { due } => return Ok(coalesced(id, due, 1, false, false)),
+                PendingPush::Joined { id, revision, due } => {
+                    return Ok(coalesced(id, due, revision, true, false));
+                }
+                PendingPush::Newer { id, revision, due } => {
+                    return Ok(coalesced(id, due, revision, true, true));
+                }
                 PendingPush::EncodeFor(pending) => id = pending,
                 PendingPush::Moved => id = self.pending_place(key).1,
             }
@@ -217,4 +245,12 @@ where
             "the pending job of {key} moved {MAX_PENDING_TRIES} times during one push"
         ))))
     }
+}
+
+/// How a push joins its key's pending job, as its caller says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Joining {
+    pub(crate) keep: Keep,
+    pub(crate) debounce: Option<Debounce>,
+    pub(crate) arrived_ago: Duration,
 }

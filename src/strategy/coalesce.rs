@@ -14,7 +14,7 @@ use crate::error::BoxError;
 use crate::lock::LineCap;
 use crate::metric_names;
 use crate::middleware::Deferred;
-use crate::queue::{Codec, DelayQueue, Due, JobId, Json, Keep, PendingStore};
+use crate::queue::{Codec, DelayQueue, Due, JobId, Joining, Json, Keep, PendingStore};
 
 /// Defers a request whose key is held (or over its [rate](crate::throttle::Rate)) like
 /// [`Defer`](super::Defer), except that a key has at most one waiting job: a request deferred
@@ -27,7 +27,10 @@ use crate::queue::{Codec, DelayQueue, Due, JobId, Json, Keep, PendingStore};
 ///
 /// The caller learns which job carries its request: [`Deferred::job_id`], with
 /// [`Deferred::revision`] above 1 when an older request's payload was replaced (that request
-/// will not run), and [`Deferred::duplicate`] when this one was dropped. A job stops being the
+/// will not run), and [`Deferred::duplicate`] when this one was dropped. "Latest" is by arrival:
+/// a caller that waited in place first (`Retry::new(..).then(Coalesce::latest(queue))`) and
+/// falls through after a newer request was deferred replaces nothing, and gets
+/// [`Error::Superseded`](crate::Error::Superseded) naming the job that carries the newer one. A job stops being the
 /// key's waiting job when a [`Scheduler`](crate::Scheduler) claims it: a request deferred
 /// while it runs starts a new one (one running, one waiting).
 ///
@@ -142,6 +145,18 @@ where
         let request = request.clone();
         let queue = self.queue.clone();
         let (keep, line_cap) = (self.keep, self.line_cap);
+        // A caller that waited in place before deferring arrived that long ago: a newer
+        // request's payload already in the job stays. One that meets its first conflict is
+        // ordered by its push (concurrent first deferrals: the last stored is the latest).
+        let joining = Joining {
+            keep,
+            debounce: None,
+            arrived_ago: if conflict.attempt == 0 {
+                Duration::ZERO
+            } else {
+                conflict.waited
+            },
+        };
         // Held by a lock, the job's turn in line makes it due, its fallback only if that is
         // never announced. Over a throttle's rate it is due at the next slot, which it books once
         // stored: a request that joins a waiting job books nothing (a booking per request would
@@ -154,8 +169,12 @@ where
             let encoder = queue.clone();
             let encode = move |id: &JobId| encoder.encode_new(id.clone(), &request);
             let pushed = queue
-                .push_pending_encoded(&conflict.key, encode, due, keep, None)
+                .push_pending_encoded(&conflict.key, encode, due, joining)
                 .await?;
+            if pushed.superseded {
+                metric_names::coalesced(keep);
+                return Ok(Decision::Superseded { by: pushed.id });
+            }
             let mut deferred = Deferred::new(pushed.id.clone(), pushed.due, 0).with_revision(pushed.revision);
             if pushed.dropped {
                 deferred = deferred.as_duplicate();

@@ -34,6 +34,7 @@ use crate::error::BoxError;
 use crate::key::LockKey;
 use crate::lock::Line;
 use crate::middleware::Deferred;
+use crate::queue::JobId;
 use crate::throttle::NextSlot;
 
 /// One failed acquisition, as a strategy sees it.
@@ -79,6 +80,12 @@ pub enum Decision {
     /// The request was stored to run later: the caller gets
     /// [`Outcome::Deferred`](crate::Outcome::Deferred).
     Deferred(Deferred),
+    /// A newer request for the key is already waiting and this one is dropped in its favour
+    /// ([`Coalesce::latest`]): the caller gets [`Error::Superseded`](crate::Error::Superseded).
+    Superseded {
+        /// The job that carries the newer request.
+        by: JobId,
+    },
     /// The key's line is full: the caller gets [`Error::LineFull`](crate::Error::LineFull), and
     /// nothing is stored.
     LineFull {

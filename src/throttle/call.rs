@@ -97,6 +97,10 @@ where
                         retry_after: retry_after.unwrap_or(opens_in),
                     });
                 }
+                Decision::Superseded { by } => {
+                    metric_names::throttle_conflict("superseded");
+                    return Err(Error::Superseded { key, by });
+                }
                 Decision::LineFull { waiting, retry_after } => {
                     metric_names::throttle_conflict("line_full");
                     return Err(Error::LineFull {

@@ -28,6 +28,8 @@ struct Record {
     revision: u64,
     /// When the job's first request came, in ms since the epoch.
     first: i64,
+    /// When the request whose payload it carries arrived, in ms since the epoch.
+    arrived: i64,
 }
 
 impl MemoryStore {
@@ -41,11 +43,21 @@ impl MemoryStore {
         rules: PendingRules,
     ) -> PendingPush {
         self.with_queue(queue, |q| {
+            let now = now_ms();
+            let ago = i64::try_from(rules.arrived_ago.as_millis()).unwrap_or(i64::MAX);
+            let arrived = now.saturating_sub(ago);
             if let Some(record) = q.pending.records.get(key).cloned() {
                 if let Some(due) = q.waiting_due(&record.job) {
                     if rules.keep == Keep::First {
-                        q.record(rules.counters, now_ms(), &[("coalesced", 1)]);
+                        q.record(rules.counters, now, &[("coalesced", 1)]);
                         return PendingPush::Joined {
+                            id: record.job,
+                            revision: record.revision,
+                            due: from_epoch_ms(due),
+                        };
+                    }
+                    if arrived < record.arrived {
+                        return PendingPush::Newer {
                             id: record.job,
                             revision: record.revision,
                             due: from_epoch_ms(due),
@@ -55,10 +67,10 @@ impl MemoryStore {
                         return PendingPush::EncodeFor(record.job);
                     }
                     q.replace_envelope(id, envelope);
-                    q.record(rules.counters, now_ms(), &[("coalesced", 1)]);
+                    q.record(rules.counters, now, &[("coalesced", 1)]);
                     let due = match rules.debounce {
                         Some(debounce) => {
-                            let due = after_epoch_ms(now_ms(), debounce.period)
+                            let due = after_epoch_ms(now, debounce.period)
                                 .min(after_epoch_ms(record.first, debounce.max_wait));
                             q.reschedule(id, due);
                             due
@@ -66,9 +78,14 @@ impl MemoryStore {
                         None => due,
                     };
                     let revision = record.revision + 1;
-                    q.pending
-                        .records
-                        .insert(key.clone(), Record { revision, ..record });
+                    q.pending.records.insert(
+                        key.clone(),
+                        Record {
+                            revision,
+                            arrived,
+                            ..record
+                        },
+                    );
                     return PendingPush::Joined {
                         id: id.clone(),
                         revision,
@@ -87,7 +104,8 @@ impl MemoryStore {
             let record = Record {
                 job: id.clone(),
                 revision: 1,
-                first: now_ms(),
+                first: now,
+                arrived,
             };
             q.pending.records.insert(key.clone(), record);
             if q.pending.records.len() >= 2 * q.pending.swept_at.max(64) {

@@ -48,6 +48,7 @@ where
             .arg(period)
             .arg(max_wait)
             .arg(rules.counters.as_arg())
+            .arg(millis(rules.arrived_ago))
             .invoke_async(&mut self.conn.clone())
             .await?;
         let job = || {
@@ -63,6 +64,11 @@ where
             },
             2 => PendingPush::EncodeFor(job()?),
             3 => PendingPush::Stored {
+                due: from_epoch_ms(due_ms),
+            },
+            4 => PendingPush::Newer {
+                id: job()?,
+                revision,
                 due: from_epoch_ms(due_ms),
             },
             other => {
