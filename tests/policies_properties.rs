@@ -20,7 +20,8 @@ use redefer::lock::{LineCap, LockStore, SUPERSEDED_BY_NEWER};
 use redefer::queue::{DelayQueue, JobSet, PendingStore};
 use redefer::strategy::{Coalesce, Defer, Retry, Switch};
 use redefer::{
-    Backoff, Deferred, Error, LockKey, LockLayer, LockToken, MemoryStore, Outcome, Scheduler, SchedulerOptions,
+    Backoff, Deferred, Error, LockKey, LockLayer, LockToken, MemoryStore, Outcome, Scheduler,
+    SchedulerOptions,
 };
 use serde::{Deserialize, Serialize};
 use tower::{Layer, ServiceExt, service_fn};
@@ -181,7 +182,10 @@ async fn check<St: PendingStore + LockStore>(store: St, load: Load) -> Result<()
         if entry.reason.as_deref() != Some(SUPERSEDED_BY_NEWER) {
             return Err(format!("a job died for another reason: {entry:?}"));
         }
-        let envelope = entry.envelope.and_then(Result::ok).ok_or("an undecodable dead job")?;
+        let envelope = entry
+            .envelope
+            .and_then(Result::ok)
+            .ok_or("an undecodable dead job")?;
         dead.insert(envelope.payload.n);
     }
     // The payload each job ran with: the highest revision deferred into it.
@@ -197,7 +201,9 @@ async fn check<St: PendingStore + LockStore>(store: St, load: Load) -> Result<()
         match told {
             Told::Refused | Told::Superseded(_) => {
                 if fates.iter().any(|fate| *fate) {
-                    return Err(format!("request {n} was told {told:?} but ran or died: {fates:?}"));
+                    return Err(format!(
+                        "request {n} was told {told:?} but ran or died: {fates:?}"
+                    ));
                 }
             }
             Told::Deferred(d) if d.duplicate => {
@@ -221,10 +227,14 @@ async fn check<St: PendingStore + LockStore>(store: St, load: Load) -> Result<()
                 }
                 // Neither ran nor died: replaced in its job by a newer request, which did.
                 let newer = deferred.iter().any(|(m, other)| {
-                    other.job_id == d.job_id && other.revision > d.revision && (ran_once.contains(m) || dead.contains(m))
+                    other.job_id == d.job_id
+                        && other.revision > d.revision
+                        && (ran_once.contains(m) || dead.contains(m))
                 });
                 if !newer {
-                    return Err(format!("request {n} ({d:?}) vanished: ran {ran:?}, dead {dead:?}"));
+                    return Err(format!(
+                        "request {n} ({d:?}) vanished: ran {ran:?}, dead {dead:?}"
+                    ));
                 }
             }
         }
