@@ -205,6 +205,17 @@ async fn check<St: PendingStore + LockStore>(store: St, load: Load) -> Result<()
                         "request {n} was told {told:?} but ran or died: {fates:?}"
                     ));
                 }
+                // The job named as carrying the newer request ran it (or it died).
+                if let Told::Superseded(by) = told {
+                    let carried = deferred
+                        .iter()
+                        .any(|(m, other)| other.job_id == *by && (ran_once.contains(m) || dead.contains(m)));
+                    if !carried {
+                        return Err(format!(
+                            "request {n} was superseded by job {by}, which ran nothing"
+                        ));
+                    }
+                }
             }
             Told::Deferred(d) if d.duplicate => {
                 if fates.iter().any(|fate| *fate) {
