@@ -1,15 +1,17 @@
 //! The least-privilege ACL user the README documents is enough for the lock layer (mutex and
-//! semaphore), the throttle, the queue, the scheduler (wake-ups included) and the command's
-//! `locks`.
+//! semaphore), the throttle, the policies for what waits (coalescing, line caps, debouncing,
+//! superseding), the queue, the scheduler (wake-ups included) and the command's `locks`.
 
 mod support;
 
 use std::convert::Infallible;
 use std::time::Duration;
 
+use redefer::debounce::{Debounce, DebounceLayer};
+use redefer::lock::LineCap;
 use redefer::queue::DelayQueue;
 use redefer::queue::QueueStats;
-use redefer::strategy::Retry;
+use redefer::strategy::{Coalesce, Defer, Retry, Supersede};
 use redefer::throttle::{Rate, ThrottleLayer};
 use redefer::{Backoff, LockLayer, RedisStore, Scheduler, SchedulerOptions};
 use tokio::sync::mpsc;
@@ -152,4 +154,59 @@ async fn the_documented_least_privilege_user_runs_everything() {
             .await
             .is_ok()
     );
+
+    // The policies for what waits, as the same user: coalesced deferrals, a capped line that
+    // drops the oldest, a debounce, and a newer request that supersedes the holder.
+    let syncs = DelayQueue::<u64, _>::new(store.clone(), "syncs").unwrap();
+    let account = |_: &u64| Some("account:1".to_string());
+    let noop = service_fn(|_: u64| async { Ok::<_, Infallible>(()) });
+    let holder = redefer::LockToken::random();
+    let held = redefer::LockKey::new("account:1").unwrap();
+    redefer::lock::LockStore::try_acquire(&store, &held, holder, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let coalescing = LockLayer::new(store.clone(), account)
+        .on_conflict(Coalesce::latest(syncs.clone()))
+        .layer(noop.clone());
+    for n in 0..3 {
+        let deferred = coalescing.clone().oneshot(n).await.unwrap();
+        assert_eq!(deferred.deferred().unwrap().revision, n + 1);
+    }
+    let capped = LockLayer::new(store.clone(), account)
+        .on_conflict(Defer::new(syncs.clone()).max_waiting(LineCap::new(1).drop_oldest()))
+        .layer(noop.clone());
+    assert!(capped.oneshot(9).await.unwrap().deferred().is_some());
+    assert_eq!(
+        syncs.stats().await.unwrap().dead,
+        1,
+        "the coalesced job made room"
+    );
+    redefer::lock::LockStore::release(&store, &held, holder)
+        .await
+        .unwrap();
+    let debounce = Debounce::new(Duration::from_millis(50), Duration::from_secs(1)).unwrap();
+    let debounced =
+        DebounceLayer::new(syncs.clone(), |n: &u64| Some(format!("doc:{n}")), debounce).layer(noop);
+    let first = debounced.clone().oneshot(1).await.unwrap();
+    let second = debounced.oneshot(1).await.unwrap();
+    assert_eq!(
+        first.deferred().unwrap().job_id,
+        second.deferred().unwrap().job_id
+    );
+    let superseding = LockLayer::new(store.clone(), |n: &u64| Some(format!("doc:{}", n % 2)))
+        .on_conflict(Supersede::new())
+        .layer(service_fn(|n: u64| async move {
+            if n == 0 {
+                redefer::current_lock().unwrap().superseded().await;
+            }
+            Ok::<_, Infallible>(n)
+        }));
+    let older = tokio::spawn(superseding.clone().oneshot(0));
+    eventually(Duration::from_secs(5), "the older holds", || async {
+        let locks = store.locks(10).await.unwrap();
+        locks.iter().any(|lock| lock.key == "doc:0").then_some(())
+    })
+    .await;
+    assert_eq!(superseding.oneshot(2).await.unwrap().done(), Some(2));
+    assert_eq!(older.await.unwrap().unwrap().done(), Some(0));
 }
