@@ -167,14 +167,14 @@ async fn the_documented_least_privilege_user_runs_everything() {
         .unwrap();
     let coalescing = LockLayer::new(store.clone(), account)
         .on_conflict(Coalesce::latest(syncs.clone()))
-        .layer(noop.clone());
+        .layer(noop);
     for n in 0..3 {
         let deferred = coalescing.clone().oneshot(n).await.unwrap();
         assert_eq!(deferred.deferred().unwrap().revision, n + 1);
     }
     let capped = LockLayer::new(store.clone(), account)
         .on_conflict(Defer::new(syncs.clone()).max_waiting(LineCap::new(1).drop_oldest()))
-        .layer(noop.clone());
+        .layer(noop);
     assert!(capped.oneshot(9).await.unwrap().deferred().is_some());
     assert_eq!(
         syncs.stats().await.unwrap().dead,
