@@ -6,8 +6,12 @@
 //! - [`LockLayer`] runs each request under the lock of its key (`SET key token NX PX ttl`),
 //!   renews the lock while the handler runs, and releases it on every exit path.
 //! - A [`ConflictStrategy`](strategy::ConflictStrategy) decides what a request does when its
-//!   lock is held: [`FailFast`](strategy::FailFast), [`Retry`](strategy::Retry) or
-//!   [`Defer`](strategy::Defer), composable.
+//!   lock is held: [`FailFast`](strategy::FailFast), [`Retry`](strategy::Retry),
+//!   [`Defer`](strategy::Defer), [`Coalesce`](strategy::Coalesce) (one waiting job per key, the
+//!   latest request's or the first's) or [`Supersede`](strategy::Supersede) (ask the holder to
+//!   stop), composable, and chosen per request with [`Switch`](strategy::Switch). A deferring
+//!   strategy can cap its key's line ([`lock::LineCap`]);
+//!   [`debounce::DebounceLayer`] runs a key's burst of requests once.
 //! - [`LockLayer::permits`] lets N requests hold a key at once (a semaphore), and
 //!   [`throttle::ThrottleLayer`] admits a key's requests at a rate, with the same strategies:
 //!   a conflict over the rate knows exactly when the key's next slot opens.

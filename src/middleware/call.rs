@@ -51,8 +51,9 @@ where
         let mut guard = ReleaseOnDrop::new(shared.store.clone(), key.clone(), token);
         // A re-injected job meets the lock as its own waiter: the key may be reserved for it.
         let job_waiter = current_job().map(|job| Waiter::job(&job.shard, &job.id));
-        // Who this call is, in the key's line and to its holders.
-        let caller = job_waiter.clone().unwrap_or_else(|| Waiter::caller(token));
+        // Who this call is, in the key's line and to its holders; built only when needed (a
+        // conflict, a superseding strategy): an uncontended call allocates nothing for it.
+        let caller = || job_waiter.clone().unwrap_or_else(|| Waiter::caller(token));
         let mut line = Line::default();
         let mut attempt = 0;
         let started = Instant::now();
@@ -93,7 +94,7 @@ where
                     shared.store.clone(),
                     key.clone(),
                     line.place.clone(),
-                    caller.clone(),
+                    caller(),
                 )),
             };
             let retry_after = conflict.retry_after;
@@ -108,7 +109,7 @@ where
                 Decision::RetryAfter(delay) => {
                     tracing::debug!(attempt, ?remaining, ahead, ?delay, "lock held: waiting in line");
                     metric_names::conflict("retry");
-                    if let Err(error) = line.join(&shared.store, &key, caller.clone(), &mut guard).await {
+                    if let Err(error) = line.join(&shared.store, &key, caller(), &mut guard).await {
                         return Err(Error::Store(error));
                     }
                     line.wait_turn(delay).await;
@@ -186,7 +187,7 @@ where
         let stop = shared
             .strategy
             .supersedes()
-            .then(|| StopListener::start(&shared.store, &key, caller));
+            .then(|| StopListener::start(&shared.store, &key, caller()));
         let held = HeldLock::new(
             key.clone(),
             fence,
