@@ -14,7 +14,9 @@ use ::redis::cluster_async::ClusterConnection;
 use redefer::lock::{Acquisition, LockStore};
 use redefer::queue::DelayQueue;
 use redefer::queue::QueueStats;
-use redefer::strategy::{Defer, Retry};
+use redefer::debounce::{Debounce, DebounceLayer};
+use redefer::lock::LineCap;
+use redefer::strategy::{Coalesce, Defer, Retry, Supersede};
 use redefer::throttle::{Rate, ThrottleLayer};
 use redefer::{
     Backoff, LockKey, LockLayer, LockToken, Outcome, RedisStore, Scheduler, SchedulerOptions, current_lock,
@@ -386,7 +388,103 @@ async fn the_throttle_and_the_semaphore_work_on_a_cluster(kind: Server) {
     assert_eq!(jobs, (0..36).collect::<Vec<u64>>(), "each charge once");
 }
 
+/// The policies for what waits on a 3-master cluster, queue sharded over the masters: a burst
+/// coalesced into one job per key, a capped line dropping the oldest, a debounce, and a
+/// superseded holder (the stop request published through the cluster): no CROSSSLOT, each
+/// key's newest payload runs once.
+async fn the_policies_for_what_waits_work_on_a_cluster(kind: Server) {
+    let cluster = RedisCluster::start_of(kind, 3, 0);
+    let store = cluster_store(&cluster).await;
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "syncs")
+        .unwrap()
+        .shards(3)
+        .unwrap();
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let service = {
+        let handled = Arc::clone(&handled);
+        LockLayer::new(store.clone(), by_order)
+            .on_conflict(Coalesce::latest(queue.clone()))
+            .layer(service_fn(move |charge: Charge| {
+                let handled = Arc::clone(&handled);
+                async move {
+                    handled.lock().unwrap().push((charge.order, charge.job));
+                    Ok::<_, Infallible>(())
+                }
+            }))
+    };
+    // Six keys, spread over the masters, each held while ten requests arrive.
+    let mut holders = Vec::new();
+    for order in 0..6 {
+        let token = LockToken::random();
+        let key = LockKey::new(format!("order:{order}")).unwrap();
+        assert!(matches!(
+            store.try_acquire(&key, token, Duration::from_secs(30)).await.unwrap(),
+            Acquisition::Acquired(_)
+        ));
+        holders.push((key, token));
+    }
+    let mut newest = std::collections::BTreeMap::new();
+    for job in 0..60 {
+        let order = job % 6;
+        let outcome = service.clone().oneshot(Charge { order, job }).await.unwrap();
+        let deferred = outcome.deferred().cloned().unwrap();
+        assert_eq!(deferred.revision, job / 6 + 1);
+        newest.insert(order, job);
+    }
+    assert_eq!(queue.stats().await.unwrap().waiting, 6);
+    // A capped line on order 0 drops its coalesced job for a newer request.
+    let capped = LockLayer::new(store.clone(), by_order)
+        .on_conflict(Defer::new(queue.clone()).max_waiting(LineCap::new(1).drop_oldest()))
+        .layer(service_fn(|_: Charge| async { Ok::<_, Infallible>(()) }));
+    assert!(capped.oneshot(Charge { order: 0, job: 100 }).await.unwrap().deferred().is_some());
+    assert_eq!(queue.stats().await.unwrap().dead, 1);
+    let scheduler = Scheduler::new(queue.clone(), service.clone()).options(quick()).start();
+    for (key, token) in &holders {
+        assert!(store.release(key, *token).await.unwrap());
+    }
+    eventually(Duration::from_secs(20), "every key's job ran", || async {
+        (queue.stats().await.unwrap().waiting == 0 && handled.lock().unwrap().len() >= 6).then_some(())
+    })
+    .await;
+    scheduler.shutdown().await;
+    let mut ran = handled.lock().unwrap().clone();
+    ran.sort();
+    let mut expected: Vec<(u64, u64)> = newest.into_iter().filter(|(order, _)| *order != 0).collect();
+    expected.insert(0, (0, 100));
+    assert_eq!(ran, expected, "each key's newest request, once");
+
+    // A debounce, and a superseded holder.
+    let debounce = Debounce::new(Duration::from_millis(30), Duration::from_secs(1)).unwrap();
+    let debounced = DebounceLayer::new(queue.clone(), by_order, debounce)
+        .layer(service_fn(|_: Charge| async { Ok::<_, Infallible>(()) }));
+    let first = debounced.clone().oneshot(Charge { order: 7, job: 1 }).await.unwrap();
+    let second = debounced.oneshot(Charge { order: 7, job: 2 }).await.unwrap();
+    assert_eq!(first.deferred().unwrap().job_id, second.deferred().unwrap().job_id);
+    let (holding_tx, mut holding) = mpsc::unbounded_channel();
+    let superseding = LockLayer::new(store.clone(), by_order)
+        .on_conflict(Supersede::new())
+        .layer(service_fn(move |charge: Charge| {
+            let holding_tx = holding_tx.clone();
+            async move {
+                if charge.job == 0 {
+                    let lock = current_lock().unwrap();
+                    holding_tx.send(charge.order).unwrap();
+                    lock.superseded().await;
+                }
+                Ok::<_, Infallible>(charge.job)
+            }
+        }));
+    for order in 10..13 {
+        let older = tokio::spawn(superseding.clone().oneshot(Charge { order, job: 0 }));
+        assert_eq!(holding.recv().await, Some(order));
+        let newer = superseding.clone().oneshot(Charge { order, job: 1 }).await.unwrap();
+        assert_eq!(newer.done(), Some(1));
+        assert_eq!(older.await.unwrap().unwrap().done(), Some(0));
+    }
+}
+
 for_each_server!(
+    the_policies_for_what_waits_work_on_a_cluster,
     the_throttle_and_the_semaphore_work_on_a_cluster,
     the_locks_of_every_master_are_listed,
     the_lock_layer_and_a_deferral_work_on_a_cluster,
