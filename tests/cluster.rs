@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ::redis::cluster_async::ClusterConnection;
+use redefer::debounce::{Debounce, DebounceLayer};
+use redefer::lock::LineCap;
 use redefer::lock::{Acquisition, LockStore};
 use redefer::queue::DelayQueue;
 use redefer::queue::QueueStats;
-use redefer::debounce::{Debounce, DebounceLayer};
-use redefer::lock::LineCap;
 use redefer::strategy::{Coalesce, Defer, Retry, Supersede};
 use redefer::throttle::{Rate, ThrottleLayer};
 use redefer::{
@@ -418,7 +418,10 @@ async fn the_policies_for_what_waits_work_on_a_cluster(kind: Server) {
         let token = LockToken::random();
         let key = LockKey::new(format!("order:{order}")).unwrap();
         assert!(matches!(
-            store.try_acquire(&key, token, Duration::from_secs(30)).await.unwrap(),
+            store
+                .try_acquire(&key, token, Duration::from_secs(30))
+                .await
+                .unwrap(),
             Acquisition::Acquired(_)
         ));
         holders.push((key, token));
@@ -436,9 +439,18 @@ async fn the_policies_for_what_waits_work_on_a_cluster(kind: Server) {
     let capped = LockLayer::new(store.clone(), by_order)
         .on_conflict(Defer::new(queue.clone()).max_waiting(LineCap::new(1).drop_oldest()))
         .layer(service_fn(|_: Charge| async { Ok::<_, Infallible>(()) }));
-    assert!(capped.oneshot(Charge { order: 0, job: 100 }).await.unwrap().deferred().is_some());
+    assert!(
+        capped
+            .oneshot(Charge { order: 0, job: 100 })
+            .await
+            .unwrap()
+            .deferred()
+            .is_some()
+    );
     assert_eq!(queue.stats().await.unwrap().dead, 1);
-    let scheduler = Scheduler::new(queue.clone(), service.clone()).options(quick()).start();
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(quick())
+        .start();
     for (key, token) in &holders {
         assert!(store.release(key, *token).await.unwrap());
     }
@@ -457,9 +469,16 @@ async fn the_policies_for_what_waits_work_on_a_cluster(kind: Server) {
     let debounce = Debounce::new(Duration::from_millis(30), Duration::from_secs(1)).unwrap();
     let debounced = DebounceLayer::new(queue.clone(), by_order, debounce)
         .layer(service_fn(|_: Charge| async { Ok::<_, Infallible>(()) }));
-    let first = debounced.clone().oneshot(Charge { order: 7, job: 1 }).await.unwrap();
+    let first = debounced
+        .clone()
+        .oneshot(Charge { order: 7, job: 1 })
+        .await
+        .unwrap();
     let second = debounced.oneshot(Charge { order: 7, job: 2 }).await.unwrap();
-    assert_eq!(first.deferred().unwrap().job_id, second.deferred().unwrap().job_id);
+    assert_eq!(
+        first.deferred().unwrap().job_id,
+        second.deferred().unwrap().job_id
+    );
     let (holding_tx, mut holding) = mpsc::unbounded_channel();
     let superseding = LockLayer::new(store.clone(), by_order)
         .on_conflict(Supersede::new())
@@ -477,7 +496,11 @@ async fn the_policies_for_what_waits_work_on_a_cluster(kind: Server) {
     for order in 10..13 {
         let older = tokio::spawn(superseding.clone().oneshot(Charge { order, job: 0 }));
         assert_eq!(holding.recv().await, Some(order));
-        let newer = superseding.clone().oneshot(Charge { order, job: 1 }).await.unwrap();
+        let newer = superseding
+            .clone()
+            .oneshot(Charge { order, job: 1 })
+            .await
+            .unwrap();
         assert_eq!(newer.done(), Some(1));
         assert_eq!(older.await.unwrap().unwrap().done(), Some(0));
     }
