@@ -6,7 +6,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use rand::RngExt;
@@ -16,7 +15,7 @@ use redefer::strategy::Coalesce;
 use redefer::{LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions};
 use tower::{Layer, ServiceExt, service_fn};
 
-use support::{RedisServer, Server, eventually, for_each_server, store_at, unique_prefix};
+use support::{RedisServer, Server, WorkerProcess, eventually, for_each_server, store_at, unique_prefix};
 
 /// Bursts, and deferrals per burst.
 const BURSTS: u64 = 4;
@@ -78,35 +77,14 @@ async fn coalesce_worker_process() {
     std::future::pending::<()>().await;
 }
 
-fn start_worker(url: &str, prefix: &str) -> Child {
-    use std::io::{BufRead, BufReader};
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "coalesce_worker_process",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("REDEFER_COALESCE_WORKER", url)
-        .env("REDEFER_COALESCE_PREFIX", prefix)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (ready, started) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.contains("worker ready") {
-                let _ = ready.send(());
-            }
-        }
-    });
-    started
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the worker did not start");
-    child
+fn start_worker(url: &str, prefix: &str) -> WorkerProcess {
+    WorkerProcess::start(
+        "coalesce_worker_process",
+        &[
+            ("REDEFER_COALESCE_WORKER", url),
+            ("REDEFER_COALESCE_PREFIX", prefix),
+        ],
+    )
 }
 
 async fn each_burst_runs_with_its_newest_payload_under_sigkills(server: Server) {
@@ -118,7 +96,7 @@ async fn each_burst_runs_with_its_newest_payload_under_sigkills(server: Server) 
         .ttl(TTL)
         .on_conflict(Coalesce::latest(queue.clone()))
         .layer(service_fn(|_: (u64, u64)| async { Ok::<_, String>(()) }));
-    let mut workers: Vec<Child> = (0..3).map(|_| start_worker(&redis.url(), &prefix)).collect();
+    let mut workers: Vec<WorkerProcess> = (0..3).map(|_| start_worker(&redis.url(), &prefix)).collect();
     let key = LockKey::new("account:1").unwrap();
     let mut newest = BTreeMap::new();
     let mut kills = 0;
@@ -153,9 +131,7 @@ async fn each_burst_runs_with_its_newest_payload_under_sigkills(server: Server) 
         let pause = rand::rng().random_range(0..2 * WORK.as_millis() as u64);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let doomed = rand::rng().random_range(0..workers.len());
-        let mut dead = workers.swap_remove(doomed);
-        dead.kill().unwrap();
-        dead.wait().unwrap();
+        workers.swap_remove(doomed).kill();
         kills += 1;
         workers.push(start_worker(&redis.url(), &prefix));
         eventually(
@@ -166,8 +142,7 @@ async fn each_burst_runs_with_its_newest_payload_under_sigkills(server: Server) 
         .await;
     }
     for mut worker in workers {
-        worker.kill().unwrap();
-        worker.wait().unwrap();
+        worker.kill();
     }
     let runs: Vec<String> = redis
         .cmd(

@@ -113,26 +113,43 @@ where
     ran.load(Ordering::SeqCst)
 }
 
+/// A lock on `key` deferring to `queue` within `cap`, over a handler that counts its runs in
+/// `ran`; the key held by another until the returned token releases it.
+async fn capped_stack<S: Store>(
+    store: &S,
+    queue: &DelayQueue<u64, S>,
+    key: &'static str,
+    cap: LineCap,
+    ran: &Arc<AtomicU64>,
+) -> (
+    impl tower::Service<u64, Response = Outcome<()>, Error = Error<std::convert::Infallible>, Future: Send>
+    + Clone
+    + Send
+    + 'static,
+    LockToken,
+) {
+    let ran = Arc::clone(ran);
+    let service = LockLayer::new(store.clone(), move |_: &u64| Some(key.to_string()))
+        .on_conflict(Defer::new(queue.clone()).max_waiting(cap))
+        .layer(service_fn(move |_: u64| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, std::convert::Infallible>(()) }
+        }));
+    let holder = LockToken::random();
+    store
+        .try_acquire(&LockKey::new(key).unwrap(), holder, Duration::from_secs(60))
+        .await
+        .unwrap();
+    (service, holder)
+}
+
 /// The newest are refused once `CAP` wait: exactly `CAP` deferred, every other producer told
 /// `LineFull`, nothing of theirs stored; the line never longer than `CAP`.
 async fn a_full_line_refuses_the_newest_under_fifty_producers<S: Store>(store: S) {
     let queue = DelayQueue::<u64, _>::new(store.clone(), "orders").unwrap();
     let ran = Arc::new(AtomicU64::new(0));
-    let service = {
-        let ran = Arc::clone(&ran);
-        LockLayer::new(store.clone(), |_: &u64| Some("order:1".to_string()))
-            .on_conflict(Defer::new(queue.clone()).max_waiting(LineCap::new(CAP)))
-            .layer(service_fn(move |_: u64| {
-                ran.fetch_add(1, Ordering::SeqCst);
-                async { Ok::<_, std::convert::Infallible>(()) }
-            }))
-    };
+    let (service, holder) = capped_stack(&store, &queue, "order:1", LineCap::new(CAP), &ran).await;
     let key = LockKey::new("order:1").unwrap();
-    let holder = LockToken::random();
-    store
-        .try_acquire(&key, holder, Duration::from_secs(60))
-        .await
-        .unwrap();
     let (told, longest) = produce(service.clone(), store.clone()).await;
     assert!(longest <= CAP, "{longest} waited at once");
     assert_eq!(told.deferred.load(Ordering::SeqCst), CAP);
@@ -156,21 +173,9 @@ async fn a_full_line_refuses_the_newest_under_fifty_producers<S: Store>(store: S
 async fn a_full_line_drops_the_oldest_to_the_dead_set<S: Store>(store: S) {
     let queue = DelayQueue::<u64, _>::new(store.clone(), "orders").unwrap();
     let ran = Arc::new(AtomicU64::new(0));
-    let service = {
-        let ran = Arc::clone(&ran);
-        LockLayer::new(store.clone(), |_: &u64| Some("order:2".to_string()))
-            .on_conflict(Defer::new(queue.clone()).max_waiting(LineCap::new(CAP).drop_oldest()))
-            .layer(service_fn(move |_: u64| {
-                ran.fetch_add(1, Ordering::SeqCst);
-                async { Ok::<_, std::convert::Infallible>(()) }
-            }))
-    };
+    let cap = LineCap::new(CAP).drop_oldest();
+    let (service, holder) = capped_stack(&store, &queue, "order:2", cap, &ran).await;
     let key = LockKey::new("order:2").unwrap();
-    let holder = LockToken::random();
-    store
-        .try_acquire(&key, holder, Duration::from_secs(60))
-        .await
-        .unwrap();
     let (told, longest) = produce(service.clone(), store.clone()).await;
     let total = PRODUCERS * PER_PRODUCER;
     assert!(longest <= CAP, "{longest} waited at once");

@@ -6,9 +6,6 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use rand::RngExt;
@@ -17,7 +14,7 @@ use redefer::strategy::Defer;
 use redefer::{LockLayer, Scheduler, SchedulerOptions, current_job};
 use tower::{Layer, service_fn};
 
-use support::{RedisServer, Server, eventually, for_each_server, store_at, unique_prefix};
+use support::{RedisServer, Server, WorkerProcess, eventually, for_each_server, store_at, unique_prefix};
 
 /// Permits per key.
 const PERMITS: u32 = 2;
@@ -110,56 +107,23 @@ async fn semaphore_worker_process() {
     std::future::pending::<()>().await;
 }
 
-/// A worker process, and its stdout lines.
-struct Worker {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Worker {
-    /// Adds the jobs this worker said it handled (so far) to `handled`.
-    fn report_handled(&self, handled: &mut BTreeSet<String>) {
-        for line in self.lines.try_iter() {
-            if let Some(id) = line.split("handled ").nth(1) {
-                handled.insert(id.trim().to_string());
-            }
+/// Adds the jobs `worker` said it handled (so far) to `handled`.
+fn report_handled(worker: &WorkerProcess, handled: &mut BTreeSet<String>) {
+    for line in worker.lines.try_iter() {
+        if let Some(id) = line.split("handled ").nth(1) {
+            handled.insert(id.trim().to_string());
         }
     }
 }
 
-fn start_worker(url: &str, prefix: &str) -> Worker {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "semaphore_worker_process",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("REDEFER_SEMAPHORE_WORKER", url)
-        .env("REDEFER_SEMAPHORE_PREFIX", prefix)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let worker = Worker { child, lines };
-    // libtest's own lines come first.
-    loop {
-        match worker.lines.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) if line.contains("worker ready") => return worker,
-            Ok(_) => continue,
-            Err(error) => panic!("the worker did not start: {error}"),
-        }
-    }
+fn start_worker(url: &str, prefix: &str) -> WorkerProcess {
+    WorkerProcess::start(
+        "semaphore_worker_process",
+        &[
+            ("REDEFER_SEMAPHORE_WORKER", url),
+            ("REDEFER_SEMAPHORE_PREFIX", prefix),
+        ],
+    )
 }
 
 async fn sigkilled_holders_lose_no_deferral_and_never_exceed_n(server: Server) {
@@ -171,7 +135,7 @@ async fn sigkilled_holders_lose_no_deferral_and_never_exceed_n(server: Server) {
     for n in 0..JOBS as u64 {
         pushed.insert(queue.push(&n, Duration::ZERO).await.unwrap().id.to_string());
     }
-    let mut workers: Vec<Worker> = (0..3).map(|_| start_worker(&redis.url(), &prefix)).collect();
+    let mut workers: Vec<WorkerProcess> = (0..3).map(|_| start_worker(&redis.url(), &prefix)).collect();
     let mut handled = BTreeSet::new();
     // Five kills at random moments, each of a random worker, replaced by a new one.
     for _ in 0..5 {
@@ -179,9 +143,8 @@ async fn sigkilled_holders_lose_no_deferral_and_never_exceed_n(server: Server) {
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let doomed = rand::rng().random_range(0..workers.len());
         let mut dead = workers.swap_remove(doomed);
-        dead.child.kill().unwrap();
-        dead.child.wait().unwrap();
-        dead.report_handled(&mut handled);
+        dead.kill();
+        report_handled(&dead, &mut handled);
         workers.push(start_worker(&redis.url(), &prefix));
     }
     eventually(Duration::from_secs(60), "every job handled and acked", || {
@@ -190,9 +153,8 @@ async fn sigkilled_holders_lose_no_deferral_and_never_exceed_n(server: Server) {
     })
     .await;
     for mut worker in workers {
-        worker.child.kill().unwrap();
-        worker.child.wait().unwrap();
-        worker.report_handled(&mut handled);
+        worker.kill();
+        report_handled(&worker, &mut handled);
     }
     assert_eq!(handled, pushed, "every deferral ran to its end");
     let violations: Option<u64> = redis

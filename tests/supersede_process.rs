@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +12,7 @@ use redefer::strategy::{Defer, Supersede};
 use redefer::{LockLayer, Outcome, Scheduler, SchedulerOptions, current_lock};
 use tower::{Layer, ServiceExt, service_fn};
 
-use support::{RedisServer, Server, eventually, for_each_server, store_at, unique_prefix};
+use support::{RedisServer, Server, WorkerProcess, eventually, for_each_server, store_at, unique_prefix};
 
 /// Rounds of the cross-process measurement: the p99 of 20 is their worst.
 const ROUNDS: u64 = 20;
@@ -81,36 +79,6 @@ async fn supersede_worker_process() {
     std::future::pending::<()>().await;
 }
 
-fn start_worker(url: &str, prefix: &str) -> Child {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "supersede_worker_process",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("REDEFER_SUPERSEDE_WORKER", url)
-        .env("REDEFER_SUPERSEDE_PREFIX", prefix)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (ready, started) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.contains("worker ready") {
-                let _ = ready.send(());
-            }
-        }
-    });
-    started
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the worker did not start");
-    child
-}
-
 /// The p99 of `samples` (of 20: the worst).
 fn p99(mut samples: Vec<u64>) -> u64 {
     samples.sort_unstable();
@@ -125,7 +93,14 @@ async fn a_holder_in_another_process_hears_it_and_lets_the_newer_run(server: Ser
     let prefix = unique_prefix();
     let store = store_at(&redis.url(), &prefix).await;
     let queue = DelayQueue::<u64, _>::new(store.clone(), "holds").unwrap();
-    let mut worker = start_worker(&redis.url(), &prefix);
+    let url = redis.url();
+    let mut worker = WorkerProcess::start(
+        "supersede_worker_process",
+        &[
+            ("REDEFER_SUPERSEDE_WORKER", &url),
+            ("REDEFER_SUPERSEDE_PREFIX", &prefix),
+        ],
+    );
     let started: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
     let service = {
         let (started, conn) = (Arc::clone(&started), store.connection());
@@ -172,8 +147,7 @@ async fn a_holder_in_another_process_hears_it_and_lets_the_newer_run(server: Ser
         heard_after.push(heard.saturating_sub(arrival));
         ran_after.push(start.saturating_sub(released));
     }
-    worker.kill().unwrap();
-    worker.wait().unwrap();
+    worker.kill();
     let (heard, ran) = (p99(heard_after.clone()), p99(ran_after.clone()));
     eprintln!("heard after (µs): {heard_after:?}\nran after (µs): {ran_after:?}");
     assert!(

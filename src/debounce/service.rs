@@ -10,9 +10,10 @@ use serde::de::DeserializeOwned;
 use tower::Service;
 
 use super::Debounce;
-use crate::key::LockKey;
 use crate::metric_names;
-use crate::middleware::{Deferred, Error, KeyExtractor, Nesting, Outcome, ResponseFuture};
+use crate::middleware::{
+    Deferred, Error, KeyExtractor, Nesting, Outcome, ResponseFuture, guarded_key, take_ready,
+};
 use crate::queue::{Codec, DelayQueue, Due, JobId, Joining, Keep, PendingStore};
 use crate::scheduler::current_job;
 
@@ -93,17 +94,14 @@ where
     }
 
     fn call(&mut self, request: Req) -> Self::Future {
-        // The inner service made ready is the one that handles the request.
-        let clone = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, clone);
+        let ready = take_ready(&mut self.inner);
         // The debounced job's own run passes: it is the burst's one run.
-        let is_our_job = current_job().is_some_and(|job| job.queue == *self.shared.queue.name());
-        let key = match self.shared.extractor.lock_key(&request) {
-            Some(key) if !is_our_job => key,
-            _ => return ResponseFuture::new(N::call(ready, request)),
-        };
-        let key = match LockKey::new(key) {
-            Ok(key) => key,
+        if current_job().is_some_and(|job| job.queue == *self.shared.queue.name()) {
+            return ResponseFuture::new(N::call(ready, request));
+        }
+        let key = match guarded_key(&self.shared.extractor, &request) {
+            Ok(Some(key)) => key,
+            Ok(None) => return ResponseFuture::new(N::call(ready, request)),
             Err(invalid) => return ResponseFuture::new(std::future::ready(Err(Error::InvalidKey(invalid)))),
         };
         let shared = Arc::clone(&self.shared);

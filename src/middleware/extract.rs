@@ -1,5 +1,8 @@
 //! Which lock a request needs.
 
+use crate::error::KeyError;
+use crate::key::LockKey;
+
 /// Maps a request to the key of the lock it must hold, or `None` to pass it through unlocked.
 ///
 /// Implemented for every `Fn(&Req) -> Option<String>`:
@@ -24,4 +27,20 @@ where
     fn lock_key(&self, request: &Req) -> Option<String> {
         self(request)
     }
+}
+
+/// The checked key of `request`: `None` when it passes unguarded, an error when the extractor's
+/// key is not a valid one (no store call is made for it). What every guard asks first.
+pub(crate) fn guarded_key<X, Req>(extractor: &X, request: &Req) -> Result<Option<LockKey>, KeyError>
+where
+    X: KeyExtractor<Req>,
+{
+    extractor.lock_key(request).map(LockKey::new).transpose()
+}
+
+/// The inner service that `poll_ready` made ready, leaving a clone in its place: the ready one
+/// must handle the request (tower's contract), and the future owns it.
+pub(crate) fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    std::mem::replace(inner, clone)
 }

@@ -17,6 +17,7 @@ mod service;
 pub use self::boxed::BoxLockService;
 pub use self::error::Error;
 pub use self::extract::KeyExtractor;
+pub(crate) use self::extract::{guarded_key, take_ready};
 pub use self::future::ResponseFuture;
 pub use self::layer::{DEFAULT_TTL, LockLayer};
 pub use self::nesting::{Nesting, OverGuard, OverHandler};

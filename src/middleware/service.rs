@@ -7,8 +7,7 @@ use tower::Service;
 
 use super::call::{Shared, call_locked};
 use super::future::ResponseFuture;
-use super::{Error, KeyExtractor, Outcome};
-use crate::key::LockKey;
+use super::{Error, KeyExtractor, Outcome, guarded_key, take_ready};
 use crate::lock::LockStore;
 use crate::strategy::ConflictStrategy;
 
@@ -66,16 +65,13 @@ where
     }
 
     fn call(&mut self, request: Req) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, clone);
-        let Some(key) = self.shared.extractor.lock_key(&request) else {
-            let response = ready.call(request);
-            return ResponseFuture::new(
-                async move { response.await.map(Outcome::Done).map_err(Error::Inner) },
-            );
-        };
-        match LockKey::new(key) {
-            Ok(key) => ResponseFuture::new(call_locked(Arc::clone(&self.shared), key, ready, request)),
+        let mut ready = take_ready(&mut self.inner);
+        match guarded_key(&self.shared.extractor, &request) {
+            Ok(Some(key)) => ResponseFuture::new(call_locked(Arc::clone(&self.shared), key, ready, request)),
+            Ok(None) => {
+                let response = ready.call(request);
+                ResponseFuture::new(async move { response.await.map(Outcome::Done).map_err(Error::Inner) })
+            }
             Err(invalid) => ResponseFuture::new(std::future::ready(Err(Error::InvalidKey(invalid)))),
         }
     }

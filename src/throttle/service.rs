@@ -8,8 +8,7 @@ use tower::Service;
 
 use super::ThrottleStore;
 use super::call::{Shared, call_throttled};
-use crate::key::LockKey;
-use crate::middleware::{Error, KeyExtractor, Nesting, Outcome, ResponseFuture};
+use crate::middleware::{Error, KeyExtractor, Nesting, Outcome, ResponseFuture, guarded_key, take_ready};
 use crate::strategy::ConflictStrategy;
 
 /// Admits each request at its key's rate; built by [`ThrottleLayer`](super::ThrottleLayer).
@@ -73,19 +72,15 @@ where
     }
 
     fn call(&mut self, request: Req) -> Self::Future {
-        // The inner service made ready is the one that handles the request.
-        let clone = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, clone);
-        let Some(key) = self.shared.extractor.lock_key(&request) else {
-            return ResponseFuture::new(N::call(ready, request));
-        };
-        match LockKey::new(key) {
-            Ok(key) => ResponseFuture::new(call_throttled::<S, St, X, Strat, N, Req>(
+        let ready = take_ready(&mut self.inner);
+        match guarded_key(&self.shared.extractor, &request) {
+            Ok(Some(key)) => ResponseFuture::new(call_throttled::<S, St, X, Strat, N, Req>(
                 Arc::clone(&self.shared),
                 key,
                 ready,
                 request,
             )),
+            Ok(None) => ResponseFuture::new(N::call(ready, request)),
             Err(invalid) => ResponseFuture::new(std::future::ready(Err(Error::InvalidKey(invalid)))),
         }
     }

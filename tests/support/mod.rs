@@ -392,6 +392,52 @@ pub fn example_binary(name: &str) -> std::path::PathBuf {
     binary
 }
 
+/// This test binary re-run as a worker process: only the test `test` (which does its work when
+/// `env` is set, and returns at once otherwise), its stdout lines on `lines`. Started once the
+/// worker printed "worker ready".
+pub struct WorkerProcess {
+    pub child: Child,
+    pub lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl WorkerProcess {
+    pub fn start(test: &str, env: &[(&str, &str)]) -> Self {
+        use std::io::BufRead;
+        let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+        command
+            .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("the worker process");
+        let stdout = child.stdout.take().expect("its stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        // libtest's own lines come first.
+        loop {
+            match lines.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) if line.contains("worker ready") => return WorkerProcess { child, lines },
+                Ok(_) => continue,
+                Err(error) => panic!("the worker {test} did not start: {error}"),
+            }
+        }
+    }
+
+    /// SIGKILLs the worker and waits for it.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("kill the worker");
+        self.child.wait().expect("wait for the worker");
+    }
+}
+
 /// A free port whose cluster bus port (+10000) is free too.
 fn free_cluster_port() -> u16 {
     loop {

@@ -109,6 +109,14 @@ impl QueueState {
         self.schedule(id.clone(), due);
     }
 
+    /// Moves job `id`, already out of the waiting and in-flight sets, to the dead-letter set at
+    /// `now` with `reason` (`bury_now` of `queue_prelude.lua`).
+    fn bury_now(&mut self, id: &JobId, reason: &str, now: i64) {
+        self.dead.insert(id.clone(), (now, reason.to_string()));
+        self.expiries.remove(id);
+        self.handed.remove(id);
+    }
+
     /// Makes the waiting job `id` due at `due` (ms since the epoch) instead.
     pub(super) fn reschedule(&mut self, id: &JobId, due: i64) {
         self.schedule(id.clone(), due);
@@ -465,9 +473,7 @@ impl QueueStore for MemoryStore {
                 q.jobs.insert(id.clone(), envelope);
             }
             let now = now_ms();
-            q.dead.insert(id.clone(), (now, reason.to_string()));
-            q.expiries.remove(id);
-            q.handed.remove(id);
+            q.bury_now(id, reason, now);
             q.record(counters, now, &[("dead", 1)]);
             true
         }))
@@ -485,9 +491,7 @@ impl QueueStore for MemoryStore {
                 return false;
             }
             let now = now_ms();
-            q.dead.insert(id.clone(), (now, reason.to_string()));
-            q.expiries.remove(id);
-            q.handed.remove(id);
+            q.bury_now(id, reason, now);
             q.record(counters, now, &[("dead", 1), ("superseded", 1)]);
             true
         }))

@@ -13,9 +13,6 @@ if ARGV[5] ~= '' then
   redis.call('HSET', JOBS, id, ARGV[5])
 end
 local now = now_ms()
-redis.call('ZADD', DEAD, now, id)
-redis.call('HSET', ERRORS, id, ARGV[4])
-redis.call('HDEL', EXPIRIES, id)
-redis.call('HDEL', HANDED, id)
+bury_now(id, ARGV[4], now)
 record(ARGV[6], now, {'dead', 1})
 return 1

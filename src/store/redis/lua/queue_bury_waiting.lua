@@ -8,9 +8,6 @@ if redis.call('ZREM', DELAYED, id) == 0 then
   return 0
 end
 local now = now_ms()
-redis.call('ZADD', DEAD, now, id)
-redis.call('HSET', ERRORS, id, ARGV[3])
-redis.call('HDEL', EXPIRIES, id)
-redis.call('HDEL', HANDED, id)
+bury_now(id, ARGV[3], now)
 record(ARGV[4], now, {'dead', 1, 'superseded', 1})
 return 1

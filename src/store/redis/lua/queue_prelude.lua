@@ -64,6 +64,15 @@ local function schedule(id, due)
   end
 end
 
+-- Moves job `id`, already out of the waiting and in-flight sets, to the dead-letter set at
+-- `now` with `reason`, forgetting its lease expiries and handoff mark (its bytes stay).
+local function bury_now(id, reason, now)
+  redis.call('ZADD', DEAD, now, id)
+  redis.call('HSET', ERRORS, id, reason)
+  redis.call('HDEL', EXPIRIES, id)
+  redis.call('HDEL', HANDED, id)
+end
+
 -- Calls `command key ...` with `args` in chunks, within Lua's limit on unpacked values.
 local function batched(command, key, args)
   for first = 1, #args, 1000 do
