@@ -77,14 +77,17 @@ async fn the_command_inspects_and_operates_a_queue_and_its_locks() {
                 .arg("cannot decode"),
         )
         .await;
-    store
+    let redefer::lock::Acquisition::Acquired(Some(fence)) = store
         .try_acquire(
             &LockKey::new("order:{7}").unwrap(),
             LockToken::random(),
             Duration::from_secs(60),
         )
         .await
-        .unwrap();
+        .unwrap()
+    else {
+        panic!("order 7 is free");
+    };
     // Two callers wait in the key's line.
     for _ in 0..2 {
         store
@@ -169,7 +172,7 @@ async fn the_command_inspects_and_operates_a_queue_and_its_locks() {
     let locks = locks.as_array().unwrap();
     assert_eq!(locks.len(), 2);
     assert_eq!(locks[0]["key"], "order:{7}", "the key as the application gave it");
-    assert_eq!(locks[0]["fence"], 1);
+    assert_eq!(locks[0]["fence"], fence.0, "the holder's fencing token");
     assert!(locks[0]["remaining_ms"].as_u64().unwrap() > 50_000);
     assert_eq!(locks[0]["waiters"], 2, "the key's line");
     assert_eq!(locks[0]["next_slot_ms"], Value::Null, "a lock has no slots");

@@ -426,6 +426,73 @@ async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_requir
     ));
 }
 
+/// The tokens a restarted Redis without persistence hands out stay above every token before
+/// the restart: a lock's (by `SET NX` and by the script), a semaphore permit's and a job's.
+async fn fencing_tokens_keep_rising_across_a_restart_without_persistence(kind: Server) {
+    use redefer::lock::LockStore;
+    use redefer::queue::DelayQueue;
+    use redefer::semaphore::SemaphoreStore;
+    use redefer::{Fencing, LockKey, LockToken};
+
+    let mut server = RedisServer::start_with_of(kind, &["--save", "", "--appendonly", "no"]);
+    let key = LockKey::new("order:1").unwrap();
+    let ttl = Duration::from_secs(10);
+    // Highest tokens so far: lock, permit, job.
+    let tokens = |store: RedisStore| {
+        let key = key.clone();
+        async move {
+            let mut highest = [0u64; 3];
+            for _ in 0..3 {
+                let token = LockToken::random();
+                let by_set = store.try_acquire(&key, token, ttl).await.unwrap();
+                let redefer::lock::Acquisition::Acquired(Some(fence)) = by_set else {
+                    panic!("{by_set:?}");
+                };
+                highest[0] = highest[0].max(fence.0);
+                assert!(store.release(&key, token).await.unwrap());
+                // A waiter's acquire goes through the script.
+                let waiter = redefer::lock::Waiter::caller(LockToken::random());
+                store.join(&key, &waiter, None).await.unwrap();
+                let token = LockToken::random();
+                let by_script = store
+                    .try_acquire_in_line(&key, token, ttl, Some(&waiter), Fencing::On)
+                    .await
+                    .unwrap();
+                let redefer::lock::Acquisition::Acquired(Some(fence)) = by_script else {
+                    panic!("{by_script:?}");
+                };
+                highest[0] = highest[0].max(fence.0);
+                assert!(store.release(&key, token).await.unwrap());
+                let permit = LockToken::random();
+                let acquired = store
+                    .try_acquire_permit(&key, permit, ttl, 2, None, Fencing::On)
+                    .await
+                    .unwrap();
+                let redefer::lock::Acquisition::Acquired(Some(fence)) = acquired else {
+                    panic!("{acquired:?}");
+                };
+                highest[1] = highest[1].max(fence.0);
+                assert!(store.release_permit(&key, permit, 2, None).await.unwrap());
+            }
+            let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap();
+            queue.push(&1, Duration::ZERO).await.unwrap();
+            let claimed = queue.claim(1, ttl).await.unwrap();
+            highest[2] = claimed.jobs[0].lease.fence().0;
+            queue.ack(&claimed.jobs[0].lease).await.unwrap();
+            highest
+        }
+    };
+    let before = tokens(server.store().await).await;
+    server.restart();
+    let after = tokens(server.store().await).await;
+    for (what, (before, after)) in ["lock", "permit", "job"].iter().zip(before.iter().zip(&after)) {
+        assert!(
+            after > before,
+            "{what}: {after} after the restart, {before} before"
+        );
+    }
+}
+
 for_each_server!(
     a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost,
     a_lock_deleted_under_a_blocking_handler_ends_the_call_with_lock_lost,
@@ -437,4 +504,30 @@ for_each_server!(
     a_server_timeout_that_drops_idle_connections_is_survived,
     a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers,
     a_lock_no_replica_acknowledged_is_given_back_when_replication_is_required,
+    fencing_tokens_keep_rising_across_a_restart_without_persistence,
 );
+
+/// A new memory store (a restarted process) hands out tokens above the old one's.
+#[tokio::test]
+async fn a_new_memory_store_starts_its_tokens_above_the_old_ones() {
+    use redefer::lock::{Acquisition, LockStore};
+    use redefer::{LockKey, LockToken, MemoryStore};
+
+    let key = LockKey::new("order:1").unwrap();
+    let fence = |store: MemoryStore| {
+        let key = key.clone();
+        async move {
+            match store
+                .try_acquire(&key, LockToken::random(), Duration::from_secs(1))
+                .await
+                .unwrap()
+            {
+                Acquisition::Acquired(Some(fence)) => fence,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let old = fence(MemoryStore::new()).await;
+    let new = fence(MemoryStore::new()).await;
+    assert!(new > old, "{new:?} after {old:?}");
+}

@@ -79,13 +79,13 @@ impl HeldLock {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let handler = service_fn(|order: u64| async move {
 ///     let lock = current_lock().expect("runs under the lock");
-///     let fence = lock.fence.expect("fencing is on by default");
-///     Ok::<_, Infallible>(format!("order {order} under fence {fence}"))
+///     Ok::<_, Infallible>(lock.fence.expect("fencing is on by default"))
 /// });
 /// let service = LockLayer::new(MemoryStore::new(), |order: &u64| Some(format!("order:{order}")))
 ///     .layer(handler);
-/// let outcome = service.oneshot(42).await.unwrap();
-/// assert_eq!(outcome.done().unwrap(), "order 42 under fence 1");
+/// let first = service.clone().oneshot(42).await.unwrap().done().unwrap();
+/// let second = service.oneshot(42).await.unwrap().done().unwrap();
+/// assert!(second > first); // each holder of order 42 writes with a higher token
 /// assert!(current_lock().is_none());
 /// # }
 /// ```

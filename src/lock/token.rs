@@ -50,6 +50,13 @@ impl redis::ToRedisArgs for LockToken {
 /// Pass it along with every write the protected handler makes to another system; that system
 /// rejects writes carrying a lower token than one it has seen. That keeps the data safe even
 /// when a paused holder wakes up after its lock expired and another holder took over.
+///
+/// Tokens keep rising when the key's counter is lost with Redis's data (a restart without
+/// persistence, a failover to a replica that had not received it): a counter that was never
+/// raised is raised to the server's clock in microseconds before its first token, so the
+/// next tokens start above every earlier one, unless the key handed out more than one token
+/// per microsecond on average since (which no key can). Tokens are therefore large numbers
+/// (about 1.8 × 10^15 in 2026, below 2^53: exact in JSON and JavaScript), with gaps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct FencingToken(pub u64);
@@ -76,6 +83,28 @@ impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)
     }
+}
+
+/// Fencing counters below this were never raised to the clock: new, or lost with the data
+/// (see `lua/fence.lua`; the memory store keeps the same rule).
+pub(crate) const FENCE_FLOOR: u64 = 1 << 40;
+
+/// Hands out `n` tokens from `counter` (the last returned), raising a counter below
+/// [`FENCE_FLOOR`] to the system clock in microseconds first: the memory store's side of
+/// `next_fences` in `lua/fence.lua`, so that a new store (a restarted process) starts above the
+/// tokens of the one before it.
+pub(crate) fn next_fences(counter: &mut u64, n: u64) -> u64 {
+    let first = counter.saturating_add(1);
+    let first = if first < FENCE_FLOOR {
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX));
+        first.max(now_us)
+    } else {
+        first
+    };
+    *counter = first.saturating_add(n.saturating_sub(1));
+    *counter
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{
     Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken, Waiter,
+    next_fences,
 };
 use crate::metric_names;
 use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_expired};
@@ -129,8 +130,7 @@ impl LockState {
         waiter: Option<&Waiter>,
     ) -> FencingToken {
         let counter = self.fences.entry(key.clone()).or_insert(0);
-        *counter += 1;
-        let fence = FencingToken(*counter);
+        let fence = FencingToken(next_fences(counter, 1));
         self.locks.insert(
             key.clone(),
             Holding {

@@ -352,7 +352,7 @@ impl QueueStore for MemoryStore {
                     Ok(envelope) => {
                         q.inflight.insert((deadline, id.clone()));
                         q.leases.insert(id.clone(), (deadline, token));
-                        q.fence += 1;
+                        crate::lock::next_fences(&mut q.fence, 1);
                         jobs.push(RawClaim {
                             id,
                             due: from_epoch_ms(due),

@@ -11,7 +11,9 @@ use super::MemoryStore;
 use super::line::Line;
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockToken, Waiter};
+use crate::lock::{
+    Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockToken, Waiter, next_fences,
+};
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
 use crate::semaphore::SemaphoreStore;
@@ -237,8 +239,7 @@ impl SemaphoreStore for MemoryStore {
                 if let Some(waiter) = waiter {
                     state.line.remove(waiter);
                 }
-                *counter += 1;
-                let fence = FencingToken(*counter);
+                let fence = FencingToken(next_fences(counter, 1));
                 state.holders.insert(token, (fence, now + ttl));
                 state.limit = permits;
                 handed.reserved = state.hand_to_line(now, permits, reservation);

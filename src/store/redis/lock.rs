@@ -8,12 +8,14 @@ use redis::{Script, ScriptInvocation};
 use super::RedisStore;
 use super::keys::LockKeys;
 use super::scripts::{
-    LOCK_ACQUIRE, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE, QUEUE_PROMOTE,
+    LOCK_ACQUIRE, LOCK_EXTEND, LOCK_FENCE_FLOOR, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE,
+    QUEUE_PROMOTE,
 };
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken, Overflow, Waiter,
+    Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken,
+    Overflow, Waiter,
 };
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
@@ -116,7 +118,23 @@ where
             .map(|fence| redis::from_redis_value_ref::<u64>(fence).map(FencingToken))
             .transpose()
             .map_err(|error| StoreError::Redis(error.into()))?;
-        Ok(Some(fence))
+        match fence {
+            // A counter never raised to the clock (new, or lost with the data): raise it now,
+            // before the token reaches anyone (see `lua/fence.lua`). Once per counter.
+            Some(low) if low.0 < FENCE_FLOOR => {
+                let raised: Option<u64> = self
+                    .lock_script(&LOCK_FENCE_FLOOR, key)
+                    .arg(token)
+                    .invoke_async(&mut self.conn.clone())
+                    .await?;
+                match raised {
+                    Some(raised) => Ok(Some(Some(FencingToken(raised)))),
+                    // Lost in between (an operator deleted it): the script path decides.
+                    None => Ok(None),
+                }
+            }
+            fence => Ok(Some(fence)),
+        }
     }
 
     /// One acquire: by `SET NX` when the caller is not in line, else (or on a conflict) by

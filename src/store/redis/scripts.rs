@@ -5,7 +5,8 @@
 //! request (the lock's release is sent without waiting for its answer, and keeps its place
 //! on the connection only as one request); the redis crate loads the text again when a
 //! server answers `NOSCRIPT` (after a restart or failover).
-//! Every queue script starts with `queue_prelude.lua`, which names the queue's keys in the
+//! Every script of a family starts with `fence.lua` (the fencing counters' steps), then its
+//! family's prelude. Every queue script's prelude is `queue_prelude.lua`, which names the queue's keys in the
 //! order [`QueueKeys::in_script_order`](super::keys::QueueKeys::in_script_order) passes them;
 //! every lock script with `lock_prelude.lua`, for
 //! [`LockKeys::in_script_order`](super::keys::LockKeys::in_script_order).
@@ -35,13 +36,16 @@ macro_rules! script {
 const QUEUE_PRELUDE: &str = include_str!("lua/queue_prelude.lua");
 const LOCK_PRELUDE: &str = include_str!("lua/lock_prelude.lua");
 const PERMIT_PRELUDE: &str = include_str!("lua/permit_prelude.lua");
+/// The fencing counters' steps, before every family's prelude (`lua/fence.lua`).
+const FENCE: &str = include_str!("lua/fence.lua");
 /// The line's cap, shared by the two join scripts after their family's prelude.
 const LINE_CAP: &str = include_str!("lua/line_cap.lua");
 
-/// A script with `prelude` after its first line, which must stay first: the flags.
+/// A script with the fence steps and `prelude` after its first line, which must stay first:
+/// the flags.
 fn with_prelude(prelude: &str, script: &str) -> String {
     let (flags, body) = script.split_once('\n').unwrap_or((script, ""));
-    format!("{flags}\n{prelude}{body}")
+    format!("{flags}\n{FENCE}{prelude}{body}")
 }
 
 script!(LOCK_ACQUIRE, LOCK_PRELUDE, "lock_acquire.lua");
@@ -52,6 +56,7 @@ script!(LOCK_JOIN, &[LOCK_PRELUDE, LINE_CAP].concat(), "lock_join.lua");
 pub(super) static LOCK_RELEASE_ALONE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_release_alone.lua")));
 script!(LOCK_LEAVE, LOCK_PRELUDE, "lock_leave.lua");
+script!(LOCK_FENCE_FLOOR, LOCK_PRELUDE, "lock_fence_floor.lua");
 script!(PERMIT_ACQUIRE, PERMIT_PRELUDE, "permit_acquire.lua");
 script!(PERMIT_EXTEND, PERMIT_PRELUDE, "permit_extend.lua");
 script!(PERMIT_RELEASE, PERMIT_PRELUDE, "permit_release.lua");
@@ -84,13 +89,14 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 30] = [
+static ALL: [&LazyLock<Script>; 31] = [
     &LOCK_ACQUIRE,
     &LOCK_EXTEND,
     &LOCK_RELEASE,
     &LOCK_RELEASE_ALONE,
     &LOCK_JOIN,
     &LOCK_LEAVE,
+    &LOCK_FENCE_FLOOR,
     &PERMIT_ACQUIRE,
     &PERMIT_EXTEND,
     &PERMIT_RELEASE,
@@ -137,7 +143,7 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 28] = [
+    const SCRIPTS: [(&str, &str); 29] = [
         ("permit_acquire", include_str!("lua/permit_acquire.lua")),
         ("permit_extend", include_str!("lua/permit_extend.lua")),
         ("permit_release", include_str!("lua/permit_release.lua")),
@@ -150,6 +156,7 @@ mod tests {
         ("lock_release_alone", include_str!("lua/lock_release_alone.lua")),
         ("lock_join", include_str!("lua/lock_join.lua")),
         ("lock_leave", include_str!("lua/lock_leave.lua")),
+        ("lock_fence_floor", include_str!("lua/lock_fence_floor.lua")),
         ("queue_promote", include_str!("lua/queue_promote.lua")),
         ("queue_push_many", include_str!("lua/queue_push_many.lua")),
         ("queue_push", include_str!("lua/queue_push.lua")),
@@ -181,7 +188,7 @@ mod tests {
             assert_eq!(flags, expected, "{name}.lua");
         }
         let claim = super::with_prelude(PRELUDE, CLAIM);
-        assert!(claim.starts_with("#!lua flags=allow-oom\n-- The prelude"));
+        assert!(claim.starts_with("#!lua flags=allow-oom\n-- Fencing counters"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ local token, ttl, waiter = ARGV[3], ARGV[4], ARGV[5]
 -- The common case first, in the fewest calls: a free key with nobody in line.
 if redis.call('SET', LOCK, token, 'NX', 'PX', ttl) then
   if redis.call('EXISTS', WAITERS) == 0 then
-    return {1, redis.call('INCR', FENCE), -1}
+    return {1, next_fences(FENCE, 1), -1}
   end
   -- Free, but with a line (a holder's TTL ran out): the rules below decide whose it is.
   redis.call('DEL', LOCK)
@@ -55,4 +55,4 @@ if redis.call('EXISTS', WAITERS) == 1 then
   value = token .. LINE_MARK
 end
 redis.call('SET', LOCK, value, 'PX', ttl)
-return {1, redis.call('INCR', FENCE), waited}
+return {1, next_fences(FENCE, 1), waited}

@@ -58,7 +58,7 @@ end
 if waiter ~= '' then
   redis.call('ZREM', WAITERS, waiter)
 end
-fence = redis.call('INCR', FENCE)
+fence = next_fences(FENCE, 1)
 redis.call('ZADD', PERMITS, now + ttl, token)
 redis.call('HSET', FENCES, token, fence)
 redis.call('SET', LIMIT, limit, 'PX', ttl)

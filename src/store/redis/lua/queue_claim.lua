@@ -101,7 +101,7 @@ if #due > 0 then
   batched('ZADD', INFLIGHT, inflight)
   batched('HSET', LEASES, leases)
   if #claimed > 0 then
-    local last = redis.call('INCRBY', FENCE, #claimed)
+    local last = next_fences(FENCE, #claimed)
     local lag, lag_max = 0, 0
     for i, job in ipairs(claimed) do
       job[4] = last - #claimed + i
