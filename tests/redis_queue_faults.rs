@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redefer::queue::DelayQueue;
-use redefer::queue::{QueueStats, RawJobState};
+use redefer::queue::{QueueStats, QueueStore, RawJobState};
 use redefer::{LockLayer, RedisStore, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 use tower::{Layer, service_fn};
@@ -236,6 +236,40 @@ async fn the_scheduler_carries_on_after_redis_is_killed_and_restarted_with_aof(k
     scheduler.shutdown().await;
 }
 
+/// A Redis restart without persistence empties the queue registry (what `redefer queues`, the
+/// command and the dashboard read); a running scheduler puts its queue back, at its next
+/// `stats_every`, with nothing pushed.
+async fn a_running_scheduler_puts_its_queue_back_in_the_registry_after_redis_lost_it(kind: Server) {
+    let mut server = RedisServer::start_with_of(kind, &["--save", "", "--appendonly", "no"]);
+    let store = server.fast_failing_store().await;
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    let registered = || async {
+        let queues = store.registered().await.ok()?;
+        queues.iter().any(|queue| queue.name == "charges").then_some(())
+    };
+    let options = SchedulerOptions {
+        stats_every: Duration::from_millis(100),
+        ..quick()
+    };
+    let (scheduler, _) = recording_scheduler(store.clone(), &queue, options);
+    eventually(
+        Duration::from_secs(10),
+        "the scheduler registered its queue",
+        registered,
+    )
+    .await;
+    server.restart();
+    let lost: Vec<String> = server.cmd(::redis::cmd("KEYS").arg("*queues*")).await;
+    assert!(lost.is_empty(), "the restart kept {lost:?}");
+    eventually(
+        Duration::from_secs(10),
+        "the queue is registered again",
+        registered,
+    )
+    .await;
+    scheduler.shutdown().await;
+}
+
 async fn an_idle_scheduler_sends_only_a_few_commands_per_second(kind: Server) {
     let server = RedisServer::start_of(kind);
     let store = server.store().await;
@@ -401,5 +435,6 @@ for_each_server!(
     keys_of_the_wrong_type_are_store_errors_and_touch_nothing_else,
     the_scheduler_carries_on_after_redis_is_killed_and_restarted_with_aof,
     an_idle_scheduler_sends_only_a_few_commands_per_second,
+    a_running_scheduler_puts_its_queue_back_in_the_registry_after_redis_lost_it,
     no_deferral_reported_to_a_caller_is_lost_when_redis_is_killed_mid_run,
 );

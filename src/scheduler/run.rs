@@ -71,7 +71,13 @@ where
             if !stats_every.is_zero() && Instant::now() >= stats_due {
                 stats_due = Instant::now() + stats_every;
                 match queue.stats().await {
-                    Ok(stats) => metrics.record_stats(stats),
+                    Ok(stats) => {
+                        metrics.record_stats(stats);
+                        // The registry may have gone with Redis's data (a restart without
+                        // persistence): a queue being drained must not look unknown to the
+                        // operators' tools.
+                        queue.register_as_scheduler().await;
+                    }
                     Err(error) => tracing::debug!(%error, "cannot count the queue's jobs"),
                 }
             }
