@@ -26,10 +26,21 @@ pub(crate) struct ReleaseOnDrop<St: LockStore> {
     store: St,
     key: LockKey,
     token: LockToken,
-    armed: bool,
+    armed: Armed,
     /// The caller's place in the key's line while it waits in place: left on drop, so that a
     /// cancelled caller does not hold up the line until its reservation runs out.
     waiting_as: Option<Waiter>,
+}
+
+/// What the guard knows of the lock, which decides what a drop does and says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Armed {
+    /// The lock is known not to be ours.
+    Off,
+    /// An acquire was sent and not answered: the lock may be ours.
+    Acquiring,
+    /// The lock is ours.
+    Holding,
 }
 
 impl<St: LockStore> ReleaseOnDrop<St> {
@@ -38,7 +49,7 @@ impl<St: LockStore> ReleaseOnDrop<St> {
             store,
             key,
             token,
-            armed: false,
+            armed: Armed::Off,
             waiting_as: None,
         }
     }
@@ -49,14 +60,20 @@ impl<St: LockStore> ReleaseOnDrop<St> {
         self.waiting_as = waiter;
     }
 
-    /// From now on, dropping the guard releases the lock.
+    /// An acquire is about to be sent: from now on, dropping the guard releases the lock (in
+    /// case the acquire took it).
     pub(crate) fn arm(&mut self) {
-        self.armed = true;
+        self.armed = Armed::Acquiring;
+    }
+
+    /// The acquire answered: the lock is ours.
+    pub(crate) fn holding(&mut self) {
+        self.armed = Armed::Holding;
     }
 
     /// The lock is known not to be ours: dropping the guard does nothing.
     pub(crate) fn disarm(&mut self) {
-        self.armed = false;
+        self.armed = Armed::Off;
     }
 
     /// Releases without making the caller wait for the store's answer: the release is sent
@@ -67,7 +84,7 @@ impl<St: LockStore> ReleaseOnDrop<St> {
     /// Nothing the caller gets depends on the answer: a release that fails leaves the lock to
     /// its TTL, which is all the caller could do about it.
     pub(crate) fn release_after(&mut self, held_for: Option<Duration>) {
-        self.armed = false;
+        self.armed = Armed::Off;
         let (store, key, token) = (self.store.clone(), self.key.clone(), self.token);
         send_then_detach(&self.key, async move {
             match store.release_after(&key, token, held_for).await {
@@ -100,7 +117,7 @@ fn send_then_detach(key: &LockKey, send: impl Future<Output = ()> + Send + 'stat
 impl<St: LockStore> Drop for ReleaseOnDrop<St> {
     fn drop(&mut self) {
         let waiting_as = self.waiting_as.take();
-        if !self.armed && waiting_as.is_none() {
+        if self.armed == Armed::Off && waiting_as.is_none() {
             return;
         }
         let Ok(runtime) = Handle::try_current() else {
@@ -109,13 +126,22 @@ impl<St: LockStore> Drop for ReleaseOnDrop<St> {
         };
         let (store, key, token, armed) = (self.store.clone(), self.key.clone(), self.token, self.armed);
         runtime.spawn(async move {
-            if armed {
-                match store.release(&key, token).await {
-                    Ok(released) => tracing::debug!(%key, released, "lock released after cancellation"),
-                    Err(error) => {
-                        tracing::warn!(%key, %error, "release after cancellation failed; the lock expires with its TTL")
-                    }
+            match (armed, store_release(&store, &key, token, armed).await) {
+                (_, None) => {}
+                (Armed::Holding, Some(Ok(released))) => {
+                    tracing::debug!(%key, released, "lock released after cancellation");
                 }
+                (_, Some(Ok(true))) => tracing::debug!(%key, "cancelled while acquiring: the lock it took is released"),
+                (_, Some(Ok(false))) => tracing::debug!(%key, "cancelled before it acquired the lock"),
+                (Armed::Holding, Some(Err(error))) => {
+                    tracing::warn!(%key, %error, "release after cancellation failed; the lock expires with its TTL")
+                }
+                // The acquire's fate is unknown: most likely it never reached the store either.
+                (_, Some(Err(error))) => tracing::debug!(
+                    %key,
+                    %error,
+                    "cancelled while acquiring, and the release failed: should the acquire have taken the lock, it expires with its TTL"
+                ),
             }
             if let Some(waiter) = waiting_as
                 && let Err(error) = store.leave(&key, &waiter).await
@@ -123,5 +149,18 @@ impl<St: LockStore> Drop for ReleaseOnDrop<St> {
                 tracing::warn!(%key, %error, "cannot leave the line after cancellation");
             }
         });
+    }
+}
+
+/// The release a dropped guard sends, `None` when it holds nothing to release.
+async fn store_release<St: LockStore>(
+    store: &St,
+    key: &LockKey,
+    token: LockToken,
+    armed: Armed,
+) -> Option<Result<bool, crate::error::StoreError>> {
+    match armed {
+        Armed::Off => None,
+        Armed::Acquiring | Armed::Holding => Some(store.release(key, token).await),
     }
 }

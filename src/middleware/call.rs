@@ -66,7 +66,10 @@ where
                 .try_acquire_in_line(&key, token, shared.ttl, me, shared.fencing)
                 .await;
             let (remaining, ahead, typical_hold, reserved) = match acquisition {
-                Ok(Acquisition::Acquired(fence)) => break (fence, sent),
+                Ok(Acquisition::Acquired(fence)) => {
+                    guard.holding();
+                    break (fence, sent);
+                }
                 Ok(Acquisition::Held {
                     remaining,
                     ahead,

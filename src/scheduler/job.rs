@@ -23,7 +23,7 @@ use crate::key::LockKey;
 use crate::metric_names::QueueMetrics;
 use crate::middleware::{Error, Outcome};
 use crate::queue::QueueStore;
-use crate::queue::{AfterFailure, ClaimedJob, Codec, DelayQueue, Lease, QueueError};
+use crate::queue::{AfterFailure, ClaimedJob, Codec, DelayQueue, JobId, Lease, QueueError, RawJobState};
 use crate::renewal::{LossReason, Renewal, while_valid};
 
 /// How a run of the service ended, before settling.
@@ -232,14 +232,18 @@ where
             // A handled job is acknowledged in a batch with others; should the batch fail, and
             // for failed jobs, the job is settled on its own, retried until its lease runs out.
             let lease = match ran {
-                Ran::Done => match acker.ack(lease).await {
-                    Ok(true) => return finish(&metrics, JobEnd::Acked),
-                    Ok(false) => {
-                        tracing::warn!("job lease ran out before it was settled; another claimer has it");
-                        return finish(&metrics, JobEnd::LeaseLost);
+                Ran::Done => {
+                    // The ack takes the lease; the id says why, should it be refused.
+                    let id = lease.id().clone();
+                    match acker.ack(lease).await {
+                        Ok(true) => return finish(&metrics, JobEnd::Acked),
+                        Ok(false) => {
+                            say_why_the_lease_was_lost(&queue, &id).await;
+                            return finish(&metrics, JobEnd::LeaseLost);
+                        }
+                        Err(lease) => lease,
                     }
-                    Err(lease) => lease,
-                },
+                }
                 Ran::Failed(_) | Ran::StoreFailed(_) | Ran::Waiting { .. } | Ran::Throttled { .. } => lease,
             };
             let postpone_by = error_backoff.delay(store_failures.fetch_add(1, Ordering::Relaxed), &mut rand::rng());
@@ -248,6 +252,37 @@ where
         }
         .instrument(span)
         .await
+    }
+}
+
+/// Logs why a job could not be settled under its lease, from where the job is now (one more
+/// read, on this rare path): another claimer has it, it was settled or deleted meanwhile, or
+/// its record is gone with Redis's data.
+async fn say_why_the_lease_was_lost<T, St, Enc>(queue: &DelayQueue<T, St, Enc>, id: &JobId)
+where
+    T: Serialize + DeserializeOwned,
+    St: QueueStore,
+    Enc: Codec,
+{
+    match queue.job(id).await.map(|job| job.map(|job| job.state)) {
+        Ok(Some(RawJobState::InFlight { .. })) => {
+            tracing::warn!("job lease ran out before it was settled; another claimer has the job")
+        }
+        Ok(Some(RawJobState::Delayed { .. })) => {
+            tracing::warn!("job lease ran out before it was settled; the job waits to run again")
+        }
+        Ok(Some(state @ (RawJobState::Dead { .. } | RawJobState::Done { .. }))) => {
+            tracing::warn!(
+                ?state,
+                "the job was settled by another claimer, or an operator, before this run"
+            )
+        }
+        Ok(None | Some(RawJobState::Missing)) => tracing::warn!(
+            "the job's record is gone (deleted by an operator, or lost with Redis's data): nothing to settle"
+        ),
+        Err(error) => {
+            tracing::warn!(%error, "the job could not be settled under its lease, and cannot be read")
+        }
     }
 }
 
@@ -324,7 +359,7 @@ where
         match settled {
             Ok(end) => {
                 if end == JobEnd::LeaseLost {
-                    tracing::warn!("job lease ran out before it was settled; another claimer has it");
+                    say_why_the_lease_was_lost(queue, lease.id()).await;
                 }
                 return end;
             }
