@@ -31,11 +31,10 @@ fn resource_key(task: &Task) -> Option<String> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string());
-    let config: Config = match std::env::var("REDEFER_CONFIG") {
-        Ok(path) => toml::from_str(&std::fs::read_to_string(&path)?)?,
+    let config = match std::env::var("REDEFER_CONFIG") {
+        Ok(path) => Config::from_file(path)?,
         Err(_) => Config::default(),
     };
-    config.validate()?;
     // Under the configured prefix: the app, every worker and the command see the same keys.
     let store = config.connect(&url).await?;
     let queue = config.queue::<Task, _>(store.clone())?;

@@ -209,9 +209,50 @@ pub enum ConfigError {
         /// What is wrong.
         problem: &'static str,
     },
+    /// The text is not a configuration: TOML syntax, an unknown field, a value of the wrong
+    /// kind (the message says where).
+    #[error("invalid configuration: {0}")]
+    Parse(String),
+    /// The file could not be read ([`Config::from_file`]).
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl Config {
+    /// The configuration a TOML text describes, validated: what `Config`'s serde form reads,
+    /// then [`validate`](Config::validate).
+    ///
+    /// ```
+    /// use redefer::Config;
+    ///
+    /// let config = Config::from_toml_str("prefix = \"billing\"\n[queue]\nretention = { max_count = 10 }")?;
+    /// assert_eq!(config.prefix, "billing");
+    /// assert_eq!(config.queue.retention.map(|r| r.max_count), Some(10));
+    /// assert!(Config::from_toml_str("[lock]\nttll = \"10s\"").is_err());
+    /// # Ok::<(), redefer::ConfigError>(())
+    /// ```
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|error| ConfigError::Parse(error.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The configuration in the TOML file at `path`, validated ([`from_toml_str`](Config::from_toml_str)).
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_toml_str(&text)
+    }
+
     /// Checks what serde cannot: names, and values that would not work.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let out_of_range = |field: &str, problem| {
@@ -565,6 +606,26 @@ mod tests {
         let plain = parsed("").queue::<u32, _>(crate::MemoryStore::new()).unwrap();
         assert_eq!(plain.counters(), Counters::On, "on by default");
         assert!(toml::from_str::<Config>("[queue]\nactivity = \"sometimes\"").is_err());
+    }
+
+    #[test]
+    fn toml_is_read_and_checked_by_the_crate_itself() {
+        let partial = Config::from_toml_str("[queue]\nretention = { max_count = 10 }").unwrap();
+        let retention = partial.queue.retention.unwrap();
+        assert_eq!(retention.max_count, 10);
+        assert_eq!(retention.max_age, crate::queue::Retention::default().max_age);
+        assert!(matches!(
+            Config::from_toml_str("[queue]\nretention = { max_count = 10, keep = 3 }"),
+            Err(ConfigError::Parse(_))
+        ));
+        assert!(matches!(
+            Config::from_toml_str("[scheduler]\nmax_idle = \"0s\""),
+            Err(ConfigError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            Config::from_file("/nonexistent/redefer.toml"),
+            Err(ConfigError::Read { .. })
+        ));
     }
 
     #[test]

@@ -476,3 +476,55 @@ async fn a_sharded_queue_is_read_with_its_registered_shards_and_a_wrong_count_is
     );
     assert_eq!(json(&server, &prefix, &["queues"])[0]["shards"], 4);
 }
+
+/// The global options go before the command or after it (`redefer queues --url URL`), and a
+/// configuration file is read with the crate's own TOML reader (a partial `retention` works).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_options_go_before_or_after_the_command() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    queue
+        .push(&serde_json::json!({ "order": 1 }), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_redefer"))
+            .args(args)
+            .output()
+            .expect("run redefer");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<Value>(&output.stdout).expect("JSON output")
+    };
+    let url = server.url();
+    let after = run(&[
+        "stats", "--url", &url, "--prefix", &prefix, "--queue", "orders", "--json",
+    ]);
+    let before = run(&[
+        "--url", &url, "--prefix", &prefix, "--queue", "orders", "--json", "stats",
+    ]);
+    assert_eq!(after["waiting"], 1);
+    assert_eq!(after, before);
+    let queues = run(&["queues", "--json", "--prefix", &prefix, "--url", &url]);
+    assert!(queues.to_string().contains("orders"), "{queues}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("app.toml");
+    let text =
+        format!("prefix = \"{prefix}\"\n[queue]\nname = \"orders\"\nretention = {{ max_count = 10 }}\n");
+    std::fs::write(&config, text).unwrap();
+    let configured = run(&[
+        "stats",
+        "--json",
+        "--url",
+        &url,
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(configured["waiting"], 1);
+}

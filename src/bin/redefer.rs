@@ -37,28 +37,34 @@ use serde_json::{Value, json};
     version,
     about = "Inspect and operate redefer's locks and delay queues in Redis"
 )]
+// The options before the command may come after it too (`global`): `redefer queues --url URL`.
 struct Cli {
     /// The Redis server (with --cluster: any node of the cluster).
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     url: String,
     /// Connect to a Redis Cluster.
-    #[arg(long)]
+    #[arg(long, global = true)]
     cluster: bool,
     /// The application's configuration (TOML, or JSON by a .json name): the prefix, queue and
     /// shards to use, unless given below.
-    #[arg(long, env = "REDEFER_CONFIG")]
+    #[arg(long, global = true, env = "REDEFER_CONFIG")]
     config: Option<PathBuf>,
     /// The prefix of redefer's keys [default: the config's, or redefer].
-    #[arg(long)]
+    #[arg(long, global = true)]
     prefix: Option<String>,
     /// The queue [default: the config's, or deferred].
-    #[arg(long)]
+    #[arg(long, global = true)]
     queue: Option<String>,
     /// How many shards the queue has [default: the config's, or 1].
-    #[arg(long)]
+    #[arg(long, global = true)]
     shards: Option<usize>,
     /// Print JSON instead of tables (errors too, on stderr).
-    #[arg(long)]
+    #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
     command: Command,
@@ -186,15 +192,14 @@ impl Target {
 fn read_config(path: &std::path::Path) -> Result<Config, Failure> {
     let text =
         std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-    let config: Config = if path.extension().is_some_and(|extension| extension == "json") {
-        serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?
+    let parsed = if path.extension().is_some_and(|extension| extension == "json") {
+        serde_json::from_str::<Config>(&text)
+            .map_err(|error| redefer::ConfigError::Parse(error.to_string()))
+            .and_then(|config| config.validate().map(|()| config))
     } else {
-        toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?
+        Config::from_toml_str(&text)
     };
-    config
-        .validate()
-        .map_err(|error| format!("{}: {error}", path.display()))?;
-    Ok(config)
+    parsed.map_err(|error| format!("{}: {error}", path.display()).into())
 }
 
 /// The queue the command works on, with its shards: as given, else as registered. Fails for a

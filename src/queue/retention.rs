@@ -55,14 +55,27 @@ use std::time::Duration;
 /// assert!(matches!(queue.status(&second).await?, JobStatus::Done { .. }));
 /// # Ok(()) }
 /// ```
+///
+/// As configuration, either bound may be left out (`{ max_count = 10 }`): it keeps its
+/// default, 10,000 jobs or a day.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Retention {
     /// The most finished jobs kept (at least 1).
     pub max_count: usize,
     /// The longest a finished job is kept.
     #[serde(with = "humantime_serde")]
     pub max_age: Duration,
+}
+
+impl Default for Retention {
+    /// At most 10,000 finished jobs, none older than a day.
+    fn default() -> Self {
+        Retention {
+            max_count: 10_000,
+            max_age: Duration::from_secs(24 * 60 * 60),
+        }
+    }
 }
 
 impl Retention {
