@@ -323,3 +323,51 @@ async fn a_broken_activity_hash_never_fails_a_job_operation() {
         "reading it is the one thing that fails"
     );
 }
+
+/// A key whose reservation ran out unused keeps its line with no holder: the listing shows it
+/// (`redefer locks`, the dashboard), with its waiters, for a mutex and for a semaphore.
+async fn keys_with_waiters_and_no_holder_are_listed<St>(store: St)
+where
+    St: redefer::lock::LockStore + redefer::semaphore::SemaphoreStore + redefer::store::ListLocks,
+{
+    use redefer::lock::Waiter;
+    use redefer::{LockKey, LockToken};
+
+    let (mutex, semaphore) = (
+        LockKey::new("order:line").unwrap(),
+        LockKey::new("tenant:line").unwrap(),
+    );
+    let waiter = || Waiter::caller(LockToken::random());
+    // The free key is reserved for its first waiter, who never comes.
+    store.join(&mutex, &waiter(), None).await.unwrap();
+    store.join_permits(&semaphore, &waiter(), None, 1).await.unwrap();
+    let listed =
+        |locks: &[redefer::store::LockInfo], key: &str| locks.iter().find(|info| info.key == key).cloned();
+    let locks = support::eventually(Duration::from_secs(10), "the reservations ran out", || async {
+        let locks = store.list_locks(100).await.unwrap();
+        let unheld = |key| listed(&locks, key).is_some_and(|info| info.remaining.is_none());
+        (unheld("order:line") && unheld("tenant:line")).then_some(locks)
+    })
+    .await;
+    for key in ["order:line", "tenant:line"] {
+        let info = listed(&locks, key).unwrap();
+        assert_eq!(
+            (info.waiters, info.holders, info.reserved_for),
+            (1, 0, None),
+            "{key}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_with_waiters_and_no_holder_are_listed_in_memory() {
+    let store = redefer::MemoryStore::new().with_reservation(Duration::from_millis(50));
+    keys_with_waiters_and_no_holder_are_listed(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_with_waiters_and_no_holder_are_listed_on_redis() {
+    let server = support::TestRedis::start();
+    let store = server.store().await.with_reservation(Duration::from_millis(50));
+    keys_with_waiters_and_no_holder_are_listed(store).await;
+}

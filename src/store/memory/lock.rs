@@ -371,7 +371,7 @@ impl crate::store::ListLocks for MemoryStore {
         let mut locks: Vec<crate::store::LockInfo> = {
             let state = self.locks();
             let now = Instant::now();
-            state
+            let mut held: Vec<crate::store::LockInfo> = state
                 .locks
                 .iter()
                 .filter(|(_, holding)| holding.expires > now)
@@ -392,7 +392,28 @@ impl crate::store::ListLocks for MemoryStore {
                         next_slot: None,
                     }
                 })
-                .collect()
+                .collect();
+            // Keys with a line and no holder (a reservation ran out unused): their waiters wait.
+            let unheld = state
+                .lines
+                .iter()
+                .filter(|(key, line)| {
+                    !line.order.is_empty()
+                        && state.locks.get(*key).is_none_or(|holding| holding.expires <= now)
+                })
+                .take(limit.saturating_sub(held.len()))
+                .map(|(key, line)| crate::store::LockInfo {
+                    key: key.as_str().to_string(),
+                    remaining: None,
+                    fence: state.fences.get(key).copied().unwrap_or(0),
+                    waiters: line.order.len() as u64,
+                    holders: 0,
+                    limit: 1,
+                    reserved_for: None,
+                    next_slot: None,
+                });
+            held.extend(unheld.collect::<Vec<_>>());
+            held
         };
         locks.extend(self.list_semaphores(limit - locks.len()));
         locks.extend(self.list_throttles(limit - locks.len()));

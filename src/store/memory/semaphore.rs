@@ -181,11 +181,20 @@ impl MemoryStore {
                     .map(|(_, deadline)| *deadline)
                     .chain(permits.reserved.values().copied())
                     .max()
-                    .filter(|last| *last > now)?;
-                let reserved: Vec<&str> = permits.reserved.keys().map(Waiter::as_str).collect();
+                    .filter(|last| *last > now);
+                // A key with a line and no permit out is listed too: its waiters wait.
+                if last.is_none() && permits.line.order.is_empty() {
+                    return None;
+                }
+                let reserved: Vec<&str> = permits
+                    .reserved
+                    .iter()
+                    .filter(|(_, deadline)| **deadline > now)
+                    .map(|(waiter, _)| waiter.as_str())
+                    .collect();
                 Some(crate::store::LockInfo {
                     key: key.as_str().to_string(),
-                    remaining: Some(last - now),
+                    remaining: last.map(|last| last - now),
                     fence: state.fences.get(key).copied().unwrap_or(0),
                     waiters: permits.line.order.len() as u64,
                     holders: permits

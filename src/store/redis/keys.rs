@@ -222,6 +222,16 @@ pub(crate) fn lock_namespace(prefix: &Prefix) -> String {
     format!("{}:lock:", prefix.as_str())
 }
 
+/// The start of every mutex's line under `prefix`, before its hash tag.
+pub(crate) fn waiters_namespace(prefix: &Prefix) -> String {
+    format!("{}:waiters:", prefix.as_str())
+}
+
+/// The start of every semaphore's line under `prefix`, before its hash tag.
+pub(crate) fn permit_waiters_namespace(prefix: &Prefix) -> String {
+    format!("{}:permit-waiters:", prefix.as_str())
+}
+
 /// The keys of one queue, in the order every queue script receives them in `KEYS`: the shared
 /// Lua prelude (`lua/queue_prelude.lua`) names them in this order.
 #[derive(Debug, Clone)]

@@ -67,6 +67,9 @@ where
             keys::lock_namespace(&self.prefix),
             keys::permits_namespace(&self.prefix),
             keys::throttles_namespace(&self.prefix),
+            // Lines whose key has no holder (a reservation ran out unused): their waiters wait.
+            keys::waiters_namespace(&self.prefix),
+            keys::permit_waiters_namespace(&self.prefix),
         ] {
             let mut cursor = 0u64;
             loop {
@@ -87,8 +90,27 @@ where
         let lock_prefix = keys::lock_namespace(&self.prefix);
         let permits_prefix = keys::permits_namespace(&self.prefix);
         let throttles_prefix = keys::throttles_namespace(&self.prefix);
+        let waiters_prefix = keys::waiters_namespace(&self.prefix);
+        let permit_waiters_prefix = keys::permit_waiters_namespace(&self.prefix);
+        let found: std::collections::HashSet<String> = keys.iter().cloned().collect();
         let mut locks = Vec::with_capacity(keys.len());
         for key in keys {
+            // A line is described with its key: on its own only when the key was not found.
+            let key = if let Some(tag) = key.strip_prefix(&waiters_prefix) {
+                let lock = format!("{lock_prefix}{tag}");
+                if found.contains(&lock) {
+                    continue;
+                }
+                lock
+            } else if let Some(tag) = key.strip_prefix(&permit_waiters_prefix) {
+                let permits = format!("{permits_prefix}{tag}");
+                if found.contains(&permits) {
+                    continue;
+                }
+                permits
+            } else {
+                key
+            };
             let described = if let Some(tag) = key.strip_prefix(&permits_prefix) {
                 self.describe_semaphore(&key, tag).await?
             } else if let Some(tag) = key.strip_prefix(&throttles_prefix) {
@@ -112,16 +134,18 @@ where
             .get(key)
             .query_async(&mut self.conn.clone())
             .await?;
-        if pttl == -2 {
+        if pttl == -2 && waiters == 0 {
             return Ok(None); // released since the scan
         }
         let reserved_for = holder.and_then(|holder| holder.strip_prefix('@').map(str::to_string));
+        // No holder, but a line (a reservation ran out unused): listed with its waiters.
+        let held = pttl != -2 && reserved_for.is_none();
         Ok(Some(LockInfo {
             key: key_name(key, tag),
             remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
             fence: fence.unwrap_or(0),
             waiters,
-            holders: u64::from(reserved_for.is_none()),
+            holders: u64::from(held),
             limit: 1,
             reserved_for,
             next_slot: None,
@@ -148,7 +172,7 @@ where
             .zrange(key, 0, MAX_RESERVATIONS_SHOWN)
             .query_async(&mut self.conn.clone())
             .await?;
-        if pttl == -2 {
+        if pttl == -2 && waiters == 0 {
             return Ok(None);
         }
         let reserved: Vec<&str> = entries
