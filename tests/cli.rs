@@ -528,3 +528,30 @@ async fn global_options_go_before_or_after_the_command() {
     ]);
     assert_eq!(configured["waiting"], 1);
 }
+
+/// `list` and `show` count a job's attempts as its status does: a job done at its first run
+/// has had 1 attempt, wherever it is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_show_and_status_agree_on_attempts() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders")
+        .unwrap()
+        .retain_finished(redefer::queue::Retention::default());
+    let id = queue
+        .push(&serde_json::json!({ "order": 1 }), Duration::ZERO)
+        .await
+        .unwrap()
+        .id;
+    let claimed = queue.claim(1, Duration::from_secs(30)).await.unwrap();
+    assert!(queue.ack(&claimed.jobs[0].lease).await.unwrap());
+    let Ok(redefer::queue::JobStatus::Done { attempts, .. }) = queue.status(&id).await else {
+        panic!("the job is kept as done");
+    };
+    assert_eq!(attempts, Some(1));
+    let listed = json(&server, &prefix, &["list", "done"]);
+    assert_eq!(listed[0]["attempts"], 1, "{listed}");
+    let shown = json(&server, &prefix, &["show", id.as_str()]);
+    assert_eq!(shown["attempts"], 1, "{shown}");
+}

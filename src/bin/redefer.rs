@@ -24,7 +24,7 @@ use std::time::SystemTime;
 
 use clap::{Parser, Subcommand};
 use redefer::dashboard::{Dashboard, DashboardOptions};
-use redefer::queue::{Cancelled, DelayQueue, JobId, JobSet, ListCursor, ListedEntry};
+use redefer::queue::{Cancelled, DelayQueue, JobId, JobSet, ListCursor, ListedEntry, attempts_in};
 use redefer::queue::{QueueStats, QueueStore, RawJobState};
 use redefer::redis::aio::ConnectionLike;
 use redefer::store::ListLocks;
@@ -353,7 +353,10 @@ where
                 record["reason"] = json!(reason);
             }
             match info.envelope {
-                Some(Ok(envelope)) => record["envelope"] = serde_json::to_value(envelope)?,
+                Some(Ok(envelope)) => {
+                    record["attempts"] = json!(attempts_in(state, envelope.attempt));
+                    record["envelope"] = serde_json::to_value(envelope)?;
+                }
                 Some(Err(error)) => record["undecodable"] = Value::String(error),
                 None => {}
             }
@@ -501,12 +504,12 @@ fn entry_row(set: JobSet, entry: &ListedEntry<Value>, whole: bool) -> Value {
     let mut row = json!({ "id": entry.id, set.time_label(): timestamp(entry.at) });
     match &entry.envelope {
         Some(Ok(envelope)) if whole => {
-            row["attempt"] = json!(envelope.attempt);
+            row["attempts"] = json!(attempts_in(set, envelope.attempt));
             row["last_error"] = json!(envelope.last_error);
             row["payload"] = envelope.payload.clone();
         }
         Some(Ok(envelope)) => {
-            row["attempt"] = json!(envelope.attempt);
+            row["attempts"] = json!(attempts_in(set, envelope.attempt));
             row["payload"] = Value::String(summary(&envelope.payload));
         }
         Some(Err(error)) => row["undecodable"] = Value::String(error.clone()),

@@ -16,6 +16,7 @@ use super::html::{encode, escape, page, time};
 use super::plot::{bars, per_minute};
 use crate::queue::{
     Counters, DelayQueue, JobId, JobSet, JobStatus, ListCursor, ListedEntry, QueueStats, QueueStore,
+    attempts_in,
 };
 use crate::store::ListLocks;
 
@@ -251,7 +252,7 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
     body.push_str("</p>");
     let _ = write!(
         body,
-        "<table id=jobs><tr><th>id</th><th>{}</th><th class=num>attempt</th><th>payload</th>{}{}</tr>",
+        "<table id=jobs><tr><th>id</th><th>{}</th><th class=num>attempts</th><th>payload</th>{}{}</tr>",
         set.time_label(),
         if set == JobSet::Dead {
             "<th>reason</th>"
@@ -284,12 +285,12 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
     ))
 }
 
-/// One job of a listing: its link, time, attempt, payload (or why it does not decode) and,
+/// One job of a listing: its link, time, attempts (as its status counts them), payload (or why it does not decode) and,
 /// when the viewer may act (with the forms' `csrf` field), the actions its set allows.
 fn job_row(here: &str, set: JobSet, entry: &ListedEntry<Value>, csrf: Option<&str>) -> String {
     let (attempt, payload) = match &entry.envelope {
         Some(Ok(envelope)) => (
-            envelope.attempt.to_string(),
+            attempts_in(set, envelope.attempt).to_string(),
             format!("<code>{}</code>", escape(&summary(&envelope.payload))),
         ),
         Some(Err(error)) => (

@@ -38,7 +38,7 @@ pub use self::retention::Retention;
 pub use self::rules::{MAX_JOB_ID_LEN, MAX_LEASE, MAX_PAGE};
 pub use self::shards::MAX_SHARDS;
 pub(crate) use self::shards::Shards;
-pub use self::status::JobStatus;
+pub use self::status::{JobStatus, attempts_in};
 pub use self::store::{
     Cancelled, Due, JobSet, ListCursor, QueueStats, QueueStore, RawJobState, RegisteredQueue,
 };

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Codec, DelayQueue, JobId, JobInfo, QueueError, QueueStore, RawJobState};
+use super::{Codec, DelayQueue, JobId, JobInfo, JobSet, QueueError, QueueStore, RawJobState};
 
 /// Where a job is, as [`DelayQueue::status`] finds it. `attempts` counts the runs of the job's
 /// handler (for a job in flight, the current one included); `None` when its bytes do not
@@ -55,6 +55,17 @@ pub enum JobStatus {
     Unknown,
 }
 
+/// The `attempts` a job in `set` is reported with (by [`JobStatus`], the command's `list` and
+/// the dashboard alike), from its envelope's count of failed attempts: the runs it has had,
+/// the one under way (in flight) or the successful one (done) included; a dead job's envelope
+/// counts its last failed run already.
+pub fn attempts_in(set: JobSet, failed: u32) -> u32 {
+    match set {
+        JobSet::Waiting | JobSet::Dead => failed,
+        JobSet::InFlight | JobSet::Done => failed.saturating_add(1),
+    }
+}
+
 impl JobStatus {
     /// The status of a job as [`DelayQueue::job`] read it (`None`: no such job).
     pub fn of<T>(job: Option<&JobInfo<T>>) -> JobStatus {
@@ -65,7 +76,7 @@ impl JobStatus {
             Some(Ok(envelope)) => Some(envelope.attempt),
             _ => None,
         };
-        let runs = failed.map(|failed| failed.saturating_add(1));
+        let runs = failed.map(|failed| attempts_in(JobSet::Done, failed));
         match job.state.clone() {
             RawJobState::Delayed { due } => JobStatus::Waiting {
                 due,
