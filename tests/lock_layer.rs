@@ -542,7 +542,45 @@ async fn the_inner_service_made_ready_is_the_one_called<S: LockStore>(store: S) 
     }
 }
 
+/// `retry_after` on a key whose holds were never sampled: the default typical hold (not a TTL
+/// per holder), then, once the layer has measured holds on other keys, their average.
+async fn a_cold_keys_retry_after_comes_from_the_layers_holds<S: LockStore>(store: S) {
+    let service = LockLayer::new(store.clone(), by_order)
+        .ttl(Duration::from_secs(30))
+        .layer(service_fn(|order: u32| async move {
+            tokio::time::sleep(Duration::from_millis(u64::from(order % 100))).await;
+            Ok::<_, Infallible>(())
+        }));
+    let retry_after = |order: u32| {
+        let (store, service) = (store.clone(), service.clone());
+        async move {
+            let key = LockKey::new(format!("order:{order}")).unwrap();
+            store.try_acquire(&key, LockToken::random(), LONG).await.unwrap();
+            match service.oneshot(order).await {
+                Err(Error::Locked { retry_after, .. }) => retry_after.expect("an estimate"),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    // Nothing measured yet: the default typical hold.
+    assert_eq!(
+        retry_after(1_000).await,
+        redefer::middleware::DEFAULT_TYPICAL_HOLD
+    );
+    // Holds of 40 ms on other keys, then another cold key: their average.
+    for order in 0..8 {
+        let ran = service.clone().oneshot(2_040 + order * 100).await.unwrap();
+        assert!(ran.done().is_some());
+    }
+    let estimate = retry_after(3_000).await;
+    assert!(
+        estimate >= Duration::from_millis(40) && estimate < Duration::from_millis(60),
+        "{estimate:?}"
+    );
+}
+
 for_each_store!(
+    a_cold_keys_retry_after_comes_from_the_layers_holds,
     a_switch_answers_each_request_with_its_own_strategy,
     requests_on_one_key_never_overlap_and_fences_increase,
     without_fencing_requests_never_overlap_and_get_no_token,

@@ -11,6 +11,7 @@ use tokio::time::{Instant, sleep};
 use tower::Service;
 use tracing::Instrument;
 
+use super::holds::{DEFAULT_TYPICAL_HOLD, LayerHolds};
 use super::{Error, Outcome};
 use crate::key::LockKey;
 use crate::lock::{
@@ -30,6 +31,8 @@ pub(super) struct Shared<St, X, Strat> {
     pub(super) strategy: Strat,
     pub(super) ttl: Duration,
     pub(super) fencing: Fencing,
+    /// The holds this layer measured, on every key: for a key whose own were never sampled.
+    pub(super) holds: LayerHolds,
 }
 
 /// The whole locked call. The lock is released on success, inner error and panic before the
@@ -91,7 +94,12 @@ where
                 remaining,
                 reserved,
                 ahead,
-                retry_after: estimate_wait(remaining, ahead, typical_hold, shared.ttl),
+                retry_after: estimate_wait(
+                    remaining,
+                    ahead,
+                    typical_hold.or_else(|| shared.holds.typical()),
+                    shared.ttl,
+                ),
                 next_slot: None,
                 line: Some(crate::lock::Line::new(
                     shared.store.clone(),
@@ -236,12 +244,12 @@ where
             }
         };
         crate::scheduler::handler_returned();
-        ::metrics::histogram!(metric_names::LOCK_HOLD).record(acquired_at.elapsed().as_secs_f64());
+        let held = acquired_at.elapsed();
+        ::metrics::histogram!(metric_names::LOCK_HOLD).record(held.as_secs_f64());
+        shared.holds.record(held);
         // One release in `HOLD_SAMPLING` reports its hold: the key's last hold, for the
         // `retry_after` of callers that meet it, at a fraction of the cost of a write per release.
-        let held_for = rand::rng()
-            .random_ratio(1, HOLD_SAMPLING)
-            .then(|| acquired_at.elapsed());
+        let held_for = rand::rng().random_ratio(1, HOLD_SAMPLING).then_some(held);
         guard.release_after(held_for);
         match finished {
             Ok(Ok(response)) => Ok(Outcome::Done(response)),
@@ -315,15 +323,17 @@ impl Line {
 }
 
 /// When the key may be free for a caller that meets it held: the holder's expected rest (its
-/// remaining TTL, at most the key's typical hold), then a typical hold for each waiter ahead.
-/// Each hold counts at most the TTL: renewal keeps a lock, but that is what the TTL is sized for.
+/// remaining TTL, at most a typical hold), then a typical hold for each waiter ahead. The
+/// typical hold is the key's (its last sampled hold), else the layer's (its average over every
+/// key), else [`DEFAULT_TYPICAL_HOLD`]; each hold counts at most the TTL: renewal keeps a
+/// lock, but that is what the TTL is sized for.
 fn estimate_wait(
     remaining: Option<Duration>,
     ahead: u64,
     typical_hold: Option<Duration>,
     ttl: Duration,
 ) -> Option<Duration> {
-    let per_holder = typical_hold.unwrap_or(ttl).min(ttl);
+    let per_holder = typical_hold.unwrap_or(DEFAULT_TYPICAL_HOLD).min(ttl);
     let current = match remaining {
         Some(remaining) => remaining.min(per_holder),
         None => per_holder,
@@ -342,9 +352,10 @@ mod tests {
     #[test]
     fn the_wait_grows_with_the_line_and_the_typical_hold() {
         let ttl = 10_000 * MS;
-        // No history: the remaining TTL, then a TTL per waiter ahead.
-        assert_eq!(estimate_wait(Some(4_000 * MS), 0, None, ttl), Some(4_000 * MS));
-        assert_eq!(estimate_wait(Some(4_000 * MS), 2, None, ttl), Some(24_000 * MS));
+        // No history anywhere: the default typical hold, for the holder and each waiter.
+        assert_eq!(estimate_wait(Some(4_000 * MS), 0, None, ttl), Some(100 * MS));
+        assert_eq!(estimate_wait(Some(4_000 * MS), 2, None, ttl), Some(300 * MS));
+        assert_eq!(estimate_wait(Some(40 * MS), 2, None, ttl), Some(240 * MS));
         // A renewed lock shows a full TTL; its typical hold says better.
         assert_eq!(
             estimate_wait(Some(9_900 * MS), 3, Some(1_500 * MS), ttl),

@@ -40,7 +40,13 @@ pub enum Error<E> {
     Locked {
         /// The key that is held.
         key: LockKey,
-        /// The holder's remaining TTL: when trying again may succeed.
+        /// When trying again may succeed, as the strategy says; the built-in strategies pass
+        /// the layer's estimate: the holder's expected rest (its remaining TTL, at most a
+        /// typical hold) plus a typical hold for each request waiting in the key's line. The
+        /// typical hold is the key's last sampled hold (one release in eight reports it, kept
+        /// an hour), else the average of every hold this layer measured (on any key), else
+        /// [`DEFAULT_TYPICAL_HOLD`](crate::middleware::DEFAULT_TYPICAL_HOLD) (100 ms); each
+        /// hold counts at most the TTL.
         retry_after: Option<Duration>,
     },
     /// The request's key is over its [`Rate`](crate::throttle::Rate) and the conflict strategy

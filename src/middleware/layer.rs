@@ -185,6 +185,7 @@ where
                 strategy: self.strategy.clone(),
                 ttl: self.ttl,
                 fencing: self.fencing,
+                holds: super::holds::LayerHolds::default(),
             }),
         )
     }
