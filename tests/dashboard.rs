@@ -544,6 +544,67 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
     );
 }
 
+/// Every link of a dashboard nested under `/admin` stays in the mount and answers, whether the
+/// application told it `mounted_at("/admin")` or not (it then finds its mount itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_link_resolves_under_a_mount_with_or_without_mounted_at() {
+    for told in [true, false] {
+        let store = redefer::MemoryStore::new();
+        let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+        queue
+            .push(&json!({ "order": 1 }), Duration::from_secs(60))
+            .await
+            .unwrap();
+        store
+            .try_acquire(
+                &LockKey::new("order:1").unwrap(),
+                LockToken::random(),
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+        let options = if told {
+            DashboardOptions::default().mounted_at("/admin")
+        } else {
+            DashboardOptions::default()
+        };
+        let app = axum::Router::new().nest("/admin", Dashboard::new(store, options).router());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .await
+        });
+        let http = reqwest::Client::new();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut next = vec!["/admin".to_string()];
+        while let Some(path) = next.pop() {
+            if !seen.insert(path.clone()) {
+                continue;
+            }
+            let response = http.get(format!("{origin}{path}")).send().await.unwrap();
+            assert_eq!(response.status(), 200, "{path} (mounted_at told: {told})");
+            let page = response.text().await.unwrap();
+            for link in page
+                .split("href='")
+                .skip(1)
+                .filter_map(|rest| rest.split('\'').next())
+            {
+                let link = link.split('?').next().unwrap_or(link).replace("&amp;", "&");
+                assert!(
+                    link.starts_with("/admin"),
+                    "{link} leaves the mount, on {path} (told: {told})"
+                );
+                next.push(link);
+            }
+        }
+        assert!(seen.len() >= 4, "{seen:?}");
+    }
+}
+
 /// The queue page counts what the policies for waiting did: requests that joined a waiting job
 /// (coalesced) and waiting jobs dropped from a full line for newer ones (superseded), as the
 /// store's scripts counted them.

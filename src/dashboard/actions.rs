@@ -31,7 +31,7 @@ pub(super) async fn login_page<St: QueueStore + ListLocks + Sync>(
         );
     }
     let visitor = d.access.visitor(&headers);
-    Html(page(&d.options.base, "Sign in", Some(&visitor), &login_form(&d))).into_response()
+    Html(page(&d.base(), "Sign in", Some(&visitor), &login_form(&d))).into_response()
 }
 
 /// What a stranger gets instead of a page of a dashboard with a token: 401 and the sign-in
@@ -44,7 +44,7 @@ pub(super) fn sign_in_first<St>(d: &Dashboard<St>) -> Response {
     (
         StatusCode::UNAUTHORIZED,
         [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
-        Html(page(&d.options.base, "Sign in", Some(&Visitor::Stranger), &body)),
+        Html(page(&d.base(), "Sign in", Some(&Visitor::Stranger), &body)),
     )
         .into_response()
 }
@@ -80,10 +80,7 @@ pub(super) async fn login<St: QueueStore + ListLocks + Sync>(
     }
     (
         StatusCode::SEE_OTHER,
-        [
-            (SET_COOKIE, d.access.sign_in(&d.options.base)),
-            (LOCATION, d.link("/")),
-        ],
+        [(SET_COOKIE, d.access.sign_in(&d.base())), (LOCATION, d.link("/"))],
     )
         .into_response()
 }
@@ -103,7 +100,7 @@ pub(super) async fn logout<St: QueueStore + ListLocks + Sync>(
         Visitor::SignedIn { csrf } if form.csrf.as_deref().is_some_and(|field| same(field, &csrf)) => (
             StatusCode::SEE_OTHER,
             [
-                (SET_COOKIE, d.access.sign_out(&headers, &d.options.base)),
+                (SET_COOKIE, d.access.sign_out(&headers, &d.base())),
                 (LOCATION, d.link("/login")),
             ],
         )

@@ -90,8 +90,10 @@ pub(super) fn page(base: &str, title: &str, visitor: Option<&Visitor>, body: &st
         out,
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>{title} · redefer</title>\
          <meta name=viewport content='width=device-width'><style>{STYLE}</style></head><body>\
-         <header><b>redefer</b><a href='{base}/'>Queues</a><a href='{base}/locks'>Locks</a>",
+         <header><b>redefer</b><a href='{root}'>Queues</a><a href='{base}/locks'>Locks</a>",
         title = escape(title),
+        // The root of a mounted dashboard is its mount (`/admin`: axum's `nest` routes no `/admin/`).
+        root = if base.is_empty() { "/" } else { base },
     );
     match visitor {
         Some(Visitor::Anyone) => out.push_str("<span>read-only</span>"),

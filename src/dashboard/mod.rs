@@ -40,7 +40,7 @@ mod sign_in_limit;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{NestedPath, Request, State};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -95,6 +95,7 @@ where
             .route("/logout", post(actions::logout::<St>))
             .route("/queues/{queue}/{action}", post(actions::act::<St>))
             .layer(axum::middleware::map_response(access::hardened))
+            .layer(from_fn_with_state(Arc::clone(&dashboard), find_mount::<St>))
             .with_state(dashboard)
     }
 
@@ -106,11 +107,46 @@ where
     }
 }
 
+tokio::task_local! {
+    /// Where the request found the dashboard mounted (see [`find_mount`]).
+    static MOUNT: Arc<str>;
+}
+
 impl<St> Dashboard<St> {
-    /// A link to `path` under the mount point.
-    fn link(&self, path: &str) -> String {
-        format!("{}{path}", self.options.base)
+    /// Where the dashboard is mounted, for the request being answered: `mounted_at` if set,
+    /// else the path axum nested it under, else the root (`""`).
+    fn base(&self) -> String {
+        MOUNT
+            .try_with(|mount| mount.to_string())
+            .unwrap_or_else(|_| self.options.base.clone())
     }
+
+    /// A link to `path` under the mount point. The root of a mounted dashboard is the mount
+    /// itself (`/admin`, not `/admin/`, which axum's `nest` does not route).
+    fn link(&self, path: &str) -> String {
+        let base = self.base();
+        if path == "/" && !base.is_empty() {
+            base
+        } else {
+            format!("{base}{path}")
+        }
+    }
+}
+
+/// Answers the request with the dashboard's mount point known: `mounted_at` when set, else the
+/// path the application nested the router under (axum's `NestedPath`), so that a dashboard
+/// nested without `mounted_at` still links within its mount.
+async fn find_mount<St>(State(d): State<Arc<Dashboard<St>>>, request: Request, next: Next) -> Response {
+    let mount = if d.options.base.is_empty() {
+        request
+            .extensions()
+            .get::<NestedPath>()
+            .map(|nested| nested.as_str().trim_end_matches('/').to_string())
+            .unwrap_or_default()
+    } else {
+        d.options.base.clone()
+    };
+    MOUNT.scope(Arc::from(mount), next.run(request)).await
 }
 
 /// Lets a page through to those who may read it, telling it who they are; others get the

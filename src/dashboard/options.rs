@@ -112,7 +112,8 @@ impl DashboardOptions {
     }
 
     /// The path the router is nested under in the application (`Router::nest`), for the
-    /// links the pages hold: `""` (the default) when it is served at the root.
+    /// links the pages hold. Optional: nested without it, the dashboard finds its mount from
+    /// axum's `NestedPath`; set it when a proxy strips a prefix axum never sees.
     pub fn mounted_at(mut self, base: impl Into<String>) -> Self {
         self.base = base.into().trim_end_matches('/').to_string();
         self

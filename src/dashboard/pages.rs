@@ -25,7 +25,7 @@ pub(super) type Shared<St> = State<Arc<Dashboard<St>>>;
 /// A page that could not be made: the status and why, as a page.
 pub(super) fn failure<St>(dashboard: &Dashboard<St>, status: StatusCode, message: &str) -> Response {
     let body = format!("<p class=bad>{}</p>", escape(message));
-    (status, Html(page(&dashboard.options.base, "Error", None, &body))).into_response()
+    (status, Html(page(&dashboard.base(), "Error", None, &body))).into_response()
 }
 
 /// The CSRF field of `visitor`'s action forms, when it may act through them.
@@ -148,7 +148,7 @@ async fn queues_page<St: QueueStore + ListLocks + Sync>(
     if names.is_empty() {
         body.push_str("<p>No queue has registered under this prefix yet: a queue registers on its first push, or when a scheduler starts on it.</p>");
     }
-    Ok(page(&d.options.base, "Queues", Some(visitor), &body))
+    Ok(page(&d.base(), "Queues", Some(visitor), &body))
 }
 
 #[derive(serde::Deserialize)]
@@ -277,12 +277,7 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
             encode(&format!("{}/{}", epoch_ms(cursor.at), cursor.id))
         );
     }
-    Ok(page(
-        &d.options.base,
-        &format!("Queue {name}"),
-        Some(visitor),
-        &body,
-    ))
+    Ok(page(&d.base(), &format!("Queue {name}"), Some(visitor), &body))
 }
 
 /// One job of a listing: its link, time, attempts (as its status counts them), payload (or why it does not decode) and,
@@ -384,7 +379,7 @@ async fn confirm_purge_page<St: QueueStore + ListLocks + Sync>(
             "Yes, purge them"
         ),
     );
-    Ok(page(&d.options.base, "Purge dead jobs", Some(visitor), &body))
+    Ok(page(&d.base(), "Purge dead jobs", Some(visitor), &body))
 }
 
 /// One job in full: status, envelope, actions.
@@ -477,7 +472,7 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
             body.push_str(&action_form(csrf, &here, action, &[("id", id)], label));
         }
     }
-    Ok(page(&d.options.base, &format!("Job {id}"), Some(visitor), &body))
+    Ok(page(&d.base(), &format!("Job {id}"), Some(visitor), &body))
 }
 
 /// The held locks and semaphores: key, remaining TTL, fence, holders / limit, line; and the
@@ -517,7 +512,7 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
     if locks.is_empty() {
         body.push_str("<p>No lock is held.</p>");
     }
-    Html(page(&d.options.base, "Locks", Some(&visitor), &body)).into_response()
+    Html(page(&d.base(), "Locks", Some(&visitor), &body)).into_response()
 }
 
 /// The payload as compact JSON, cut to 80 characters.
