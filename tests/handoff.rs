@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redefer::lock::{Acquisition, LockStore, Waiter};
-use redefer::queue::{DelayQueue, JobId, QueueStats, QueueStore};
+use redefer::queue::{DelayQueue, QueueStats, QueueStore};
 use redefer::strategy::{Defer, FailFast, Retry, RetryLimits};
 use redefer::{
     Backoff, Error, LockKey, LockLayer, LockToken, MemoryStore, Outcome, RedisStore, Scheduler,
@@ -214,7 +214,7 @@ async fn a_retrying_caller_and_deferred_jobs_share_one_line<St: Reserving>(store
 async fn deferring_the_same_delivery_twice_stores_it_once<St: Reserving>(store: St) {
     let queue = DelayQueue::<Edit, _>::new(store.clone(), "edits").unwrap();
     let service = LockLayer::new(store.clone(), |_: &Edit| Some(KEY.to_string()))
-        .on_conflict(Defer::new(queue.clone()).job_id(|edit: &Edit| JobId::new(edit.delivery.clone()).ok()))
+        .on_conflict(Defer::new(queue.clone()).job_id(|edit: &Edit| Some(edit.delivery.clone())))
         .layer(service_fn(|_: Edit| async {
             Ok::<_, std::convert::Infallible>(())
         }));
@@ -231,6 +231,48 @@ async fn deferring_the_same_delivery_twice_stores_it_once<St: Reserving>(store: 
     assert!(again.duplicate, "marked as the existing deferral");
     assert_eq!(again.due, first.due);
     assert_eq!(queue.stats().await.unwrap().waiting, 1, "stored once");
+}
+
+/// Idempotency keys are any text: with `/`, `+`, `=`, spaces or non-ASCII, each is deferred
+/// once under its own job id; a key too long for an id fails the deferral, never falling back
+/// to a random id (which would store a duplicate).
+async fn idempotency_keys_of_any_text_dedup_and_too_long_ones_fail<St: Reserving>(store: St) {
+    let queue = DelayQueue::<Edit, _>::new(store.clone(), "edits").unwrap();
+    let service = LockLayer::new(store.clone(), |_: &Edit| Some(KEY.to_string()))
+        .on_conflict(Defer::new(queue.clone()).job_id(|edit: &Edit| Some(edit.delivery.clone())))
+        .layer(service_fn(|_: Edit| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
+    let _holder = hold(&store).await;
+    let keys = ["a/b", "x+y=", "with space", "ünïcode ✓", "a_2Fb"];
+    let mut ids = std::collections::HashSet::new();
+    for (n, key) in keys.iter().enumerate() {
+        let request = || Edit {
+            n: n as u64,
+            delivery: key.to_string(),
+        };
+        let Ok(Outcome::Deferred(first)) = service.clone().oneshot(request()).await else {
+            panic!("{key}: expected a deferral")
+        };
+        let Ok(Outcome::Deferred(again)) = service.clone().oneshot(request()).await else {
+            panic!("{key}: expected a deferral")
+        };
+        assert!(!first.duplicate && again.duplicate, "{key}");
+        assert_eq!(again.job_id, first.job_id, "{key}");
+        assert!(ids.insert(first.job_id.clone()), "{key} shares an id");
+    }
+    assert_eq!(queue.stats().await.unwrap().waiting, keys.len() as u64);
+    let too_long = Edit {
+        n: 99,
+        delivery: "é".repeat(100),
+    };
+    let refused = service.oneshot(too_long).await;
+    assert!(matches!(refused, Err(redefer::Error::Strategy(_))), "{refused:?}");
+    assert_eq!(
+        queue.stats().await.unwrap().waiting,
+        keys.len() as u64,
+        "nothing stored"
+    );
 }
 
 /// A fail-fast caller's `retry_after` counts the waiters ahead and the key's typical hold,
@@ -322,6 +364,7 @@ for_each_store!(
     deferred_waiters_run_in_arrival_order_as_soon_as_the_key_is_released,
     a_retrying_caller_and_deferred_jobs_share_one_line,
     deferring_the_same_delivery_twice_stores_it_once,
+    idempotency_keys_of_any_text_dedup_and_too_long_ones_fail,
     retry_after_counts_the_line_and_the_typical_hold,
     when_a_reservation_runs_out_the_next_in_line_gets_the_key,
 );

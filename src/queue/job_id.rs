@@ -41,6 +41,40 @@ impl JobId {
         Ok(JobId(id))
     }
 
+    /// The job id of a key of the caller's, any UTF-8 text (a webhook's delivery id, an
+    /// idempotency key): the key itself when it is made of ASCII letters, digits, `.` and `-`;
+    /// otherwise every other byte (`_` included) written `_XX` in hex, so that two keys never
+    /// share an id. Refused ([`KeyError::TooLong`]) when that form exceeds 128 bytes: keys of
+    /// up to 42 bytes always fit, of up to 128 when plain.
+    ///
+    /// ```
+    /// use redefer::queue::JobId;
+    ///
+    /// assert_eq!(JobId::from_key("delivery-7.1")?.as_str(), "delivery-7.1");
+    /// assert_eq!(JobId::from_key("a/b+c=")?.as_str(), "a_2Fb_2Bc_3D");
+    /// assert_eq!(JobId::from_key("é x")?.as_str(), "_C3_A9_20x");
+    /// assert_ne!(JobId::from_key("a_2F")?, JobId::from_key("a/")?);
+    /// assert!(JobId::from_key(&"é".repeat(100)).is_err());
+    /// # Ok::<(), redefer::KeyError>(())
+    /// ```
+    pub fn from_key(key: &str) -> Result<Self, KeyError> {
+        let plain = |byte: u8| byte != b'_' && is_job_id_byte(byte);
+        let id = if key.bytes().all(plain) {
+            key.to_string()
+        } else {
+            let mut id = String::with_capacity(key.len() * 3);
+            for byte in key.bytes() {
+                if plain(byte) {
+                    id.push(char::from(byte));
+                } else {
+                    id.push_str(&format!("_{byte:02X}"));
+                }
+            }
+            id
+        };
+        JobId::new(id)
+    }
+
     /// The id as stored.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -66,8 +66,8 @@ pub struct Defer<Req, St, Enc = Json> {
     line_cap: Option<LineCap>,
 }
 
-/// Derives a request's job id.
-type JobIdOf<Req> = dyn Fn(&Req) -> Option<JobId> + Send + Sync;
+/// Derives a request's idempotency key.
+type JobIdOf<Req> = dyn Fn(&Req) -> Option<String> + Send + Sync;
 
 impl<Req, St, Enc> std::fmt::Debug for Defer<Req, St, Enc> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -99,22 +99,25 @@ impl<Req, St, Enc> Defer<Req, St, Enc> {
         }
     }
 
-    /// Takes the job id from the request when `job_id` gives one (a random one otherwise), so
-    /// that deferring the same request twice stores it once.
+    /// Takes the job id from the request's key when `job_id` gives one (any UTF-8 text, made
+    /// an id by [`JobId::from_key`]; a random id when it gives none), so that deferring the
+    /// same request twice stores it once. A key too long to be an id fails the deferral with
+    /// a [`KeyError`](crate::KeyError) (in [`Error::Strategy`](crate::Error::Strategy)): it is
+    /// never replaced by a random id, which would lose the deduplication.
     ///
     /// ```
     /// use redefer::{MemoryStore, strategy::Defer};
-    /// use redefer::queue::{DelayQueue, JobId};
+    /// use redefer::queue::DelayQueue;
     ///
     /// #[derive(serde::Serialize, serde::Deserialize)]
     /// struct Webhook { delivery: String, order: u64 }
     ///
     /// let queue = DelayQueue::<Webhook, _>::new(MemoryStore::new(), "webhooks")?;
-    /// let defer = Defer::new(queue).job_id(|hook: &Webhook| JobId::new(hook.delivery.clone()).ok());
+    /// let defer = Defer::new(queue).job_id(|hook: &Webhook| Some(hook.delivery.clone()));
     /// # let _ = defer;
     /// # Ok::<(), redefer::KeyError>(())
     /// ```
-    pub fn job_id(self, job_id: impl Fn(&Req) -> Option<JobId> + Send + Sync + 'static) -> Self {
+    pub fn job_id(self, job_id: impl Fn(&Req) -> Option<String> + Send + Sync + 'static) -> Self {
         Defer {
             job_id: Some(Arc::new(job_id)),
             ..self
@@ -158,12 +161,14 @@ where
             return Either::Left(back);
         }
         // Encode now, while the request is borrowed; the returned future owns the bytes.
-        let id = self
-            .job_id
-            .as_ref()
-            .and_then(|job_id| job_id(request))
-            .unwrap_or_else(JobId::random);
-        let encoded = self.queue.encode_new(id, request);
+        let id = match self.job_id.as_ref().and_then(|job_id| job_id(request)) {
+            Some(key) => JobId::from_key(&key),
+            None => Ok(JobId::random()),
+        };
+        let encoded: Result<_, BoxError> = match id {
+            Ok(id) => self.queue.encode_new(id, request).map_err(Into::into),
+            Err(invalid) => Err(invalid.into()),
+        };
         let queue = self.queue.clone();
         let fallback = lock_wait_fallback(&queue, &conflict);
         let line_cap = self.line_cap;
