@@ -207,6 +207,10 @@ async fn update(
             let body = json!({ "job_id": deferred.job_id, "due_in_ms": due_in.as_millis() as u64 });
             (StatusCode::ACCEPTED, Json(body)).into_response()
         }
+        // Only behind an idempotency layer, which this stack has not.
+        Ok(Outcome::Duplicate(duplicate)) => {
+            (StatusCode::OK, Json(json!({ "duplicate_of": duplicate.job_id }))).into_response()
+        }
         Err(Error::Locked { retry_after, .. }) => {
             // Whole seconds, rounded up: a client retrying sooner would meet the lock again.
             let seconds = retry_after

@@ -161,6 +161,7 @@ async fn run<S: LockStore + QueueStore>(store: S) -> Result<(), Box<dyn std::err
 fn describe(result: Result<Outcome<String>, Error<Infallible>>) -> String {
     match result {
         Ok(Outcome::Done(_)) => "succeeded".to_string(),
+        Ok(Outcome::Duplicate(duplicate)) => format!("a duplicate of {}", duplicate.job_id),
         Ok(Outcome::Deferred(deferred)) => format!(
             "deferred as job {}, due in {} ms",
             &deferred.job_id.as_str()[..8],

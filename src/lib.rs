@@ -15,6 +15,8 @@
 //! - [`LockLayer::permits`] lets N requests hold a key at once (a semaphore), and
 //!   [`throttle::ThrottleLayer`] admits a key's requests at a rate, with the same strategies:
 //!   a conflict over the rate knows exactly when the key's next slot opens.
+//! - [`idempotency::IdempotencyLayer`] runs each request id once over its whole life (run
+//!   directly, deferred, finished and retained).
 //! - Handlers read the [fencing token](FencingToken) of their lock with [`current_lock`].
 //! - Two stores with the same semantics: [`RedisStore`] (single node or Redis Cluster) and
 //!   [`MemoryStore`] for one process.
@@ -46,6 +48,7 @@ pub mod debounce;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod idempotency;
 pub mod key;
 pub mod lock;
 pub mod metric_names;
@@ -63,7 +66,9 @@ pub use crate::config::{Config, ConfigError};
 pub use crate::error::{BoxError, KeyError, StoreError};
 pub use crate::key::{LockKey, Prefix};
 pub use crate::lock::{Fencing, FencingToken, HeldLock, LockToken, current_lock};
-pub use crate::middleware::{BoxLockService, Deferred, Error, KeyExtractor, LockLayer, LockService, Outcome};
+pub use crate::middleware::{
+    BoxLockService, Deferred, Duplicate, Error, KeyExtractor, LockLayer, LockService, Outcome,
+};
 pub use crate::renewal::LossReason;
 pub use crate::scheduler::{Scheduler, SchedulerHandle, SchedulerOptions, SchedulerReport, current_job};
 pub use crate::store::{MemoryStore, RedisStore};

@@ -102,6 +102,7 @@ where
                 Ok(Outcome::Deferred(_)) => {
                     deferred.fetch_add(1, Ordering::Relaxed);
                 }
+                Ok(Outcome::Duplicate(_)) => panic!("request {n}: no request has an id here"),
                 Err(error) => panic!("request {n}: {error}"),
             }
         }));

@@ -23,5 +23,5 @@ pub use self::future::ResponseFuture;
 pub use self::holds::DEFAULT_TYPICAL_HOLD;
 pub use self::layer::{DEFAULT_TTL, LockLayer};
 pub use self::nesting::{Nesting, OverGuard, OverHandler};
-pub use self::outcome::{Deferred, Outcome};
+pub use self::outcome::{Deferred, Duplicate, Outcome};
 pub use self::service::LockService;

@@ -5,7 +5,9 @@ use std::time::SystemTime;
 use crate::queue::{JobId, QueueName};
 
 /// The result of a call through [`LockService`](crate::LockService) that did not fail: either
-/// the inner service's response, or a deferral of the request to run later.
+/// the inner service's response, or a deferral of the request to run later, or (behind an
+/// [`IdempotencyLayer`](crate::idempotency::IdempotencyLayer)) the news that a request of the
+/// same id was already taken.
 ///
 /// ```
 /// use redefer::Outcome;
@@ -14,6 +16,7 @@ use crate::queue::{JobId, QueueName};
 ///     match outcome {
 ///         Outcome::Done(_) => 200,
 ///         Outcome::Deferred(_) => 202, // stored: it will run later
+///         Outcome::Duplicate(_) => 200, // already taken: it runs (or ran) once
 ///     }
 /// }
 /// assert_eq!(status(&Outcome::Done("ok".to_string())), 200);
@@ -25,6 +28,25 @@ pub enum Outcome<R> {
     Done(R),
     /// The lock was held; the request is stored in a delay queue and will run later.
     Deferred(Deferred),
+    /// A request of the same id was already taken (it runs, ran, or waits as a job): this one
+    /// did not run.
+    Duplicate(Duplicate),
+}
+
+/// A request answered as a duplicate of an earlier one of the same id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Duplicate {
+    /// The id: the first request's job id, when it was deferred.
+    pub job_id: JobId,
+    /// Where the first request is.
+    pub seen: crate::idempotency::Seen,
+}
+
+impl Duplicate {
+    pub(crate) fn new(job_id: JobId, seen: crate::idempotency::Seen) -> Self {
+        Duplicate { job_id, seen }
+    }
 }
 
 impl<R> Outcome<R> {
@@ -32,14 +54,14 @@ impl<R> Outcome<R> {
     pub fn done(self) -> Option<R> {
         match self {
             Outcome::Done(response) => Some(response),
-            Outcome::Deferred(_) => None,
+            Outcome::Deferred(_) | Outcome::Duplicate(_) => None,
         }
     }
 
     /// The deferral, if the request was deferred.
     pub fn deferred(&self) -> Option<&Deferred> {
         match self {
-            Outcome::Done(_) => None,
+            Outcome::Done(_) | Outcome::Duplicate(_) => None,
             Outcome::Deferred(deferred) => Some(deferred),
         }
     }

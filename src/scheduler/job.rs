@@ -187,7 +187,8 @@ where
                         return JobEnd::LeaseLost;
                     }
                     Ok(result) => match result {
-                    Ok(Ok(Outcome::Done(_))) => Ran::Done,
+                    // A duplicate of a request already taken: nothing more to do for this job.
+                    Ok(Ok(Outcome::Done(_) | Outcome::Duplicate(_))) => Ran::Done,
                     Ok(Ok(Outcome::Deferred(deferred))) => {
                         // A strategy stored the request as a job of another queue: ours is done.
                         tracing::debug!(moved_to = %deferred.job_id, "request deferred elsewhere");

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use super::line_cap::take_place;
 use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
+use crate::idempotency::current_request_id;
 use crate::lock::LineCap;
 use crate::middleware::Deferred;
 use crate::queue::{Codec, DelayQueue, JobId, Json, QueueError, QueueName, RawJobState};
@@ -161,9 +162,11 @@ where
             return Either::Left(back);
         }
         // Encode now, while the request is borrowed; the returned future owns the bytes.
+        // Its own key's id; else the id an idempotency guard gave the request (its job is then
+        // the id's record); else a fresh one.
         let id = match self.job_id.as_ref().and_then(|job_id| job_id(request)) {
             Some(key) => JobId::from_key(&key),
-            None => Ok(JobId::random()),
+            None => Ok(current_request_id().unwrap_or_else(JobId::random)),
         };
         let encoded: Result<_, BoxError> = match id {
             Ok(id) => self.queue.encode_new(id, request).map_err(Into::into),

@@ -1,6 +1,7 @@
 //! The in-process store: the embedded default for a single process, and the reference the
 //! Redis store is tested against.
 
+mod idempotency;
 mod line;
 mod lock;
 mod pending;

@@ -42,6 +42,8 @@ pub(super) struct QueueState {
     wake: watch::Sender<u64>,
     /// The keys' pending jobs (see `PendingStore`).
     pub(super) pending: super::pending::PendingJobs,
+    /// The request records of the idempotency guard (see `IdempotencyStore`).
+    pub(super) requests: super::idempotency::RequestRecords,
 }
 
 impl Default for QueueState {
@@ -62,6 +64,7 @@ impl Default for QueueState {
             paused: false,
             wake: watch::Sender::new(0),
             pending: super::pending::PendingJobs::default(),
+            requests: super::idempotency::RequestRecords::default(),
         }
     }
 }
@@ -96,6 +99,22 @@ impl QueueState {
     /// When the waiting job `id` is due; `None` when it is not waiting.
     pub(super) fn waiting_due(&self, id: &JobId) -> Option<i64> {
         self.due_of.get(id).copied()
+    }
+
+    /// The set job `id` is in, as the idempotency guard names it; `None` for no job.
+    pub(super) fn seen_as_job(&self, id: &JobId) -> Option<crate::idempotency::Seen> {
+        use crate::idempotency::Seen;
+        if self.due_of.contains_key(id) {
+            Some(Seen::Waiting)
+        } else if self.leases.contains_key(id) {
+            Some(Seen::InFlight)
+        } else if self.dead.contains_key(id) {
+            Some(Seen::Dead)
+        } else if self.finished.contains_key(id) {
+            Some(Seen::Done)
+        } else {
+            None
+        }
     }
 
     /// Whether a job `id` is stored (waiting or in flight).

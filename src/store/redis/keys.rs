@@ -6,7 +6,7 @@
 //! run on one node.
 
 use crate::key::{LockKey, Prefix, hash_tag};
-use crate::queue::{JobSet, QueueName};
+use crate::queue::{JobId, JobSet, QueueName};
 
 /// `<prefix>:<kind>:{<encoded name>}<suffix>`.
 fn tagged(prefix: &Prefix, kind: &str, name: &str, suffix: &str) -> String {
@@ -311,6 +311,12 @@ impl QueueKeys {
         self.in_script_order().into_iter().chain([self.wake.as_str()])
     }
 
+    /// string: the record of request `id` on this queue shard (`running` or `finished`, with
+    /// its TTL), for the idempotency guard: `KEYS[14]` of `queue_request.lua`.
+    pub(crate) fn request(prefix: &Prefix, name: &QueueName, id: &JobId) -> String {
+        tagged(prefix, "q", name.as_str(), &format!(":request:{id}"))
+    }
+
     /// hash: the pending job of `key` on this queue shard (`job`, `revision`), under the
     /// shard's hash tag: the coalescing script gets it as `KEYS[14]`.
     pub(crate) fn pending(prefix: &Prefix, name: &QueueName, key: &LockKey) -> String {
@@ -432,12 +438,17 @@ mod tests {
             &QueueName::new("<queue>").unwrap(),
             &LockKey::new("<key>").unwrap(),
         );
+        let request = QueueKeys::request(
+            &prefix,
+            &QueueName::new("<queue>").unwrap(),
+            &JobId::new("id").unwrap(),
+        );
         let built: Vec<String> = queue
             .all()
             .chain(lock.all())
             .chain(permits.all())
             .chain(throttle.all())
-            .chain([pending.as_str()])
+            .chain([pending.as_str(), request.as_str()])
             .map(str::to_string)
             .collect();
         let built: BTreeSet<&str> = built

@@ -3,6 +3,7 @@
 mod announcements;
 mod conditional;
 mod eviction;
+mod idempotency;
 pub(crate) mod keys;
 mod lock;
 mod locks;

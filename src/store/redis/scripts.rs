@@ -72,6 +72,7 @@ pub(super) static THROTTLE: LazyLock<Script> =
 script!(QUEUE_PUSH, QUEUE_PRELUDE, "queue_push.lua");
 script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
 script!(QUEUE_PENDING, QUEUE_PRELUDE, "queue_pending.lua");
+script!(QUEUE_REQUEST, QUEUE_PRELUDE, "queue_request.lua");
 script!(QUEUE_CLAIM, QUEUE_PRELUDE, "queue_claim.lua");
 script!(QUEUE_ACK, QUEUE_PRELUDE, "queue_ack.lua");
 script!(QUEUE_RETRY, QUEUE_PRELUDE, "queue_retry.lua");
@@ -89,7 +90,7 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 31] = [
+static ALL: [&LazyLock<Script>; 32] = [
     &LOCK_ACQUIRE,
     &LOCK_EXTEND,
     &LOCK_RELEASE,
@@ -106,6 +107,7 @@ static ALL: [&LazyLock<Script>; 31] = [
     &QUEUE_PUSH,
     &QUEUE_PUSH_MANY,
     &QUEUE_PENDING,
+    &QUEUE_REQUEST,
     &QUEUE_CLAIM,
     &QUEUE_ACK,
     &QUEUE_RETRY,
@@ -143,7 +145,7 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 29] = [
+    const SCRIPTS: [(&str, &str); 30] = [
         ("permit_acquire", include_str!("lua/permit_acquire.lua")),
         ("permit_extend", include_str!("lua/permit_extend.lua")),
         ("permit_release", include_str!("lua/permit_release.lua")),
@@ -161,6 +163,7 @@ mod tests {
         ("queue_push_many", include_str!("lua/queue_push_many.lua")),
         ("queue_push", include_str!("lua/queue_push.lua")),
         ("queue_pending", include_str!("lua/queue_pending.lua")),
+        ("queue_request", include_str!("lua/queue_request.lua")),
         ("queue_claim", include_str!("lua/queue_claim.lua")),
         ("queue_ack", include_str!("lua/queue_ack.lua")),
         ("queue_retry", include_str!("lua/queue_retry.lua")),

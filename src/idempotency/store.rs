@@ -1,0 +1,63 @@
+//! What the idempotency guard needs of its store: a record per request id, beside the queue's
+//! own records of its jobs.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::StoreError;
+use crate::queue::{JobId, QueueName, QueueStore};
+
+/// Where the first request of an id is, as a later one finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Seen {
+    /// It runs now, directly (its key was free).
+    Running,
+    /// It ran directly and finished; kept for the queue's retention.
+    Finished,
+    /// It is a job waiting to run (deferred, or waiting for another attempt).
+    Waiting,
+    /// It is a job a scheduler is running.
+    InFlight,
+    /// It is a job in the dead-letter set.
+    Dead,
+    /// It is a finished job the queue's retention keeps.
+    Done,
+}
+
+/// What beginning a request found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Begun {
+    /// No request of this id is known: this one is recorded as running, and goes ahead.
+    New,
+    /// A request of this id is known, there.
+    Duplicate(Seen),
+}
+
+/// The request records of a store, on a queue shard (the shard of the id's job).
+///
+/// Semantics both stores keep, pinned by the tests: `begin` is one atomic step that finds the
+/// id as a job (waiting, in flight, dead, or done and retained) or as a request record
+/// (running, finished), or records it running for `hold` (the record runs out should its
+/// process die: the id is then new again); `end` records it finished for `keep`, or forgets
+/// it (`None`).
+///
+/// Sealed, like [`QueueStore`]: the crate's two stores implement it.
+pub trait IdempotencyStore: QueueStore {
+    /// Finds request `id`, or records it running for `hold`.
+    fn begin_request(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        hold: Duration,
+    ) -> impl Future<Output = Result<Begun, StoreError>> + Send;
+
+    /// Records request `id` finished for `keep`, or forgets it (`None`).
+    fn end_request(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        keep: Option<Duration>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
