@@ -23,6 +23,7 @@ mod promotion;
 mod queue;
 mod redis_info;
 mod report;
+mod retry_after;
 mod scale;
 mod throttle;
 
@@ -47,7 +48,7 @@ impl Size {
     }
 }
 
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 11] = [
     "lock",
     "queue",
     "peer",
@@ -58,6 +59,7 @@ const SCENARIOS: [&str; 10] = [
     "idle",
     "operations",
     "throttle",
+    "retry_after",
 ];
 
 fn main() {
@@ -110,6 +112,7 @@ fn main() {
                     "idle" => idle::run(&server, size).await,
                     "operations" => operations::run(&server, size).await,
                     "throttle" => throttle::run(&server, size).await,
+                    "retry_after" => retry_after::run(&server, size).await,
                     _ => unreachable!("filtered against SCENARIOS"),
                 }
             }
