@@ -36,6 +36,21 @@ where
     url
 }
 
+/// Serves `dashboard` nested under `mount` in an application's router (without telling it
+/// `mounted_at`: it finds its mount itself); its base URL, the mount included.
+async fn serve_nested<St>(dashboard: Dashboard<St>, mount: &str) -> String
+where
+    St: redefer::queue::QueueStore + redefer::store::ListLocks + Sync,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}{mount}", listener.local_addr().unwrap());
+    let app = axum::Router::new()
+        .nest(mount, dashboard.router())
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
 /// The body of a GET of `url`.
 async fn body(http: &reqwest::Client, url: String) -> String {
     http.get(url).send().await.unwrap().text().await.unwrap()
@@ -242,10 +257,11 @@ async fn an_operator_requeues_a_dead_job_with_a_click() {
     };
     let server = RedisServer::start();
     let (store, queue, dead) = deployment(&server).await;
-    let url = serve(Dashboard::new(
-        store,
-        DashboardOptions::default().token(Some(TOKEN.into())),
-    ))
+    // Mounted under a prefix, as an application nests it: every link and form must stay there.
+    let url = serve_nested(
+        Dashboard::new(store, DashboardOptions::default().token(Some(TOKEN.into()))),
+        "/ops",
+    )
     .await;
     let client = browser(port).await;
 
