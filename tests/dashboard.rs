@@ -560,6 +560,107 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
     );
 }
 
+/// The JSON API reads what the pages show and runs the same actions, with the bearer token
+/// only: without it a read is 401; a signed-in browser's cookie cannot act (no CSRF field
+/// there); an unknown job is 404, in the API and on its page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_api_reads_and_acts_with_the_bearer_token() {
+    let server = RedisServer::start();
+    let (store, queue, dead) = deployment(&server).await;
+    let url = serve(Dashboard::new(
+        store,
+        DashboardOptions::default().token(Some(TOKEN.into())),
+    ))
+    .await;
+    let http = http_client();
+    let get = |path: &str, bearer: bool| {
+        let request = http.get(format!("{url}{path}"));
+        if bearer {
+            request.bearer_auth(TOKEN)
+        } else {
+            request
+        }
+        .send()
+    };
+    let json_of = |response: reqwest::Response| async move {
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().await.unwrap())
+    };
+
+    let (status, refused) = json_of(get("/api/queues", false).await.unwrap()).await;
+    assert_eq!(status, 401, "{refused}");
+    assert!(refused["error"].is_string());
+    let (status, queues) = json_of(get("/api/queues", true).await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert_eq!(queues[0]["name"], "orders");
+    assert_eq!(queues[0]["stats"]["dead"], 1);
+    let (_, stats) = json_of(get("/api/queues/orders", true).await.unwrap()).await;
+    assert_eq!(stats["dead"], 1);
+    let (_, jobs) = json_of(get("/api/queues/orders/jobs?set=dead", true).await.unwrap()).await;
+    assert_eq!(jobs[0]["id"], dead.as_str(), "{jobs}");
+    let (status, job) = json_of(
+        get(&format!("/api/queues/orders/jobs/{dead}"), true)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, job["status"]["status"].clone()),
+        (200, json!("dead")),
+        "{job}"
+    );
+    let (status, _) = json_of(get("/api/queues/orders/jobs/no-such-job", true).await.unwrap()).await;
+    assert_eq!(status, 404);
+    let page = get("/queues/orders/jobs/no-such-job", true).await.unwrap();
+    assert_eq!(page.status(), 404, "the page of an unknown job too");
+    let (status, locks) = json_of(get("/api/locks", true).await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert!(locks.to_string().contains("order:{42}"), "{locks}");
+
+    // Acting: a signed-in browser's cookie alone is refused; the bearer token acts.
+    let cookie = session_cookie(&sign_in(&http, &url, TOKEN).await);
+    let by_cookie = http
+        .post(format!("{url}/api/queues/orders/requeue"))
+        .header("cookie", cookie)
+        .json(&json!({ "id": dead.as_str() }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_cookie.status(), 403);
+    let (status, done) = json_of(
+        http.post(format!("{url}/api/queues/orders/requeue"))
+            .bearer_auth(TOKEN)
+            .json(&json!({ "id": dead.as_str() }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, done["notice"].clone()),
+        (200, json!(format!("requeued {dead}")))
+    );
+    let job = queue
+        .job(&JobId::new(dead.as_str()).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(job.state, RawJobState::Delayed { .. }),
+        "{:?}",
+        job.state
+    );
+    let (status, paused) = json_of(
+        http.post(format!("{url}/api/queues/orders/pause"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, paused["notice"].clone()), (200, json!("paused")));
+}
+
 /// Every link of a dashboard nested under `/admin` stays in the mount and answers, whether the
 /// application told it `mounted_at("/admin")` or not (it then finds its mount itself).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,8 +13,9 @@ use axum::response::{Html, IntoResponse, Response};
 use super::Dashboard;
 use super::access::{Visitor, same};
 use super::attempts::{ClientAddress, bearer_guess, too_many_attempts};
-use super::html::{encode, escape, page};
+use super::html::{encode, page};
 use super::pages::{Shared, failure};
+use super::problem::Problem;
 use crate::queue::{Cancelled, JobId, JobSet, QueueStore};
 use crate::store::ListLocks;
 
@@ -135,78 +136,8 @@ pub(super) async fn act<St: QueueStore + ListLocks + Sync>(
     if let Err(refusal) = d.access.may_act(&headers, form.csrf.as_deref()) {
         return failure(&d, StatusCode::FORBIDDEN, refusal);
     }
-    let (queue, _) = match d.known_queue(&name).await {
-        Ok(known) => known,
-        Err(response) => return response,
-    };
-    let job = || -> Result<JobId, Response> {
-        let id = form
-            .id
-            .as_deref()
-            .ok_or_else(|| failure(&d, StatusCode::BAD_REQUEST, "which job? (id)"))?;
-        JobId::new(id).map_err(|error| failure(&d, StatusCode::BAD_REQUEST, &error.to_string()))
-    };
-    let outcome = async {
-        Ok::<(JobSet, String), Response>(match action.as_str() {
-            "requeue" => {
-                let id = job()?;
-                match queue.requeue(std::slice::from_ref(&id)).await {
-                    Ok(1) => (JobSet::Dead, format!("requeued {id}")),
-                    Ok(_) => (JobSet::Dead, format!("{id} is not dead: nothing requeued")),
-                    Err(error) => return Err(d.store_failed(error)),
-                }
-            }
-            "cancel" => {
-                let id = job()?;
-                let notice = match queue.cancel(&id).await.map_err(|error| d.store_failed(error))? {
-                    Cancelled::Deleted => format!("cancelled {id}"),
-                    Cancelled::InFlight => format!("{id} is in flight: not cancelled"),
-                    Cancelled::NotFound => format!("{id} is not in the queue"),
-                };
-                (JobSet::Waiting, notice)
-            }
-            "run-now" => {
-                let id = job()?;
-                let moved = queue.run_now(&id).await.map_err(|error| d.store_failed(error))?;
-                let notice = if moved {
-                    format!("{id} is due now")
-                } else {
-                    format!("{id} is not waiting")
-                };
-                (JobSet::Waiting, notice)
-            }
-            "purge-dead" => {
-                if form.confirm.as_deref() != Some("yes") {
-                    return Err(failure(
-                        &d,
-                        StatusCode::BAD_REQUEST,
-                        "purging needs confirmation (confirm=yes)",
-                    ));
-                }
-                let purged = queue
-                    .purge(JobSet::Dead)
-                    .await
-                    .map_err(|error| d.store_failed(error))?;
-                (JobSet::Dead, format!("purged {purged} dead jobs"))
-            }
-            "pause" => {
-                queue.pause().await.map_err(|error| d.store_failed(error))?;
-                (JobSet::Waiting, "paused".to_string())
-            }
-            "resume" => {
-                queue.resume().await.map_err(|error| d.store_failed(error))?;
-                (JobSet::Waiting, "resumed".to_string())
-            }
-            other => {
-                return Err(failure(
-                    &d,
-                    StatusCode::NOT_FOUND,
-                    &format!("no action {}", escape(other)),
-                ));
-            }
-        })
-    };
-    match outcome.await {
+    let outcome = run_action(&d, &name, &action, form.id.as_deref(), form.confirm.as_deref()).await;
+    match outcome {
         Ok((set, notice)) => {
             let back = d.link(&format!(
                 "/queues/{}?set={}&notice={}",
@@ -216,6 +147,75 @@ pub(super) async fn act<St: QueueStore + ListLocks + Sync>(
             ));
             (StatusCode::SEE_OTHER, [(LOCATION, back)]).into_response()
         }
-        Err(response) => response,
+        Err(problem) => problem.into(),
     }
+}
+
+/// Runs `action` on queue `name` (on job `id` for the actions on one job; `confirm` must be
+/// `yes` to purge): the set whose page shows the result, and what happened, in words. Shared
+/// by the forms and the JSON API.
+pub(super) async fn run_action<St: QueueStore + ListLocks + Sync>(
+    d: &Dashboard<St>,
+    name: &str,
+    action: &str,
+    id: Option<&str>,
+    confirm: Option<&str>,
+) -> Result<(JobSet, String), Problem> {
+    let (queue, _) = d.known_queue(name).await?;
+    let job = || -> Result<JobId, Problem> {
+        let id = id.ok_or_else(|| Problem::new(StatusCode::BAD_REQUEST, "which job? (id)"))?;
+        JobId::new(id).map_err(|error| Problem::new(StatusCode::BAD_REQUEST, error.to_string()))
+    };
+    Ok(match action {
+        "requeue" => {
+            let id = job()?;
+            match queue
+                .requeue(std::slice::from_ref(&id))
+                .await
+                .map_err(Problem::store)?
+            {
+                1 => (JobSet::Dead, format!("requeued {id}")),
+                _ => (JobSet::Dead, format!("{id} is not dead: nothing requeued")),
+            }
+        }
+        "cancel" => {
+            let id = job()?;
+            let notice = match queue.cancel(&id).await.map_err(Problem::store)? {
+                Cancelled::Deleted => format!("cancelled {id}"),
+                Cancelled::InFlight => format!("{id} is in flight: not cancelled"),
+                Cancelled::NotFound => format!("{id} is not in the queue"),
+            };
+            (JobSet::Waiting, notice)
+        }
+        "run-now" => {
+            let id = job()?;
+            let notice = if queue.run_now(&id).await.map_err(Problem::store)? {
+                format!("{id} is due now")
+            } else {
+                format!("{id} is not waiting")
+            };
+            (JobSet::Waiting, notice)
+        }
+        "purge-dead" => {
+            if confirm != Some("yes") {
+                return Err(Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "purging needs confirmation (confirm=yes)",
+                ));
+            }
+            let purged = queue.purge(JobSet::Dead).await.map_err(Problem::store)?;
+            (JobSet::Dead, format!("purged {purged} dead jobs"))
+        }
+        "pause" => {
+            queue.pause().await.map_err(Problem::store)?;
+            (JobSet::Waiting, "paused".to_string())
+        }
+        "resume" => {
+            queue.resume().await.map_err(Problem::store)?;
+            (JobSet::Waiting, "resumed".to_string())
+        }
+        other => {
+            return Err(Problem::new(StatusCode::NOT_FOUND, format!("no action {other}")));
+        }
+    })
 }

@@ -30,11 +30,13 @@
 
 mod access;
 mod actions;
+mod api;
 mod attempts;
 mod html;
 mod options;
 mod pages;
 mod plot;
+mod problem;
 mod sign_in_limit;
 
 use std::sync::Arc;
@@ -86,8 +88,20 @@ where
                 get(pages::confirm_purge::<St>),
             )
             .route_layer(from_fn_with_state(Arc::clone(&dashboard), readers_only::<St>));
+        let api = Router::new()
+            .route("/api/queues", get(api::queues::<St>))
+            .route("/api/locks", get(api::locks::<St>))
+            .route("/api/queues/{queue}", get(api::queue::<St>))
+            .route("/api/queues/{queue}/jobs", get(api::jobs::<St>))
+            .route("/api/queues/{queue}/jobs/{id}", get(api::job::<St>))
+            .route_layer(from_fn_with_state(
+                Arc::clone(&dashboard),
+                api::readers_only::<St>,
+            ))
+            .route("/api/queues/{queue}/{action}", post(api::act::<St>));
         Router::new()
             .merge(pages)
+            .merge(api)
             .route(
                 "/login",
                 get(actions::login_page::<St>).post(actions::login::<St>),
@@ -110,6 +124,11 @@ where
 tokio::task_local! {
     /// Where the request found the dashboard mounted (see [`find_mount`]).
     static MOUNT: Arc<str>;
+}
+
+/// Where the dashboard is mounted, for the request being answered (see [`find_mount`]).
+fn current_base() -> String {
+    MOUNT.try_with(|mount| mount.to_string()).unwrap_or_default()
 }
 
 impl<St> Dashboard<St> {

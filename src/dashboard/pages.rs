@@ -14,6 +14,7 @@ use super::Dashboard;
 use super::access::Visitor;
 use super::html::{encode, escape, page, time};
 use super::plot::{bars, per_minute};
+use super::problem::Problem;
 use crate::queue::{
     Counters, DelayQueue, JobId, JobSet, JobStatus, ListCursor, ListedEntry, QueueStats, QueueStore,
     attempts_in,
@@ -42,37 +43,28 @@ fn respond(result: Result<String, Response>) -> Response {
 }
 
 impl<St: QueueStore + ListLocks + Sync> Dashboard<St> {
-    /// The queue `name`, if the registry knows it or it holds jobs; a 404 page otherwise.
+    /// The queue `name`, if the registry knows it or it holds jobs; a 404 otherwise.
     pub(super) async fn known_queue(
         &self,
         name: &str,
-    ) -> Result<(DelayQueue<Value, St>, QueueStats), Response> {
-        let known = self
-            .store
-            .registered()
-            .await
-            .map_err(|error| self.store_failed(error))?;
+    ) -> Result<(DelayQueue<Value, St>, QueueStats), Problem> {
+        let known = self.store.registered().await.map_err(Problem::store)?;
         let registered = known.iter().find(|known| known.name == name);
         let queue = self
             .queue(name, registered.map(|known| known.shards))
-            .map_err(|error| failure(self, StatusCode::BAD_REQUEST, &error.to_string()))?;
-        let stats = queue.stats().await.map_err(|error| self.store_failed(error))?;
+            .map_err(|error| Problem::new(StatusCode::BAD_REQUEST, error.to_string()))?;
+        let stats = queue.stats().await.map_err(Problem::store)?;
         if registered.is_none() && stats == QueueStats::default() {
-            return Err(failure(
-                self,
+            return Err(Problem::new(
                 StatusCode::NOT_FOUND,
-                &format!("no queue {name:?} under this prefix"),
+                format!("no queue {name:?} under this prefix"),
             ));
         }
         Ok((queue, stats))
     }
 
     pub(super) fn store_failed(&self, error: impl std::fmt::Display) -> Response {
-        failure(
-            self,
-            StatusCode::BAD_GATEWAY,
-            &format!("the store failed: {error}"),
-        )
+        Problem::store(error).into()
     }
 }
 
@@ -401,6 +393,9 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
     let job_id = JobId::new(id).map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
     let info = queue.job(&job_id).await.map_err(|error| d.store_failed(error))?;
     let status = JobStatus::of(info.as_ref());
+    if status == JobStatus::Unknown {
+        return Err(Problem::new(StatusCode::NOT_FOUND, format!("no job {id} in queue {name}")).into());
+    }
     let here = d.link(&format!("/queues/{}", encode(name)));
     let mut body = format!(
         "<p><a href='{here}'>← queue {}</a></p><table id=status>",
@@ -531,7 +526,7 @@ fn epoch_ms(at: SystemTime) -> u128 {
 }
 
 /// `<ms>/<id>` as a cursor.
-fn parse_cursor(text: &str) -> Option<ListCursor> {
+pub(super) fn parse_cursor(text: &str) -> Option<ListCursor> {
     let (ms, id) = text.split_once('/')?;
     Some(ListCursor {
         at: SystemTime::UNIX_EPOCH + Duration::from_millis(ms.parse().ok()?),
