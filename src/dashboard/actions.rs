@@ -26,7 +26,6 @@ pub(super) async fn login_page<St: QueueStore + ListLocks + Sync>(
 ) -> Response {
     if !d.access.has_token() {
         return failure(
-            &d,
             StatusCode::FORBIDDEN,
             "the dashboard has no token: it is read-only, and there is nothing to sign in to",
         );
@@ -71,13 +70,13 @@ pub(super) async fn login<St: QueueStore + ListLocks + Sync>(
     Form(login): Form<Login>,
 ) -> Response {
     if !d.access.has_token() {
-        return failure(&d, StatusCode::FORBIDDEN, "the dashboard has no token");
+        return failure(StatusCode::FORBIDDEN, "the dashboard has no token");
     }
     if let Err(wait) = d.access.sign_ins.attempt(client.or_shared(), Instant::now()) {
-        return too_many_attempts(&d, wait);
+        return too_many_attempts(wait);
     }
     if !d.access.is_token(&login.token) {
-        return failure(&d, StatusCode::FORBIDDEN, "wrong token");
+        return failure(StatusCode::FORBIDDEN, "wrong token");
     }
     (
         StatusCode::SEE_OTHER,
@@ -107,11 +106,10 @@ pub(super) async fn logout<St: QueueStore + ListLocks + Sync>(
         )
             .into_response(),
         Visitor::SignedIn { .. } => failure(
-            &d,
             StatusCode::FORBIDDEN,
             "the form is stale or from another site (CSRF check)",
         ),
-        _ => failure(&d, StatusCode::FORBIDDEN, "not signed in"),
+        _ => failure(StatusCode::FORBIDDEN, "not signed in"),
     }
 }
 
@@ -134,7 +132,7 @@ pub(super) async fn act<St: QueueStore + ListLocks + Sync>(
         return limited;
     }
     if let Err(refusal) = d.access.may_act(&headers, form.csrf.as_deref()) {
-        return failure(&d, StatusCode::FORBIDDEN, refusal);
+        return failure(StatusCode::FORBIDDEN, refusal);
     }
     let outcome = run_action(&d, &name, &action, form.id.as_deref(), form.confirm.as_deref()).await;
     match outcome {

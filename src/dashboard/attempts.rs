@@ -28,13 +28,12 @@ impl ClientAddress {
 }
 
 /// 429 with `Retry-After` for a client that tried the token too often.
-pub(super) fn too_many_attempts<St>(d: &Dashboard<St>, wait: std::time::Duration) -> Response {
+pub(super) fn too_many_attempts(wait: std::time::Duration) -> Response {
     let seconds = wait
         .as_secs()
         .saturating_add(u64::from(wait.subsec_nanos() > 0))
         .max(1);
     let mut response = failure(
-        d,
         StatusCode::TOO_MANY_REQUESTS,
         &format!("too many attempts with a wrong token from this address: try again in {seconds} s"),
     );
@@ -54,7 +53,7 @@ pub(super) fn bearer_guess<St>(
     }
     let now = Instant::now();
     if let Some(wait) = d.access.sign_ins.waiting(client.or_shared(), now) {
-        return Some(too_many_attempts(d, wait));
+        return Some(too_many_attempts(wait));
     }
     if d.access.visitor(headers) != Visitor::Bearer {
         // The answer to this request is the refusal it gets anyway; the count limits the next.

@@ -24,9 +24,8 @@ use crate::store::ListLocks;
 pub(super) type Shared<St> = State<Arc<Dashboard<St>>>;
 
 /// A page that could not be made: the status and why, as a page.
-pub(super) fn failure<St>(dashboard: &Dashboard<St>, status: StatusCode, message: &str) -> Response {
-    let body = format!("<p class=bad>{}</p>", escape(message));
-    (status, Html(page(&dashboard.base(), "Error", None, &body))).into_response()
+pub(super) fn failure(status: StatusCode, message: &str) -> Response {
+    Problem::new(status, message).into()
 }
 
 /// The CSRF field of `visitor`'s action forms, when it may act through them.
@@ -94,7 +93,7 @@ async fn queues_page<St: QueueStore + ListLocks + Sync>(
         let name = &registered.name;
         let queue = d
             .queue(name, Some(registered.shards))
-            .map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
+            .map_err(|error| failure(StatusCode::BAD_REQUEST, &error.to_string()))?;
         let stats = queue.stats().await.map_err(|error| d.store_failed(error))?;
         // The plots are for people: a broken activity hash costs them, not the page.
         let plots = if registered.counters == Counters::Off {
@@ -172,13 +171,13 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
         None => JobSet::Waiting,
         Some(set) => set
             .parse()
-            .map_err(|error: String| failure(d, StatusCode::BAD_REQUEST, &error))?,
+            .map_err(|error: String| failure(StatusCode::BAD_REQUEST, &error))?,
     };
     let after = match query.after.as_deref() {
         None => None,
-        Some(cursor) => Some(
-            parse_cursor(cursor).ok_or_else(|| failure(d, StatusCode::BAD_REQUEST, "after: <ms>/<id>"))?,
-        ),
+        Some(cursor) => {
+            Some(parse_cursor(cursor).ok_or_else(|| failure(StatusCode::BAD_REQUEST, "after: <ms>/<id>"))?)
+        }
     };
     let entries = queue
         .list_after(set, after.as_ref(), d.options.page_size)
@@ -352,7 +351,6 @@ async fn confirm_purge_page<St: QueueStore + ListLocks + Sync>(
 ) -> Result<String, Response> {
     let Some(csrf) = acting(d, visitor) else {
         return Err(failure(
-            d,
             StatusCode::FORBIDDEN,
             "sign in first (or the dashboard is read-only)",
         ));
@@ -390,7 +388,7 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
     visitor: &Visitor,
 ) -> Result<String, Response> {
     let (queue, _) = d.known_queue(name).await?;
-    let job_id = JobId::new(id).map_err(|error| failure(d, StatusCode::BAD_REQUEST, &error.to_string()))?;
+    let job_id = JobId::new(id).map_err(|error| failure(StatusCode::BAD_REQUEST, &error.to_string()))?;
     let info = queue.job(&job_id).await.map_err(|error| d.store_failed(error))?;
     let status = JobStatus::of(info.as_ref());
     if status == JobStatus::Unknown {

@@ -72,7 +72,7 @@ impl MemoryStore {
                         Some(debounce) => {
                             let due = after_epoch_ms(now, debounce.period)
                                 .min(after_epoch_ms(record.first, debounce.max_wait));
-                            q.reschedule(id, due);
+                            q.schedule(id.clone(), due);
                             due
                         }
                         None => due,

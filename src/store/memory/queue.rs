@@ -82,7 +82,8 @@ pub(super) fn due_ms(due: Due) -> i64 {
 }
 
 impl QueueState {
-    fn schedule(&mut self, id: JobId, due: i64) {
+    /// Makes job `id` wait until `due` (ms since the epoch), moving it if it waits already.
+    pub(super) fn schedule(&mut self, id: JobId, due: i64) {
         if let Some(old) = self.due_of.insert(id.clone(), due) {
             self.delayed.remove(&(old, id.clone()));
         }
@@ -134,11 +135,6 @@ impl QueueState {
         self.dead.insert(id.clone(), (now, reason.to_string()));
         self.expiries.remove(id);
         self.handed.remove(id);
-    }
-
-    /// Makes the waiting job `id` due at `due` (ms since the epoch) instead.
-    pub(super) fn reschedule(&mut self, id: &JobId, due: i64) {
-        self.schedule(id.clone(), due);
     }
 
     /// Replaces the envelope of the stored job `id`.
