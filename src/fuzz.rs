@@ -11,6 +11,7 @@ use crate::key::{LockKey, Prefix, decode_tag};
 use crate::queue::{ACTIVITY_MINUTES, DelayQueue, Envelope, JobId, Json, MinuteActivity, QueueName};
 use crate::store::MemoryStore;
 use crate::store::redis_keys::{self, QueueKeys};
+use crate::trace_context::{TraceContext, TraceParent};
 
 /// Envelope bytes as a claim reads them: decoding never panics; what decodes re-encodes to
 /// bytes that decode to the same envelope.
@@ -27,6 +28,11 @@ pub fn envelope_decoding(data: &[u8]) {
         envelope.id, id,
         "a decoded envelope belongs to the job it was read for"
     );
+    // A stored trace context is the outside's too: it parses or is refused, never panics,
+    // and what parses is kept canonically.
+    if let Some(parent) = envelope.trace.as_ref().and_then(TraceContext::parent) {
+        assert_eq!(TraceParent::parse(&parent.to_string()), Some(parent));
+    }
     let codec = Json;
     let bytes = crate::queue::Codec::encode(&codec, &envelope).expect("a decoded envelope encodes");
     let again: Envelope<serde_json::Value> =

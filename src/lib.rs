@@ -60,6 +60,7 @@ pub mod semaphore;
 pub mod store;
 pub mod strategy;
 pub mod throttle;
+pub mod trace_context;
 
 pub use crate::backoff::Backoff;
 pub use crate::config::{Config, ConfigError};

@@ -15,6 +15,7 @@ use super::{
 };
 use crate::error::KeyError;
 use crate::lock::{FencingToken, LockToken};
+use crate::trace_context::TraceContext;
 
 /// What a failed push tells: refused for memory, outcome unknown, or nothing written.
 pub(super) fn push_error(error: crate::error::StoreError) -> QueueError {
@@ -423,9 +424,12 @@ where
         Ok(scheduled)
     }
 
-    /// Encodes a first-attempt envelope, checking the payload limit.
+    /// Encodes a first-attempt envelope, checking the payload limit. It keeps the trace
+    /// context of the span the push runs in, for the job's runs to continue.
     pub(crate) fn encode_new(&self, id: JobId, item: &T) -> Result<(JobId, Vec<u8>), QueueError> {
-        let bytes = self.encode(&Envelope::new(id.clone(), item))?;
+        let mut envelope = Envelope::new(id.clone(), item);
+        envelope.trace = TraceContext::current();
+        let bytes = self.encode(&envelope)?;
         Ok((id, bytes))
     }
 

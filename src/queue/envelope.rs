@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::JobId;
+use crate::trace_context::TraceContext;
 
 /// A job as stored: the payload plus what the scheduler tracks across attempts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,6 +24,10 @@ pub struct Envelope<T> {
     /// envelopes stored before it was counted read 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lock_waits: u32,
+    /// The trace context of the request that stored the job, which its runs continue (see
+    /// [`trace_context`](crate::trace_context)). Absent when the push was not traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceContext>,
     /// The job's payload: for a deferred request, the request.
     pub payload: T,
 }
@@ -39,6 +44,7 @@ impl<T> Envelope<T> {
             enqueued_at_ms,
             last_error: None,
             lock_waits: 0,
+            trace: None,
             payload,
         }
     }

@@ -113,7 +113,13 @@ where
             queue = %self.queue.name(),
             job_id = %lease.id(),
             attempt = lease.attempt(),
+            traceparent = tracing::field::Empty,
         );
+        // The run continues the trace of the request that stored the job.
+        if let Some(trace) = &envelope.trace {
+            span.record("traceparent", trace.traceparent());
+            trace.continue_in(&span);
+        }
         let lag = std::time::SystemTime::now()
             .duration_since(due)
             .unwrap_or_default();
