@@ -63,7 +63,12 @@ pub async fn run(server: &RedisServer, size: Size) {
 }
 
 /// Each of `concurrency` tasks locks a key of its own, `requests / concurrency` times.
-async fn layer_rate<St: LockStore>(store: St, fencing: Fencing, concurrency: usize, requests: usize) -> f64 {
+pub async fn layer_rate<St: LockStore>(
+    store: St,
+    fencing: Fencing,
+    concurrency: usize,
+    requests: usize,
+) -> f64 {
     let service = LockLayer::new(store, |task: &usize| Some(format!("bench:{task}")))
         .fencing(fencing)
         .layer(service_fn(|_: usize| async { Ok::<_, Infallible>(()) }));
@@ -99,7 +104,7 @@ where
 }
 
 /// The same two round trips with no middleware: `SET key token NX PX`, then the release script.
-async fn bare_rate(store: &RedisStore, concurrency: usize, requests: usize) -> f64 {
+pub async fn bare_rate(store: &RedisStore, concurrency: usize, requests: usize) -> f64 {
     let release = redis::Script::new(RELEASE);
     let per_task = requests / concurrency;
     let start = Instant::now();

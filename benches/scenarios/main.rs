@@ -19,6 +19,7 @@ mod idle;
 mod lock;
 mod operations;
 mod peer;
+mod profile;
 mod promotion;
 mod queue;
 mod redis_info;
@@ -43,12 +44,17 @@ impl Size {
         if self.smoke { smoke } else { full }
     }
 
+    /// Whether this is a smoke run.
+    pub fn smoke(self) -> bool {
+        self.smoke
+    }
+
     pub fn seconds(self, full: u64) -> Duration {
         Duration::from_millis(self.pick(full * 1000, 300))
     }
 }
 
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 12] = [
     "lock",
     "queue",
     "peer",
@@ -60,6 +66,7 @@ const SCENARIOS: [&str; 11] = [
     "operations",
     "throttle",
     "retry_after",
+    "profile",
 ];
 
 fn main() {
@@ -113,6 +120,7 @@ fn main() {
                     "operations" => operations::run(&server, size).await,
                     "throttle" => throttle::run(&server, size).await,
                     "retry_after" => retry_after::run(&server, size).await,
+                    "profile" => profile::run(&server, size).await,
                     _ => unreachable!("filtered against SCENARIOS"),
                 }
             }

@@ -273,11 +273,29 @@ async fn drain_with_schedulers(
     jobs: usize,
     schedulers: usize,
 ) -> (f64, usize, f64) {
+    let queue = fill_due(store, name, jobs).await;
+    drain_filled(server, store, &queue, jobs, schedulers).await
+}
+
+/// A queue `name` holding `jobs` due jobs.
+pub async fn fill_due(store: &RedisStore, name: &str, jobs: usize) -> DelayQueue<u64, RedisStore> {
     let queue = DelayQueue::<u64, _>::new(store.clone(), name).expect("queue");
     let items: Vec<u64> = (0..jobs as u64).collect();
     for page in items.chunks(1000) {
         queue.push_many(page, Duration::ZERO).await.expect("push_many");
     }
+    queue
+}
+
+/// Times `schedulers` schedulers draining the `jobs` due jobs of `queue` (as
+/// [`drain_with_schedulers`] returns them), the server's statistics reset first.
+pub async fn drain_filled(
+    server: &RedisServer,
+    store: &RedisStore,
+    queue: &DelayQueue<u64, RedisStore>,
+    jobs: usize,
+    schedulers: usize,
+) -> (f64, usize, f64) {
     redis_info::reset(server).await;
     let handled = Arc::new(AtomicUsize::new(0));
     let counter = handled.clone();

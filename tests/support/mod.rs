@@ -118,6 +118,11 @@ impl RedisServer {
         server
     }
 
+    /// Which server this is.
+    pub fn kind(&self) -> Server {
+        self.server
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }
