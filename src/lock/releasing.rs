@@ -24,22 +24,17 @@ pub(crate) struct Releasing {
 #[derive(Debug)]
 struct InFlight {
     count: usize,
-    done: Arc<Notify>,
+    /// Made by the first acquire that waits: most releases are never waited for, and cost
+    /// no allocation of it.
+    done: Option<Arc<Notify>>,
 }
 
 impl Releasing {
     /// Counts a release of `key` as on its way until the returned mark is dropped.
     pub(crate) fn start(self: &Arc<Self>, key: &LockKey) -> ReleaseMark {
-        let mut by_key = self
-            .by_key
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        by_key
+        self.lock()
             .entry(key.clone())
-            .or_insert_with(|| InFlight {
-                count: 0,
-                done: Arc::new(Notify::new()),
-            })
+            .or_insert(InFlight { count: 0, done: None })
             .count += 1;
         ReleaseMark {
             releasing: Arc::clone(self),
@@ -49,37 +44,35 @@ impl Releasing {
 
     /// Whether a release of `key` is on its way.
     pub(crate) fn pending(&self, key: &LockKey) -> bool {
-        self.by_key
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .contains_key(key)
+        self.lock().contains_key(key)
     }
 
     /// Waits until no release of `key` is on its way; `true` if one was.
     pub(crate) async fn settled(&self, key: &LockKey) -> bool {
-        let done = {
-            let by_key = self
-                .by_key
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            match by_key.get(key) {
-                Some(in_flight) => Arc::clone(&in_flight.done),
-                None => return false,
-            }
+        let done = match self.lock().get_mut(key) {
+            Some(in_flight) => Arc::clone(in_flight.done.get_or_insert_with(Arc::default)),
+            None => return false,
         };
         let notified = done.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        // Settled between the look above and the registration: nothing to wait for.
+        // Settled between the look above and the registration (the key's entry gone, or
+        // made anew by a later release, which is not waited for): nothing to wait for.
         let still = self
-            .by_key
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .contains_key(key);
+            .get(key)
+            .and_then(|in_flight| in_flight.done.as_ref())
+            .is_some_and(|same| Arc::ptr_eq(same, &done));
         if still {
             notified.await;
         }
         true
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LockKey, InFlight>> {
+        self.by_key
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -91,17 +84,14 @@ pub(crate) struct ReleaseMark {
 
 impl Drop for ReleaseMark {
     fn drop(&mut self) {
-        let mut by_key = self
-            .releasing
-            .by_key
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut by_key = self.releasing.lock();
         if let Some(in_flight) = by_key.get_mut(&self.key) {
             in_flight.count -= 1;
             if in_flight.count == 0
                 && let Some(in_flight) = by_key.remove(&self.key)
+                && let Some(done) = in_flight.done
             {
-                in_flight.done.notify_waiters();
+                done.notify_waiters();
             }
         }
     }

@@ -87,7 +87,7 @@ impl fmt::Display for FencingToken {
 
 /// Fencing counters below this were never raised to the clock: new, or lost with the data
 /// (see `lua/fence.lua`; the memory store keeps the same rule).
-pub(crate) const FENCE_FLOOR: u64 = 1 << 40;
+const FENCE_FLOOR: u64 = 1 << 40;
 
 /// Hands out `n` tokens from `counter` (the last returned), raising a counter below
 /// [`FENCE_FLOOR`] to the system clock in microseconds first: the memory store's side of

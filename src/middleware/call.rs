@@ -220,9 +220,9 @@ where
             ),
         );
         let ended = tokio::select! {
-            // The renewal first (it arms its timer before the handler's first poll), and the
-            // handler polled only while the lock is surely ours: a process resumed after a
-            // pause longer than the TTL stops its handler before it takes another step.
+            // The renewal first, and the handler polled only while the lock is surely ours: a
+            // process resumed after a pause longer than the TTL stops its handler before it
+            // takes another step.
             biased;
             lost = renewal => Err(lost),
             finished = handler => finished,

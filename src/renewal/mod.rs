@@ -4,10 +4,10 @@
 //! The renewal must not depend on the holder's task being polled: a handler that blocks its
 //! worker thread (synchronous I/O, a CPU loop) stops its own task, and a renewal living there
 //! would let the lease run out under a handler that is still working. So a [`Renewal`] runs in
-//! a task of its own, started by a timer when the first extension is due, on whichever thread
-//! drives the runtime's timers then, or by the [`watchdog`] thread at half the TTL when no
-//! worker drives them (a handler that finishes before that costs a timer and a registration,
-//! no task). The holder runs its work under [`while_valid`], which stops the work once the
+//! a task of its own, started by the [`watchdog`] thread when the first extension is due (a
+//! third of the TTL): it does not depend on any worker driving the runtime's timers, and a
+//! handler that finishes before that costs one registration in the watchdog's map, no timer
+//! and no task. The holder runs its work under [`while_valid`], which stops the work once the
 //! lease may have run out, and polls the [`Renewal`], which resolves when the renewal gave up.
 
 mod lease;

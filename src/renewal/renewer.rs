@@ -1,5 +1,5 @@
-//! The renewal of one lease: armed as a timer when the lease is granted (and with the
-//! watchdog), run as a task of its own from the first extension on.
+//! The renewal of one lease: registered with the watchdog when the lease is granted, run as a
+//! task of its own from the first extension on.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,31 +8,25 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio::time::{Instant, Sleep, sleep_until, timeout_at};
+use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::lease::{Lease, LossReason};
 use super::watchdog::{self, Watched};
 
-pin_project_lite::pin_project! {
-    /// Keeps one lease alive while its holder works: extends it every third of its TTL from a
-    /// task of its own, so that a holder blocking its thread keeps its lease.
-    ///
-    /// As a future, it resolves when the renewal gave up (the holder must stop then); dropping
-    /// it (the holder is done, on any path) stops the renewal.
-    pub(crate) struct Renewal {
-        ends_lease: EndOnDrop,
-        // Starts the renewal from the watchdog's thread should the timer below not have fired
-        // by half the TTL (see the watchdog's notes).
-        watched: Watched,
-        // The timer of the first extension. It is polled once, with the waker of `Start`
-        // instead of the holder's: when it fires, on whichever thread drives the runtime's
-        // timers, the waker spawns the renewal task from there. A task spawned by the holder's
-        // task at once would wait in its worker's next-task slot, which other workers never
-        // steal from, behind a holder that blocks that worker.
-        #[pin]
-        first_extension: Sleep,
-        arm_with: Option<Waker>,
-    }
+/// Keeps one lease alive while its holder works: extends it every third of its TTL from a task
+/// of its own, so that a holder blocking its thread keeps its lease.
+///
+/// As a future, it resolves when the renewal gave up (the holder must stop then); dropping it
+/// (the holder is done, on any path) stops the renewal.
+pub(crate) struct Renewal {
+    ends_lease: EndOnDrop,
+    // Starts the renewal from the watchdog's thread when the first extension is due. Not a
+    // tokio timer: one costs a registration with the runtime's timer wheel and its removal on
+    // every request, most of which end long before; and a task spawned from the watchdog's
+    // thread is taken by any worker, where one spawned by the holder's task would wait in its
+    // worker's next-task slot, which other workers never steal from, behind a holder that
+    // blocks that worker.
+    _watched: Watched,
 }
 
 impl Renewal {
@@ -58,9 +52,7 @@ impl Renewal {
         let start = Waker::from(Arc::new(start));
         Renewal {
             ends_lease: EndOnDrop(lease),
-            watched: watchdog::wake_at((granted_at + ttl / 2).into_std(), start.clone()),
-            first_extension: sleep_until(granted_at + ttl / 3),
-            arm_with: Some(start),
+            _watched: watchdog::wake_at((granted_at + ttl / 3).into_std(), start),
         }
     }
 
@@ -74,18 +66,7 @@ impl Future for Renewal {
     type Output = LossReason;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LossReason> {
-        let this = self.project();
-        if let Some(start) = this.arm_with.take() {
-            // Registers the timer with `start`'s waker (the timer keeps a clone of it).
-            if this
-                .first_extension
-                .poll(&mut Context::from_waker(&start))
-                .is_ready()
-            {
-                start.wake();
-            }
-        }
-        this.ends_lease.0.poll_lost(cx)
+        self.ends_lease.0.poll_lost(cx)
     }
 }
 

@@ -1,12 +1,12 @@
-//! A thread of the process that starts the renewals whose own timer did not fire in time.
+//! A thread of the process that starts every renewal when its first extension is due.
 //!
-//! A renewal is armed as a tokio timer, which fires on whichever worker drives the runtime's
-//! timers. When the only busy worker blocks its thread in a handler and the others are parked
-//! without the driver (a quiet service), no worker drives the timers or the I/O until the
-//! handler returns, and the lease would run out under it. The watchdog does not depend on the
-//! runtime: at its deadline it wakes the renewal's starter from its own thread, which spawns
-//! the renewal task from outside the runtime; that wakes a parked worker, which then drives the
-//! timers and the I/O for it.
+//! Not a tokio timer: a timer fires on whichever worker drives the runtime's timers, and when
+//! the only busy worker blocks its thread in a handler and the others are parked without the
+//! driver (a quiet service), no worker drives the timers or the I/O until the handler returns,
+//! and the lease would run out under it. The watchdog does not depend on the runtime: at the
+//! deadline it wakes the renewal's starter from its own thread, which spawns the renewal task
+//! from outside the runtime; that wakes a parked worker, which then drives the timers and the
+//! I/O for it. Later extensions are the renewal task's own timers.
 //!
 //! What it costs a holder that finishes before its deadline: one insert and one removal in a
 //! shared map; the thread sleeps until the earliest deadline, and is woken by a registration

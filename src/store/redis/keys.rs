@@ -24,23 +24,19 @@ fn tagged(prefix: &Prefix, kind: &str, name: &str, suffix: &str) -> String {
 
 /// The keys of one lock, in the order every lock script receives them in `KEYS`: the shared
 /// Lua prelude (`lua/lock_prelude.lua`) names them in this order.
+///
+/// Built on every acquire and release: the names share one buffer, written once (one
+/// allocation where a `String` per name took eight).
 #[derive(Debug, Clone)]
 pub(crate) struct LockKeys {
-    /// string: the holder's token (PX ttl), or `@<waiter>` while reserved for a waiter.
-    pub(crate) lock: String,
-    /// counter: the last fencing token; outlives the lock.
-    pub(crate) fence: String,
-    /// zset: waiter -> arrival order; the key's line.
-    pub(crate) waiters: String,
-    /// string: the waiter the key was last reserved for, until it takes it.
-    pub(crate) handoff: String,
-    /// string: the key's typical hold in ms (expires an hour after the last release).
-    pub(crate) holds: String,
-    /// pub/sub channel: who the key was handed to. Not a key: scripts get it in `ARGV[1]`.
-    pub(crate) wake: String,
-    /// pub/sub channel: newer requests asking the key's holders to stop (mutex or semaphore).
-    pub(crate) stop: String,
+    /// Every name, `<prefix>:<kind>:<tag>` in the order of [`LOCK_KINDS`], back to back.
+    names: String,
+    /// Where each name ends in `names`.
+    ends: [usize; LOCK_KINDS.len()],
 }
+
+/// The kinds of a lock's names, in the order of the scripts' `KEYS`, then the channels.
+const LOCK_KINDS: [&str; 7] = ["lock", "fence", "waiters", "handoff", "holds", "wake", "stop"];
 
 /// The hash tag, braces included, of every Redis key of the lock key `key` (mutex or semaphore).
 fn lock_tag(key: &LockKey) -> String {
@@ -63,28 +59,65 @@ impl LockKeys {
     }
 
     fn with_tag(prefix: &Prefix, tag: &str) -> Self {
-        let key = |kind: &str| lock_part(prefix, kind, tag);
-        LockKeys {
-            lock: key("lock"),
-            fence: key("fence"),
-            waiters: key("waiters"),
-            handoff: key("handoff"),
-            holds: key("holds"),
-            wake: key("wake"),
-            stop: key("stop"),
+        let prefix = prefix.as_str();
+        let kinds: usize = LOCK_KINDS.iter().map(|kind| kind.len()).sum();
+        let mut names = String::with_capacity(LOCK_KINDS.len() * (prefix.len() + tag.len() + 2) + kinds);
+        let mut ends = [0; LOCK_KINDS.len()];
+        for (kind, end) in LOCK_KINDS.iter().zip(&mut ends) {
+            names.push_str(prefix);
+            names.push(':');
+            names.push_str(kind);
+            names.push(':');
+            names.push_str(tag);
+            *end = names.len();
         }
+        LockKeys { names, ends }
     }
 
-    /// The keys in the order of the scripts' `KEYS`.
+    fn name(&self, index: usize) -> &str {
+        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.names[start..self.ends[index]]
+    }
+
+    /// string: the holder's token (PX ttl), or `@<waiter>` while reserved for a waiter.
+    pub(crate) fn lock(&self) -> &str {
+        self.name(0)
+    }
+
+    /// counter: the last fencing token; outlives the lock.
+    pub(crate) fn fence(&self) -> &str {
+        self.name(1)
+    }
+
+    /// zset: waiter -> arrival order; the key's line.
+    pub(crate) fn waiters(&self) -> &str {
+        self.name(2)
+    }
+
+    /// string: the key's typical hold in ms (expires an hour after the last release).
+    pub(crate) fn holds(&self) -> &str {
+        self.name(4)
+    }
+
+    /// pub/sub channel: who the key was handed to. Not a key: scripts get it in `ARGV[1]`.
+    pub(crate) fn wake(&self) -> &str {
+        self.name(5)
+    }
+
+    /// pub/sub channel: newer requests asking the key's holders to stop (mutex or semaphore).
+    pub(crate) fn stop(&self) -> &str {
+        self.name(6)
+    }
+
+    /// The keys in the order of the scripts' `KEYS` (the fifth, between the line and the
+    /// holds, is the string naming the waiter the key was last reserved for).
     pub(crate) fn in_script_order(&self) -> [&str; 5] {
-        [&self.lock, &self.fence, &self.waiters, &self.handoff, &self.holds]
+        [0, 1, 2, 3, 4].map(|index| self.name(index))
     }
 
     /// Every name of the lock: its keys, then its channels.
     pub(crate) fn all(&self) -> impl Iterator<Item = &str> {
-        self.in_script_order()
-            .into_iter()
-            .chain([self.wake.as_str(), self.stop.as_str()])
+        (0..LOCK_KINDS.len()).map(|index| self.name(index))
     }
 }
 
@@ -349,8 +382,8 @@ mod tests {
     fn braces_stay_inside_one_hash_tag() {
         let prefix = Prefix::default();
         let keys = LockKeys::new(&prefix, &LockKey::new("}{a}").unwrap());
-        assert_eq!(keys.lock, "redefer:lock:{%7D%7Ba%7D}");
-        assert_eq!(keys.fence, "redefer:fence:{%7D%7Ba%7D}");
+        assert_eq!(keys.lock(), "redefer:lock:{%7D%7Ba%7D}");
+        assert_eq!(keys.fence(), "redefer:fence:{%7D%7Ba%7D}");
         for key in keys.all() {
             assert!(key.ends_with(":{%7D%7Ba%7D}"), "{key}");
         }

@@ -8,14 +8,13 @@ use redis::{Script, ScriptInvocation};
 use super::RedisStore;
 use super::keys::LockKeys;
 use super::scripts::{
-    LOCK_ACQUIRE, LOCK_EXTEND, LOCK_FENCE_FLOOR, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE,
+    LOCK_ACQUIRE, LOCK_ACQUIRE_FREE, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE,
     QUEUE_PROMOTE,
 };
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken,
-    Overflow, Waiter,
+    Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken, Overflow, Waiter,
 };
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
@@ -66,17 +65,18 @@ where
         for name in keys.in_script_order() {
             invocation.key(name);
         }
-        invocation.arg(&keys.wake).arg(ttl_millis(self.reservation));
+        invocation.arg(keys.wake()).arg(ttl_millis(self.reservation));
         invocation
     }
 
-    /// The common acquire, without a script: `SET key token NX PX ttl` and an `EXISTS` of the
-    /// key's line in one round trip, in a `MULTI`/`EXEC` with the fence's `INCR` when fencing
-    /// (the token must come from the same atomic step as the lock, or an older holder could
-    /// get a higher one). `Some` with the fence when the lock is ours; `None` when the key is
-    /// taken, which the acquire script settles (a re-sent acquire finding its own token, the
-    /// line, the reservation). A lock taken while others were in line (their holder's TTL ran
-    /// out) is theirs: it is given back, handed to the first of them, and `None` returned.
+    /// The common acquire, of a caller not in line: one short script on the three keys it
+    /// touches (`lock_acquire_free.lua`): `SET key token NX PX ttl` unless the key's line is
+    /// not empty, and the fence's next token in the same atomic step (else an older holder
+    /// could get a higher one). One command to write and one reply to read, where a
+    /// `MULTI`/`EXEC` of the same steps cost the client five of each. `Some` with the fence
+    /// when the lock is ours; `None` when the key is taken or its line is not empty, which the
+    /// acquire script settles (a re-sent acquire finding its own token, the line, the
+    /// reservation).
     async fn acquire_by_set(
         &self,
         key: &LockKey,
@@ -85,55 +85,23 @@ where
         fencing: Fencing,
     ) -> Result<Option<Option<FencingToken>>, StoreError> {
         let keys = LockKeys::new(&self.prefix, key);
-        let mut pipe = redis::pipe();
-        if fencing == Fencing::On {
-            pipe.atomic();
-        }
-        pipe.cmd("SET")
-            .arg(&keys.lock)
+        let fenced = fencing == Fencing::On;
+        let taken: i64 = LOCK_ACQUIRE_FREE
+            .key(keys.lock())
+            .key(keys.fence())
+            .key(keys.waiters())
             .arg(token)
-            .arg("NX")
-            .arg("PX")
             .arg(ttl_millis(ttl))
-            .cmd("EXISTS")
-            .arg(&keys.waiters);
-        if fencing == Fencing::On {
-            pipe.cmd("INCR").arg(&keys.fence);
-        }
-        let reply: Vec<redis::Value> = pipe.query_async(&mut self.conn.clone()).await?;
-        let (set, in_line, fence) = match reply.as_slice() {
-            [set, in_line, rest @ ..] if rest.len() <= 1 => (set, in_line, rest.first()),
-            _ => return Err(StoreError::Protocol(format!("SET NX answered {reply:?}"))),
-        };
-        if matches!(set, redis::Value::Nil) {
-            return Ok(None);
-        }
-        let in_line: bool =
-            redis::from_redis_value_ref(in_line).map_err(|error| StoreError::Redis(error.into()))?;
-        if in_line {
-            self.release(key, token).await?;
-            return Ok(None);
-        }
-        let fence = fence
-            .map(|fence| redis::from_redis_value_ref::<u64>(fence).map(FencingToken))
-            .transpose()
-            .map_err(|error| StoreError::Redis(error.into()))?;
-        match fence {
-            // A counter never raised to the clock (new, or lost with the data): raise it now,
-            // before the token reaches anyone (see `lua/fence.lua`). Once per counter.
-            Some(low) if low.0 < FENCE_FLOOR => {
-                let raised: Option<u64> = self
-                    .lock_script(&LOCK_FENCE_FLOOR, key)
-                    .arg(token)
-                    .invoke_async(&mut self.conn.clone())
-                    .await?;
-                match raised {
-                    Some(raised) => Ok(Some(Some(FencingToken(raised)))),
-                    // Lost in between (an operator deleted it): the script path decides.
-                    None => Ok(None),
-                }
-            }
-            fence => Ok(Some(fence)),
+            .arg(if fenced { "1" } else { "0" })
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match (taken, fenced) {
+            (-1, _) => Ok(None),
+            (0, false) => Ok(Some(None)),
+            (fence, true) if fence > 0 => Ok(Some(Some(FencingToken(fence.unsigned_abs())))),
+            (other, _) => Err(StoreError::Protocol(format!(
+                "the free-key acquire answered {other}"
+            ))),
         }
     }
 
@@ -155,8 +123,8 @@ where
                     return Ok(Acquisition::Acquired(fence));
                 }
                 Ok(None) => {}
-                // Refused (a full Redis refuses a plain SET; the script may write) or lost on
-                // the way: the script decides, and finds our token should the SET have landed.
+                // Lost on the way: the full script decides, and finds our token should the
+                // free-key acquire have landed.
                 Err(error) => tracing::debug!(%key, %error, "acquire by SET failed; acquiring by script"),
             }
         }
@@ -236,7 +204,7 @@ where
         // set (another holder, or the line mark): the script decides.
         if self.conditional().set_ifeq {
             let set: Option<String> = redis::cmd("SET")
-                .arg(LockKeys::new(&self.prefix, key).lock)
+                .arg(LockKeys::new(&self.prefix, key).lock().to_string())
                 .arg(token)
                 .arg("IFEQ")
                 .arg(token)
@@ -270,7 +238,7 @@ where
         // A hold to report, another holder or a line mark: the scripts below.
         if self.conditional().delifeq && held_for.is_none() {
             let deleted: Result<i64, _> = redis::cmd("DELIFEQ")
-                .arg(&keys.lock)
+                .arg(keys.lock())
                 .arg(token)
                 .query_async(&mut self.conn.clone())
                 .await;
@@ -280,8 +248,8 @@ where
         }
         let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
         let alone: i64 = LOCK_RELEASE_ALONE
-            .key(&keys.lock)
-            .key(&keys.holds)
+            .key(keys.lock())
+            .key(keys.holds())
             .arg(token)
             .arg(&held_ms)
             .invoke_async(&mut self.conn.clone())
@@ -337,7 +305,7 @@ where
     }
 
     async fn request_stop(&self, key: &LockKey, from: &Waiter) -> Result<(), StoreError> {
-        let channel = LockKeys::new(&self.prefix, key).stop;
+        let channel = LockKeys::new(&self.prefix, key).stop().to_string();
         let _heard_by: u64 = redis::cmd("PUBLISH")
             .arg(channel)
             .arg(from.as_str())
@@ -347,11 +315,11 @@ where
     }
 
     fn stop_requests(&self, key: &LockKey) -> Handoffs {
-        self.announced_on(LockKeys::new(&self.prefix, key).stop)
+        self.announced_on(LockKeys::new(&self.prefix, key).stop().to_string())
     }
 
     fn handoffs(&self, key: &LockKey) -> Handoffs {
-        self.announced_on(LockKeys::new(&self.prefix, key).wake)
+        self.announced_on(LockKeys::new(&self.prefix, key).wake().to_string())
     }
 }
 

@@ -129,8 +129,8 @@ where
         let found = keys::LockKeys::of_found_tag(&self.prefix, tag);
         let (pttl, fence, waiters, holder): (i64, Option<u64>, u64, Option<String>) = redis::pipe()
             .pttl(key)
-            .get(&found.fence)
-            .zcard(&found.waiters)
+            .get(found.fence())
+            .zcard(found.waiters())
             .get(key)
             .query_async(&mut self.conn.clone())
             .await?;

@@ -254,7 +254,7 @@ where
     /// # Ok(()) }
     /// ```
     pub fn lock_redis_key(&self, key: &crate::key::LockKey) -> String {
-        keys::LockKeys::new(&self.prefix, key).lock
+        keys::LockKeys::new(&self.prefix, key).lock().to_string()
     }
 }
 

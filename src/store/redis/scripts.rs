@@ -56,7 +56,7 @@ script!(LOCK_JOIN, &[LOCK_PRELUDE, LINE_CAP].concat(), "lock_join.lua");
 pub(super) static LOCK_RELEASE_ALONE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_release_alone.lua")));
 script!(LOCK_LEAVE, LOCK_PRELUDE, "lock_leave.lua");
-script!(LOCK_FENCE_FLOOR, LOCK_PRELUDE, "lock_fence_floor.lua");
+script!(LOCK_ACQUIRE_FREE, "", "lock_acquire_free.lua");
 script!(PERMIT_ACQUIRE, PERMIT_PRELUDE, "permit_acquire.lua");
 script!(PERMIT_EXTEND, PERMIT_PRELUDE, "permit_extend.lua");
 script!(PERMIT_RELEASE, PERMIT_PRELUDE, "permit_release.lua");
@@ -97,7 +97,7 @@ static ALL: [&LazyLock<Script>; 32] = [
     &LOCK_RELEASE_ALONE,
     &LOCK_JOIN,
     &LOCK_LEAVE,
-    &LOCK_FENCE_FLOOR,
+    &LOCK_ACQUIRE_FREE,
     &PERMIT_ACQUIRE,
     &PERMIT_EXTEND,
     &PERMIT_RELEASE,
@@ -158,7 +158,7 @@ mod tests {
         ("lock_release_alone", include_str!("lua/lock_release_alone.lua")),
         ("lock_join", include_str!("lua/lock_join.lua")),
         ("lock_leave", include_str!("lua/lock_leave.lua")),
-        ("lock_fence_floor", include_str!("lua/lock_fence_floor.lua")),
+        ("lock_acquire_free", include_str!("lua/lock_acquire_free.lua")),
         ("queue_promote", include_str!("lua/queue_promote.lua")),
         ("queue_push_many", include_str!("lua/queue_push_many.lua")),
         ("queue_push", include_str!("lua/queue_push.lua")),
