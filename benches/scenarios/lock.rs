@@ -11,6 +11,7 @@ use redefer::{Fencing, LockKey, LockLayer, LockToken, Outcome, RedisStore};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 use crate::Size;
+use crate::chart::Chart;
 use crate::report::{Table, rate, spread};
 use crate::support::RedisServer;
 
@@ -34,6 +35,7 @@ pub async fn run(server: &RedisServer, size: Size) {
             "semaphore / mutex (fencing on)",
         ],
     );
+    let mut chart = Chart::new("Lock layer, uncontended, no-op handler", "requests/s");
     for concurrency in [1usize, 64] {
         let requests = size.pick(if concurrency == 1 { 5_000 } else { 30_000 }, 640);
         let (mut on, mut off, mut semaphore, mut bare) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -44,6 +46,11 @@ pub async fn run(server: &RedisServer, size: Size) {
                 .push(layer_rate(Permits::new(store.clone(), 4), Fencing::On, concurrency, requests).await);
             bare.push(bare_rate(&store, concurrency, requests).await);
         }
+        chart.group(&format!("concurrency {concurrency}"));
+        chart.bar("LockService, fencing on", &on);
+        chart.bar("LockService, fencing off", &off);
+        chart.bar("LockService, 4 permits per key", &semaphore);
+        chart.bar("bare loop (SET NX PX, EVALSHA release)", &bare);
         let semaphore_ratios: Vec<f64> = semaphore.iter().zip(&on).map(|(s, m)| s / m).collect();
         let ratios = |layer: &[f64]| -> Vec<f64> { layer.iter().zip(&bare).map(|(l, b)| l / b).collect() };
         let per_s = |v: f64| format!("{v:.0}/s");
@@ -60,6 +67,7 @@ pub async fn run(server: &RedisServer, size: Size) {
         ]);
     }
     table.print();
+    chart.write("lock", server, size);
 }
 
 /// Each of `concurrency` tasks locks a key of its own, `requests / concurrency` times.

@@ -13,6 +13,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod chart;
 mod contention;
 mod handoff;
 mod idle;

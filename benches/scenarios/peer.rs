@@ -24,6 +24,7 @@ use tokio::process::{Child, ChildStdout, Command};
 use tower::{Layer, service_fn};
 
 use crate::Size;
+use crate::chart::Chart;
 use crate::report::{Table, percentile, spread};
 use crate::support::{RedisServer, store_at};
 
@@ -181,6 +182,14 @@ async fn drain(server: &RedisServer, store: &RedisStore, size: Size, rounds: usi
         ]);
     }
     table.print();
+    let mut chart = Chart::new(
+        &format!("Peer: drain of {jobs} stored no-op jobs, timed from the first handler start"),
+        "jobs/s",
+    );
+    for (setup, rates) in setups.iter().zip(&rates) {
+        chart.bar(&setup.label(), rates);
+    }
+    chart.write("peer-drain", server, size);
 }
 
 async fn steady(server: &RedisServer, store: &RedisStore, size: Size, rounds: usize, with_bullmq: bool) {
@@ -203,7 +212,10 @@ async fn steady(server: &RedisServer, store: &RedisStore, size: Size, rounds: us
             workers: 1,
         });
     }
-    for rate in [1_000u32, 5_000] {
+    let mut chart = Chart::new("Peer: lag p99 under steady arrival, one worker process", "ms");
+    for rate in [1_000u32, 5_000, 20_000] {
+        // BullMQ does not keep up at 5,000/s already: at 20,000/s only ours is measured.
+        let systems = &systems[..if rate > 5_000 { 1 } else { systems.len() }];
         let mut lags: Vec<[Vec<f64>; 3]> = vec![Default::default(); systems.len()];
         for round in 0..rounds {
             for (setup, lags) in systems.iter().zip(&mut lags) {
@@ -243,7 +255,9 @@ async fn steady(server: &RedisServer, store: &RedisStore, size: Size, rounds: us
                 }
             }
         }
+        chart.group(&format!("{rate} jobs/s"));
         for (setup, lags) in systems.iter().zip(&lags) {
+            chart.bar(&setup.label(), &lags[1]);
             let ms = |v: f64| format!("{v:.2} ms");
             table.row(vec![
                 format!("{rate}/s"),
@@ -255,6 +269,7 @@ async fn steady(server: &RedisServer, store: &RedisStore, size: Size, rounds: us
         }
     }
     table.print();
+    chart.write("peer-lag", server, size);
 }
 
 /// What the workers of one run reported.

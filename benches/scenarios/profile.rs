@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use redefer::Fencing;
 
+use crate::chart::Chart;
 use crate::report::{Table, median, spread};
 use crate::support::{RedisServer, Server};
 use crate::{Size, lock, queue, redis_info};
@@ -116,6 +117,22 @@ pub async fn run(server: &RedisServer, size: Size) {
         ]);
     }
     summary.print();
+    let mut chart = Chart::new(
+        "Where the time goes: CPU per request or job",
+        "µs of CPU per request or job",
+    );
+    for (workload, costs) in WORKLOADS.iter().zip(&costs) {
+        chart.group(&workload.label());
+        chart.bar(
+            "client",
+            &costs.iter().map(|cost| cost.client_us).collect::<Vec<_>>(),
+        );
+        chart.bar(
+            "Redis",
+            &costs.iter().map(|cost| cost.server_us).collect::<Vec<_>>(),
+        );
+    }
+    chart.write("profile", server, size);
     if !size.smoke() && server.kind() == Server::Redis {
         for workload in [WORKLOADS[1], WORKLOADS[4], WORKLOADS[5]] {
             flame_graph(server, &store, workload, size).await;

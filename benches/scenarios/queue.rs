@@ -12,6 +12,7 @@ use redefer::{LockLayer, RedisStore, Scheduler, SchedulerOptions};
 use tower::{Layer, service_fn};
 
 use crate::Size;
+use crate::chart::Chart;
 use crate::redis_info;
 use crate::report::{Table, rate, spread};
 use crate::support::RedisServer;
@@ -21,7 +22,7 @@ pub async fn run(server: &RedisServer, size: Size) {
     let jobs = size.pick(20_000, 500);
     let rounds = size.pick(5, 1);
     push(&store, size, rounds).await;
-    drain(server, &store, jobs, rounds).await;
+    drain(server, &store, jobs, rounds, size).await;
 }
 
 /// Push rates: bulk against one job per call, and one producer against 16.
@@ -94,7 +95,7 @@ async fn push(store: &RedisStore, size: Size, rounds: usize) {
 /// Claim + ack of stored due jobs by redefer's schedulers, against the seeds' consumers, with
 /// the server's own accounting of its time per job; and the server's time per job of the
 /// cheapest queue there is, `ZADD` then `ZPOPMIN`, for scale.
-async fn drain(server: &RedisServer, store: &RedisStore, jobs: usize, rounds: usize) {
+async fn drain(server: &RedisServer, store: &RedisStore, jobs: usize, rounds: usize, size: Size) {
     #[derive(Default, Clone)]
     struct Figures {
         rate: Vec<f64>,
@@ -159,6 +160,21 @@ async fn drain(server: &RedisServer, store: &RedisStore, jobs: usize, rounds: us
         ]);
     }
     table.print();
+    let mut chart = Chart::new(
+        &format!("Delay queue: claim + ack of {jobs} due jobs, no-op handler"),
+        "jobs/s",
+    );
+    chart.bar("seeds' algorithm, 4 consumers", &seeds.rate);
+    chart.bar("redefer, 1 scheduler", &ours[0].rate);
+    chart.bar("redefer, 4 schedulers", &ours[1].rate);
+    chart.write("drain", server, size);
+    let mut chart = Chart::new(
+        "Redis time per job: claim + ack against a plain pair",
+        "µs of script or command time per job",
+    );
+    chart.bar("redefer, claim + ack (1 scheduler)", &ours[0].server_us);
+    chart.bar("plain ZADD + ZPOPMIN pair", &plain);
+    chart.write("redis-time-per-job", server, size);
     let versus: Vec<f64> = ours[0].server_us.iter().zip(&plain).map(|(o, p)| o / p).collect();
     println!(
         "\nRedis time per job of a plain `ZADD` + `ZPOPMIN` pair in the same rounds: {}; redefer's claim + ack (1 scheduler) per job is {} of it.",
