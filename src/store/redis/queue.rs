@@ -81,6 +81,30 @@ type ListReply = (Vec<u8>, i64, Option<Vec<u8>>, Option<String>);
 /// One job of the claim script's reply: id bytes, due ms, envelope, job fencing token.
 type ClaimReply = (Vec<u8>, i64, Vec<u8>, u64);
 
+/// The claimed jobs of a claim's reply, four values each, flat (`queue_claim.lua`).
+fn claimed_jobs(flat: Vec<redis::Value>) -> Result<Vec<ClaimReply>, StoreError> {
+    if !flat.len().is_multiple_of(4) {
+        return Err(StoreError::Protocol(format!(
+            "a claim answered {} values, not four per job",
+            flat.len()
+        )));
+    }
+    let parse = |error: redis::ParsingError| StoreError::Redis(error.into());
+    let mut values = flat.into_iter();
+    let mut jobs = Vec::with_capacity(values.len() / 4);
+    while let (Some(id), Some(due), Some(envelope), Some(fence)) =
+        (values.next(), values.next(), values.next(), values.next())
+    {
+        jobs.push((
+            redis::from_redis_value(id).map_err(parse)?,
+            redis::from_redis_value(due).map_err(parse)?,
+            redis::from_redis_value(envelope).map_err(parse)?,
+            redis::from_redis_value(fence).map_err(parse)?,
+        ));
+    }
+    Ok(jobs)
+}
+
 /// A job id read back from a claim, or its bytes when no job of ours can have it (another
 /// client wrote the entry): the claim script leaves that check to us.
 fn job_id(id: Vec<u8>) -> Result<JobId, Vec<u8>> {
@@ -143,7 +167,7 @@ where
             max_envelope,
             max_expiries,
         } = limits;
-        let (wait_ms, claimed): (i64, Vec<ClaimReply>) = self
+        let (wait_ms, claimed): (i64, Vec<redis::Value>) = self
             .queue_script(&QUEUE_CLAIM, queue)
             .arg(max)
             .arg(ttl_millis(lease))
@@ -153,8 +177,8 @@ where
             .arg(counters.as_arg())
             .invoke_async(&mut self.conn.clone())
             .await?;
-        let mut jobs = Vec::with_capacity(claimed.len());
-        for (id, due, envelope, fence) in claimed {
+        let mut jobs = Vec::with_capacity(claimed.len() / 4);
+        for (id, due, envelope, fence) in claimed_jobs(claimed)? {
             match job_id(id) {
                 Ok(id) => jobs.push(RawClaim {
                     id,

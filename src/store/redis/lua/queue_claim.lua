@@ -13,7 +13,7 @@
 -- Each claimed job gets a job fencing token from FENCE, higher than any handed out before on
 -- this queue: a downstream store can refuse the writes of an older run of the same job.
 -- Returns {ms until the next job is due or lease runs out (-1: none),
---          {{id, due ms, envelope, fencing token}, ...}}.
+--          {id, due ms, envelope, fencing token, id, due ms, ...}}.
 local now = now_ms()
 -- A paused queue hands out nothing, not even the jobs whose lease ran out: resuming wakes the
 -- schedulers (queue_pause.lua).
@@ -63,23 +63,24 @@ if #expired > 0 then
   batched('HDEL', LEASES, ids)
 end
 
-local claimed = {}
+-- Flat, four entries per claimed job (id, due ms, envelope, fencing token): a table per job
+-- cost the script an allocation each, and the reply a nested array each.
+local claimed, taken = {}, 0
 local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
 if #due > 0 then
+  local count = #due / 2
   local ids = {}
-  for i = 1, #due, 2 do
-    ids[#ids + 1] = due[i]
+  for i = 1, count do
+    ids[i] = due[2 * i - 1]
   end
   batched('ZREM', DELAYED, ids)
-  local envelopes = {}
-  for first = 1, #ids, 1000 do
-    local part = redis.call('HMGET', JOBS, unpack(ids, first, math.min(first + 999, #ids)))
-    for _, envelope in ipairs(part) do envelopes[#envelopes + 1] = envelope end
-  end
+  -- At most MAX_PAGE ids (max is capped to it): one HMGET reads every envelope.
+  local envelopes = redis.call('HMGET', JOBS, unpack(ids))
   local deadline = now + lease_ms(ARGV[3])
   local inflight, leases = {}, {}
-  for i, id in ipairs(ids) do
-    local envelope = envelopes[i]
+  local lag, lag_max = 0, 0
+  for i = 1, count do
+    local id, envelope = ids[i], envelopes[i]
     local reason = nil
     -- The id's own rule is checked by the claimer, which buries an id it refuses: a pattern
     -- match per job here cost about a sixth of the claim's server time.
@@ -91,25 +92,30 @@ if #due > 0 then
     if reason then
       bury(id, reason)
     else
-      inflight[#inflight + 1] = deadline
-      inflight[#inflight + 1] = id
-      leases[#leases + 1] = id
-      leases[#leases + 1] = ARGV[4]
-      claimed[#claimed + 1] = {id, math.floor(tonumber(due[2 * i])), envelope}
+      taken = taken + 1
+      inflight[2 * taken - 1] = deadline
+      inflight[2 * taken] = id
+      leases[2 * taken - 1] = id
+      leases[2 * taken] = ARGV[4]
+      local at = math.floor(tonumber(due[2 * i]))
+      claimed[4 * taken - 3] = id
+      claimed[4 * taken - 2] = at
+      claimed[4 * taken - 1] = envelope
+      local late = now - at
+      if late > 0 then
+        lag = lag + late
+        if late > lag_max then lag_max = late end
+      end
     end
   end
   batched('ZADD', INFLIGHT, inflight)
   batched('HSET', LEASES, leases)
-  if #claimed > 0 then
-    local last = next_fences(FENCE, #claimed)
-    local lag, lag_max = 0, 0
-    for i, job in ipairs(claimed) do
-      job[4] = last - #claimed + i
-      local late = math.max(0, now - job[2])
-      lag = lag + late
-      lag_max = math.max(lag_max, late)
+  if taken > 0 then
+    local first = next_fences(FENCE, taken) - taken
+    for k = 1, taken do
+      claimed[4 * k] = first + k
     end
-    record(ARGV[7], now, {'claimed', #claimed, 'lag_ms', lag})
+    record(ARGV[7], now, {'claimed', taken, 'lag_ms', lag})
     local field = math.floor(now / 60000) .. ':lag_max_ms'
     if lag_max > (tonumber(redis.pcall('HGET', ACTIVITY, field)) or 0) then
       redis.pcall('HSET', ACTIVITY, field, lag_max)
