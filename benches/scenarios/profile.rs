@@ -17,9 +17,18 @@ use crate::{Size, lock, queue, redis_info};
 /// One measured workload: what it is and how many requests or jobs one run serves.
 #[derive(Clone, Copy)]
 enum Workload {
-    Lock { fencing: Fencing, concurrency: usize },
-    Bare { concurrency: usize },
-    Drain { schedulers: usize },
+    Lock {
+        fencing: Fencing,
+        concurrency: usize,
+    },
+    Bare {
+        concurrency: usize,
+    },
+    Drain {
+        schedulers: usize,
+    },
+    /// Due jobs claimed and acked one at a time by the store API: a quiet queue's cost per job.
+    OneAtATime,
 }
 
 impl Workload {
@@ -31,12 +40,13 @@ impl Workload {
             }
             Workload::Bare { concurrency } => format!("bare loop, concurrency {concurrency}"),
             Workload::Drain { schedulers } => format!("drain, {schedulers} scheduler of 64 slots"),
+            Workload::OneAtATime => "claim + ack one job at a time".to_string(),
         }
     }
 
     fn unit(self) -> &'static str {
         match self {
-            Workload::Drain { .. } => "job",
+            Workload::Drain { .. } | Workload::OneAtATime => "job",
             _ => "request",
         }
     }
@@ -53,6 +63,7 @@ impl Workload {
             }
             Workload::Bare { concurrency } => format!("bare-c{concurrency}"),
             Workload::Drain { schedulers } => format!("drain-{schedulers}"),
+            Workload::OneAtATime => "one-at-a-time".to_string(),
         }
     }
 }
@@ -67,7 +78,7 @@ struct Cost {
     server: BTreeMap<String, (f64, f64)>,
 }
 
-const WORKLOADS: [Workload; 6] = [
+const WORKLOADS: [Workload; 7] = [
     Workload::Lock {
         fencing: Fencing::On,
         concurrency: 1,
@@ -83,6 +94,7 @@ const WORKLOADS: [Workload; 6] = [
     Workload::Bare { concurrency: 1 },
     Workload::Bare { concurrency: 64 },
     Workload::Drain { schedulers: 1 },
+    Workload::OneAtATime,
 ];
 
 pub async fn run(server: &RedisServer, size: Size) {
@@ -134,7 +146,7 @@ pub async fn run(server: &RedisServer, size: Size) {
     }
     chart.write("profile", server, size);
     if !size.smoke() && server.kind() == Server::Redis {
-        for workload in [WORKLOADS[1], WORKLOADS[4], WORKLOADS[5]] {
+        for workload in [WORKLOADS[1], WORKLOADS[4], WORKLOADS[5], WORKLOADS[6]] {
             flame_graph(server, &store, workload, size).await;
         }
     }
@@ -184,10 +196,13 @@ async fn measure(
     size: Size,
     name: &str,
 ) -> Cost {
-    let jobs = size.pick(20_000, 500);
+    let jobs = match workload {
+        Workload::OneAtATime => size.pick(2_000, 100),
+        _ => size.pick(20_000, 500),
+    };
     // Filled before anything is counted.
     let filled = match workload {
-        Workload::Drain { .. } => {
+        Workload::Drain { .. } | Workload::OneAtATime => {
             Some(queue::fill_due(store, &format!("{name}-{}", workload.file_name()), jobs).await)
         }
         _ => None,
@@ -213,7 +228,17 @@ async fn measure(
             queue::drain_filled(server, store, filled, jobs, schedulers).await;
             (jobs, cpu_time() - before)
         }
-        (Workload::Drain { .. }, None) => unreachable!("a drain's queue is filled above"),
+        (Workload::OneAtATime, Some(filled)) => {
+            redis_info::reset(server).await;
+            let before = cpu_time();
+            for _ in 0..jobs {
+                let claimed = filled.claim(1, Duration::from_secs(60)).await.expect("claim");
+                let leases: Vec<_> = claimed.jobs.iter().map(|job| &job.lease).collect();
+                filled.ack_many(&leases).await.expect("ack");
+            }
+            (jobs, cpu_time() - before)
+        }
+        (Workload::Drain { .. } | Workload::OneAtATime, None) => unreachable!("its queue is filled above"),
     };
     let units = units as f64;
     let server_cpu = redis_info::cpu_time(server).await - server_cpu_before;
