@@ -474,6 +474,175 @@ async fn a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours<St: Queue
     assert!(q.ack_many(&[]).await.unwrap().is_empty());
 }
 
+/// A claim's jobs share one lease: it ends for the jobs it still holds, not for those acked,
+/// retried or given leases of their own meanwhile.
+async fn a_claim_s_lease_returns_only_the_jobs_it_still_holds<St: QueueStore>(store: St) {
+    let q = queue(store);
+    for n in 0..5 {
+        q.push(&n.to_string(), Duration::ZERO).await.unwrap();
+    }
+    let mut batch = q.claim(10, Duration::from_millis(300)).await.unwrap().jobs;
+    assert_eq!(batch.len(), 5);
+    batch.sort_by_key(|job| job.envelope.payload.clone());
+    let [acked, extended, retried, crashed_a, crashed_b] = batch.try_into().ok().unwrap();
+    assert!(q.ack(&acked.lease).await.unwrap());
+    assert!(q.extend_lease(&extended.lease, LEASE).await.unwrap());
+    assert!(matches!(
+        q.fail(&retried.lease, "later").await.unwrap(),
+        AfterFailure::Retrying { .. }
+    ));
+    assert_eq!(q.stats().await.unwrap(), stats(1, 0, 3, 0));
+
+    // They come back together: one lease ended for both.
+    let back = eventually(Duration::from_secs(5), "the claim's lease runs out", || {
+        let q = q.clone();
+        async move { Some(q.claim(10, LEASE).await.unwrap().jobs).filter(|jobs| !jobs.is_empty()) }
+    })
+    .await;
+    let mut ids: Vec<_> = back.iter().map(|job| job.envelope.id.clone()).collect();
+    ids.sort();
+    let mut expected = vec![crashed_a.envelope.id.clone(), crashed_b.envelope.id.clone()];
+    expected.sort();
+    assert_eq!(ids, expected, "the two jobs the lease still held, and only them");
+    assert!(
+        q.ack(&extended.lease).await.unwrap(),
+        "the extended lease is intact"
+    );
+    assert!(!q.ack(&crashed_a.lease).await.unwrap(), "the ended lease is void");
+    assert_eq!(
+        q.ack_many(&back.iter().map(|job| &job.lease).collect::<Vec<_>>())
+            .await
+            .unwrap(),
+        [true, true]
+    );
+    assert_eq!(
+        q.stats().await.unwrap(),
+        stats(1, 0, 0, 0),
+        "only the retried job, waiting"
+    );
+}
+
+/// An ack that names a job twice counts it once: the claim's lease still holds the rest.
+async fn an_ack_naming_a_job_twice_leaves_the_rest_of_its_claim_held<St: QueueStore>(store: St) {
+    let q = queue(store);
+    for n in 0..2 {
+        q.push(&n.to_string(), Duration::ZERO).await.unwrap();
+    }
+    let batch = q.claim(10, Duration::from_millis(300)).await.unwrap().jobs;
+    let acked = q.ack_many(&[&batch[0].lease, &batch[0].lease]).await.unwrap();
+    assert!(acked[0]);
+    assert_eq!(q.stats().await.unwrap(), stats(0, 0, 1, 0));
+    let again = eventually(
+        Duration::from_secs(5),
+        "the other job returns after its lease",
+        || {
+            let q = q.clone();
+            async move { q.claim(10, LEASE).await.unwrap().jobs.pop() }
+        },
+    )
+    .await;
+    assert_eq!(again.envelope.id, batch[1].envelope.id);
+    assert!(q.ack(&again.lease).await.unwrap());
+    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+}
+
+/// In-flight jobs are listed by lease deadline, ties by id, every one once, whichever lease
+/// holds them (several claims', one of a job's own), with the deadline their inspection shows.
+async fn in_flight_jobs_are_listed_by_deadline_across_claims<St: QueueStore>(store: St) {
+    let q = queue(store);
+    for n in 0..12 {
+        q.push(&n.to_string(), Duration::ZERO).await.unwrap();
+    }
+    let mut claimed = Vec::new();
+    for batch in [5, 4, 3] {
+        claimed.extend(q.claim(batch, LEASE).await.unwrap().jobs);
+    }
+    assert_eq!(claimed.len(), 12);
+    assert!(
+        q.extend_lease(&claimed[6].lease, Duration::from_secs(10))
+            .await
+            .unwrap()
+    );
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = q.list_after(JobSet::InFlight, after.as_ref(), 5).await.unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(last.cursor());
+        seen.extend(page.iter().map(|entry| (entry.at, entry.id.clone())));
+    }
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(seen, sorted, "deadline order, ties by id");
+    assert_eq!(seen.len(), 12, "each once: {seen:?}");
+    assert_eq!(
+        seen[0].1,
+        claimed[6].envelope.id.as_str(),
+        "the shorter lease first"
+    );
+    for (at, id) in &seen {
+        let info = q.job(&JobId::new(id.as_str()).unwrap()).await.unwrap().unwrap();
+        let RawJobState::InFlight { lease_until } = info.state else {
+            panic!("{id} is in flight: {:?}", info.state)
+        };
+        let listed = at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis();
+        let inspected = lease_until
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        assert_eq!(listed, inspected, "{id}");
+    }
+    assert_eq!(q.purge(JobSet::InFlight).await.unwrap(), 12);
+    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert!(!q.ack(&claimed[0].lease).await.unwrap(), "purged");
+}
+
+/// A claimer may use one lease token for several claims (the store's API allows it): each
+/// claim keeps its own lease, and every job it took comes back when that lease runs out.
+async fn claims_under_one_token_keep_a_lease_each<St: QueueStore>(store: St) {
+    use redefer::LockToken;
+    use redefer::queue::{ClaimLimits, Counters, QueueName};
+
+    let name = QueueName::new("one-token").unwrap();
+    let limits = ClaimLimits {
+        max_envelope: 1 << 20,
+        max_expiries: 0,
+    };
+    for n in 0..3 {
+        let id = JobId::new(format!("job-{n}")).unwrap();
+        store
+            .push(&name, &id, b"{}".to_vec(), Due::In(Duration::ZERO))
+            .await
+            .unwrap();
+    }
+    let token = LockToken::random();
+    let short = Duration::from_millis(200);
+    let mut fences = Vec::new();
+    for _ in 0..3 {
+        let batch = store
+            .claim(&name, 1, short, token, limits, Counters::Off)
+            .await
+            .unwrap();
+        assert_eq!(batch.jobs.len(), 1);
+        fences.push(batch.jobs[0].fence);
+    }
+    assert!(fences.windows(2).all(|pair| pair[0] < pair[1]), "{fences:?}");
+    let back = Arc::new(Mutex::new(HashSet::new()));
+    eventually(Duration::from_secs(5), "every lease runs out", || {
+        let (store, name, back) = (store.clone(), name.clone(), Arc::clone(&back));
+        async move {
+            let batch = store
+                .claim(&name, 10, LEASE, LockToken::random(), limits, Counters::Off)
+                .await
+                .unwrap();
+            let mut back = back.lock().await;
+            back.extend(batch.jobs.into_iter().map(|job| job.id));
+            (back.len() == 3).then_some(())
+        }
+    })
+    .await;
+}
+
 async fn a_job_whose_lease_keeps_running_out_is_buried<St: QueueStore>(store: St) {
     let q = queue(store).retry_policy(RetryPolicy {
         max_lease_expiries: 3,
@@ -673,5 +842,9 @@ for_each_store!(
     a_sharded_queue_serves_every_shard_and_behaves_as_one_queue,
     operators_can_list_requeue_and_purge,
     a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours,
+    a_claim_s_lease_returns_only_the_jobs_it_still_holds,
+    an_ack_naming_a_job_twice_leaves_the_rest_of_its_claim_held,
+    in_flight_jobs_are_listed_by_deadline_across_claims,
+    claims_under_one_token_keep_a_lease_each,
     a_job_whose_lease_keeps_running_out_is_buried,
 );

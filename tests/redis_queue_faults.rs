@@ -432,6 +432,102 @@ async fn no_deferral_reported_to_a_caller_is_lost_when_redis_is_killed_mid_run(k
     scheduler.shutdown().await;
 }
 
+/// In-flight jobs as redefer 0.2 stored them (an entry per job in `inflight`, the claimer's
+/// token in `leases`) are read, listed and recovered by the claim's lease model; an `inflight`
+/// entry whose job list in `claims` is not ours never fails a claim.
+async fn in_flight_entries_of_redefer_0_2_and_foreign_claim_lists_are_handled(kind: Server) {
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let key = |set: &str| format!("{}:q:{{old}}:{set}", store.prefix().as_str());
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "old").unwrap();
+    let id = queue.push(&Charge { order: 1 }, Duration::ZERO).await.unwrap().id;
+    let deadline_ms: i64 = 1_000; // long past
+    let _: i64 = server
+        .cmd(::redis::cmd("ZREM").arg(key("delayed")).arg(id.as_str()))
+        .await;
+    let _: i64 = server
+        .cmd(
+            ::redis::cmd("ZADD")
+                .arg(key("inflight"))
+                .arg(deadline_ms)
+                .arg(id.as_str()),
+        )
+        .await;
+    let _: i64 = server
+        .cmd(
+            ::redis::cmd("HSET")
+                .arg(key("leases"))
+                .arg(id.as_str())
+                .arg("0123456789abcdef0123456789abcdef"),
+        )
+        .await;
+    // A list that is not MessagePack, and one whose entries are not ids.
+    for (lease, list) in [("feed:1", &b"\xc1 not msgpack"[..]), ("feed:2", &b"\x91\x01"[..])] {
+        let _: i64 = server
+            .cmd(
+                ::redis::cmd("ZADD")
+                    .arg(key("inflight"))
+                    .arg(deadline_ms)
+                    .arg(lease),
+            )
+            .await;
+        let _: i64 = server
+            .cmd(::redis::cmd("HSET").arg(key("claims")).arg(lease).arg(list))
+            .await;
+    }
+
+    assert_eq!(
+        queue.stats().await.unwrap(),
+        QueueStats {
+            in_flight: 1,
+            ..QueueStats::default()
+        }
+    );
+    let info = queue.job(&id).await.unwrap().unwrap();
+    assert_eq!(
+        info.state,
+        RawJobState::InFlight {
+            lease_until: std::time::UNIX_EPOCH + Duration::from_millis(1_000)
+        }
+    );
+    let listed = queue
+        .list_after(redefer::queue::JobSet::InFlight, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.iter().map(|job| job.id.as_str()).collect::<Vec<_>>(),
+        [id.as_str()]
+    );
+
+    let claimed = queue.claim(10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        claimed.jobs.len(),
+        1,
+        "the old lease ran out: the job is claimed again"
+    );
+    assert_eq!(claimed.jobs[0].envelope.id, id);
+    assert!(queue.ack(&claimed.jobs[0].lease).await.unwrap());
+    // The entries whose lists are not ours are read as entries of one job each, as 0.2 did:
+    // no such job, so they are buried with that reason, where an operator sees them.
+    assert_eq!(
+        queue.stats().await.unwrap(),
+        QueueStats {
+            dead: 2,
+            ..QueueStats::default()
+        }
+    );
+    let dead = queue
+        .list_after(redefer::queue::JobSet::Dead, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        dead.iter().map(|job| job.id.as_str()).collect::<Vec<_>>(),
+        ["feed:1", "feed:2"]
+    );
+    let left: i64 = server.cmd(::redis::cmd("ZCARD").arg(key("inflight"))).await;
+    assert_eq!(left, 0, "every ended lease is gone");
+}
+
 for_each_server!(
     entries_written_by_other_clients_are_buried_with_a_reason_and_the_rest_run,
     keys_of_the_wrong_type_are_store_errors_and_touch_nothing_else,
@@ -439,4 +535,5 @@ for_each_server!(
     an_idle_scheduler_sends_only_a_few_commands_per_second,
     a_running_scheduler_puts_its_queue_back_in_the_registry_after_redis_lost_it,
     no_deferral_reported_to_a_caller_is_lost_when_redis_is_killed_mid_run,
+    in_flight_entries_of_redefer_0_2_and_foreign_claim_lists_are_handled,
 );

@@ -271,11 +271,13 @@ pub(crate) fn permit_waiters_namespace(prefix: &Prefix) -> String {
 pub(crate) struct QueueKeys {
     /// zset: job id -> due time (ms since the epoch, server clock).
     pub(crate) delayed: String,
-    /// zset: job id -> lease deadline (ms).
+    /// zset: lease -> its deadline (ms): a claim's lease (`<token>:<first fence>`, holding the
+    /// jobs it took), or a job's own (named by the job's id, once its lease was extended).
     pub(crate) inflight: String,
     /// hash: job id -> envelope bytes.
     pub(crate) jobs: String,
-    /// hash: job id -> lease token of the claimer that holds it.
+    /// hash: job id in flight -> its holder: the claim's lease, or the claimer's token alone
+    /// once the job has a lease of its own.
     pub(crate) leases: String,
     /// zset: job id -> time buried (ms).
     pub(crate) dead: String,
@@ -295,6 +297,9 @@ pub(crate) struct QueueKeys {
     pub(crate) activity: String,
     /// string: present while the queue is paused.
     pub(crate) paused: String,
+    /// hash: a claim's lease -> the ids it claimed (MessagePack), `<lease>#` -> how many of
+    /// them it still holds.
+    pub(crate) claims: String,
     /// pub/sub channel: a job became the first due. Not a key: scripts get it in `ARGV[1]`.
     pub(crate) wake: String,
 }
@@ -316,12 +321,13 @@ impl QueueKeys {
             finished: key(":finished"),
             activity: key(":activity"),
             paused: key(":paused"),
+            claims: key(":claims"),
             wake: key(":wake"),
         }
     }
 
     /// The keys in the order of the scripts' `KEYS`.
-    pub(crate) fn in_script_order(&self) -> [&str; 13] {
+    pub(crate) fn in_script_order(&self) -> [&str; 14] {
         [
             &self.delayed,
             &self.inflight,
@@ -336,6 +342,7 @@ impl QueueKeys {
             &self.finished,
             &self.activity,
             &self.paused,
+            &self.claims,
         ]
     }
 
@@ -345,13 +352,13 @@ impl QueueKeys {
     }
 
     /// string: the record of request `id` on this queue shard (`running` or `finished`, with
-    /// its TTL), for the idempotency guard: `KEYS[14]` of `queue_request.lua`.
+    /// its TTL), for the idempotency guard: `KEYS[15]` of `queue_request.lua`.
     pub(crate) fn request(prefix: &Prefix, name: &QueueName, id: &JobId) -> String {
         tagged(prefix, "q", name.as_str(), &format!(":request:{id}"))
     }
 
     /// hash: the pending job of `key` on this queue shard (`job`, `revision`), under the
-    /// shard's hash tag: the coalescing script gets it as `KEYS[14]`.
+    /// shard's hash tag: the coalescing script gets it as `KEYS[15]`.
     pub(crate) fn pending(prefix: &Prefix, name: &QueueName, key: &LockKey) -> String {
         tagged(
             prefix,
@@ -437,7 +444,7 @@ mod tests {
             prelude,
             &[
                 "DELAYED", "INFLIGHT", "JOBS", "LEASES", "DEAD", "ERRORS", "EXPIRIES", "FENCE", "HANDED",
-                "DONE", "FINISHED", "ACTIVITY", "PAUSED",
+                "DONE", "FINISHED", "ACTIVITY", "PAUSED", "CLAIMS",
             ],
         );
         for set in JobSet::ALL {

@@ -15,12 +15,25 @@ if #ids == 0 then
   return {}
 end
 local holders = redis.call('HMGET', LEASES, unpack(ids))
-local done, acked = {}, {}
+-- The jobs each claim lease lets go of, and the jobs with leases of their own.
+-- An id given twice is counted once: a claim lease counted down too far would leave its
+-- other jobs without an entry, in flight forever.
+local done, acked, left, own, seen = {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
-  if holders[i] == ARGV[4 + 2 * i] then
+  local holder = holders[i]
+  if seen[id] then
+    acked[i] = acked[seen[id]]
+  elseif holder and held_by(holder, ARGV[4 + 2 * i]) then
+    seen[id] = i
     done[#done + 1] = id
     acked[i] = 1
+    if is_claim(holder) then
+      left[holder] = (left[holder] or 0) + 1
+    else
+      own[#own + 1] = id
+    end
   else
+    seen[id] = i
     acked[i] = 0
   end
 end
@@ -50,11 +63,19 @@ if #done > 0 then
     batched('ZREM', DONE, old)
     batched('HDEL', FINISHED, old)
   end
-  redis.call('ZREM', INFLIGHT, unpack(done))
+  for claim, n in pairs(left) do
+    leave_claim(claim, n)
+  end
+  batched('ZREM', INFLIGHT, own)
   redis.call('HDEL', JOBS, unpack(done))
   redis.call('HDEL', LEASES, unpack(done))
-  redis.call('HDEL', EXPIRIES, unpack(done))
-  redis.call('HDEL', HANDED, unpack(done))
+  -- Mostly absent: a look at the key costs less than handing it every id.
+  if redis.call('EXISTS', EXPIRIES) == 1 then
+    redis.call('HDEL', EXPIRIES, unpack(done))
+  end
+  if redis.call('EXISTS', HANDED) == 1 then
+    redis.call('HDEL', HANDED, unpack(done))
+  end
   record(ARGV[4], now, {'done', #done})
 end
 return acked

@@ -3,7 +3,7 @@
 -- ARGV[2] job id.
 -- Returns 1 when deleted, 0 when there is no such job, -1 when it is being handled.
 local id = ARGV[2]
-if redis.call('ZSCORE', INFLIGHT, id) then
+if in_flight(id) then
   return -1
 end
 local removed = redis.call('ZREM', DELAYED, id) + redis.call('ZREM', DEAD, id)

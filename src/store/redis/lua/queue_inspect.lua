@@ -8,8 +8,11 @@ local id = ARGV[2]
 local envelope = redis.call('HGET', JOBS, id)
 local at = redis.call('ZSCORE', DELAYED, id)
 if at then return {'delayed', tonumber(at), envelope, false} end
-at = redis.call('ZSCORE', INFLIGHT, id)
-if at then return {'inflight', tonumber(at), envelope, false} end
+local holder = redis.call('HGET', LEASES, id)
+if holder then
+  at = redis.call('ZSCORE', INFLIGHT, lease_entry(id, holder))
+  if at then return {'inflight', tonumber(at), envelope, false} end
+end
 at = redis.call('ZSCORE', DEAD, id)
 if at then return {'dead', tonumber(at), envelope, redis.call('HGET', ERRORS, id)} end
 at = redis.call('ZSCORE', DONE, id)

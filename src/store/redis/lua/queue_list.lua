@@ -15,6 +15,78 @@ local count = math.min(tonumber(ARGV[5]), MAX_PAGE)
 if count < 1 then
   return {}
 end
+
+-- The jobs a lease in INFLIGHT holds: a claim's, those of its ids still held by it; a job's own
+-- (named by its id), that job unless a claim's lease holds it now.
+local function held_jobs(lease)
+  local ids = claimed_ids(lease)
+  if not ids then
+    local holder = redis.call('HGET', LEASES, lease)
+    if holder and not is_claim(holder) then
+      return {lease}
+    end
+    return {}
+  end
+  local holders = redis.call('HMGET', LEASES, unpack(ids))
+  local held = {}
+  for i, id in ipairs(ids) do
+    if holders[i] == lease then
+      held[#held + 1] = id
+    end
+  end
+  return held
+end
+
+-- In flight: the page is made of the jobs the leases hold, in deadline order and by id, the
+-- leases read in deadline order until the page is full and the next lease's deadline is later.
+-- At most 16 reads of `count` leases.
+local function in_flight_page()
+  local min = after_id == '' and '-inf' or after_ms
+  local found, offset, full_at = {}, 0, nil
+  for _ = 1, 16 do
+    local part = redis.call('ZRANGEBYSCORE', INFLIGHT, min, '+inf', 'WITHSCORES', 'LIMIT', offset, count)
+    offset = offset + count
+    for i = 1, #part, 2 do
+      local at = tonumber(part[i + 1])
+      if full_at and at > full_at then
+        return found
+      end
+      for _, id in ipairs(held_jobs(part[i])) do
+        if after_id == '' or at > after_ms or id > after_id then
+          found[#found + 1] = {id, at}
+        end
+      end
+      if not full_at and #found >= count then
+        full_at = at
+      end
+    end
+    if #part < 2 * count then
+      break
+    end
+  end
+  return found
+end
+
+if set == INFLIGHT then
+  local found = in_flight_page()
+  table.sort(found, function(a, b)
+    return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1])
+  end)
+  local page = {}
+  local ids = {}
+  for i = 1, math.min(#found, count) do
+    ids[i] = found[i][1]
+  end
+  if #ids == 0 then
+    return {}
+  end
+  local envelopes = redis.call('HMGET', JOBS, unpack(ids))
+  for i, id in ipairs(ids) do
+    page[i] = {id, math.floor(found[i][2]), envelopes[i], false}
+  end
+  return page
+end
+
 local first = 0
 local skip_ties = false
 if after_id ~= '' then

@@ -1,6 +1,6 @@
 #!lua
 -- Stores a job as its key's pending job on this shard, or joins the one that waits there.
--- KEYS[14] PENDING hash, under the shard's hash tag (its name ends with the lock key):
+-- KEYS[15] PENDING hash, under the shard's hash tag (its name ends with the lock key):
 --          'job' -> the key's pending job id, 'revision' -> how many requests it has carried,
 --          'first' -> when its first request was stored, 'arrived' -> when the request whose
 --          payload it carries arrived (ms, server clock).
@@ -15,7 +15,7 @@
 -- taken (nothing written), 1 joined (replaced with 'latest', dropped with 'first'), 2 encode
 -- the envelope for the returned job and push again (nothing written), 3 stored, 4 the job
 -- carries a request that arrived later than this one (with 'latest': nothing written).
-local PENDING = KEYS[14]
+local PENDING = KEYS[15]
 local id, envelope, keep, hold = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local now = now_ms()
 local arrived = now - (tonumber(ARGV[11]) or 0)

@@ -1,12 +1,15 @@
 -- The prelude of every queue script, prepended to it when the scripts are loaded
 -- (src/store/redis/scripts.rs). It names the queue's keys, which every queue script receives
 -- in this order (src/store/redis/keys.rs builds the list), and the steps several scripts share.
-local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED, DONE, FINISHED, ACTIVITY, PAUSED =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED, DONE, FINISHED, ACTIVITY, PAUSED, CLAIMS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 -- DELAYED  zset: job id -> due time (ms since the epoch, server clock)
--- INFLIGHT zset: job id -> lease deadline (ms)
+-- INFLIGHT zset: lease -> its deadline (ms). A lease is a claim's, `<token>:<first fence>` (padded),
+--          holding the jobs that claim took (listed in CLAIMS), or one job's own, named by the
+--          job's id, once that job's lease was extended (or stored so by redefer 0.2)
 -- JOBS     hash: job id -> envelope bytes
--- LEASES   hash: job id -> the lease token of the claimer that holds it
+-- LEASES   hash: job id in flight -> its holder: the claim's lease (`<token>:<first fence>`)
+--          while the claim's lease holds it, the claimer's `<token>` alone once it has its own
 -- DEAD     zset: job id -> time buried (ms)
 -- ERRORS   hash: job id -> why it was buried
 -- EXPIRIES hash: job id -> how many of its leases ran out
@@ -18,6 +21,11 @@ local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED, DO
 -- ACTIVITY hash: '<minute>:<counter>' -> count, per minute of the server's clock (ms / 60000)
 --          for the last ACTIVITY_MINUTES minutes, and 'minute' -> the minute last written
 -- PAUSED   string: present while the queue is paused (claims hand out nothing)
+-- CLAIMS   hash: a claim's lease -> the ids it claimed (a MessagePack array), and
+--          `<lease>#` -> how many of them it still holds; both go with the lease
+-- One lease per claim, not per job: a claim writes one INFLIGHT entry for its whole batch, and
+-- an ack removes it with its last job. An INFLIGHT entry per job cost more than the rest of
+-- the claim and the ack together (a small sorted set is a listpack: each insert scans it).
 
 -- The pub/sub channel that wakes sleeping schedulers; every queue script gets it in ARGV[1],
 -- and its own arguments from ARGV[2].
@@ -44,15 +52,75 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Whether `token` holds the lease on job `id`.
-local function holds_lease(id, token)
-  return redis.call('HGET', LEASES, id) == token
+-- Whether `holder`, a LEASES value, is claimer `token`'s: the token itself (a lease of the
+-- job's own) or `<token>:<first fence>` (its claim's lease).
+local function held_by(holder, token)
+  return holder == token or (string.sub(holder, 1, #token) == token and string.byte(holder, #token + 1) == 58)
 end
 
--- Ends the lease on job `id`: it leaves the in-flight set.
+-- Whether `token` holds the lease on job `id`.
+local function holds_lease(id, token)
+  local holder = redis.call('HGET', LEASES, id)
+  return holder ~= false and held_by(holder, token)
+end
+
+-- Whether a LEASES value is a claim's lease (`<token>:<first fence>`), not a job's own.
+local function is_claim(holder)
+  return string.find(holder, ':', 1, true) ~= nil
+end
+
+-- The INFLIGHT entry of the lease holding job `id` for `holder` (its LEASES value).
+local function lease_entry(id, holder)
+  if is_claim(holder) then
+    return holder
+  end
+  return id
+end
+
+-- Counts `n` jobs out of claim lease `claim`; the lease goes with its last job.
+local function leave_claim(claim, n)
+  if redis.call('HINCRBY', CLAIMS, claim .. '#', -n) <= 0 then
+    redis.call('ZREM', INFLIGHT, claim)
+    redis.call('HDEL', CLAIMS, claim, claim .. '#')
+  end
+end
+
+-- Ends the lease on job `id`: it leaves the in-flight jobs.
 local function end_lease(id)
-  redis.call('ZREM', INFLIGHT, id)
+  local holder = redis.call('HGET', LEASES, id)
+  if not holder then
+    return
+  end
   redis.call('HDEL', LEASES, id)
+  if is_claim(holder) then
+    leave_claim(holder, 1)
+  else
+    redis.call('ZREM', INFLIGHT, id)
+  end
+end
+
+-- Whether job `id` is in flight.
+local function in_flight(id)
+  return redis.call('HEXISTS', LEASES, id) == 1
+end
+
+-- The ids claim lease `claim` was written with, or nil when CLAIMS has no list for it that
+-- redefer wrote (an entry of one job's own, or bytes another client wrote).
+local function claimed_ids(claim)
+  local packed = redis.call('HGET', CLAIMS, claim)
+  if not packed then
+    return nil
+  end
+  local ok, ids = pcall(cmsgpack.unpack, packed)
+  if not ok or type(ids) ~= 'table' then
+    return nil
+  end
+  for i = 1, #ids do
+    if type(ids[i]) ~= 'string' then
+      return nil
+    end
+  end
+  return ids
 end
 
 -- Makes job `id` wait until `due`, and wakes sleeping schedulers when it is now the first due:

@@ -14,7 +14,7 @@ if due then
   end
   return 1
 end
-if redis.call('ZSCORE', INFLIGHT, id) then
+if in_flight(id) then
   -- Its run may be on its way back to wait (it met the lock just before the handoff): mark
   -- it, so that it comes back due at once rather than at its fallback.
   redis.call('HSET', HANDED, id, 1)

@@ -6,19 +6,59 @@ local set = SETS[ARGV[2]]
 if not set then
   return redis.error_reply('no such set: ' .. ARGV[2])
 end
-local ids = redis.call('ZRANGE', set, 0, math.min(tonumber(ARGV[3]), MAX_PAGE) - 1)
-if #ids == 0 then
-  return 0
+local most = math.min(tonumber(ARGV[3]), MAX_PAGE)
+local ids = {}
+if set == INFLIGHT then
+  -- Whole leases, in deadline order, until `most` jobs (a lease holds at most MAX_PAGE): the
+  -- jobs each still holds go with it. A lease that holds none any more goes too, and does not
+  -- count: at most 16 reads of `most` leases.
+  for _ = 1, 16 do
+    local leases = redis.call('ZRANGE', INFLIGHT, 0, most - 1)
+    local ended = {}
+    for _, lease in ipairs(leases) do
+      if #ids >= most then
+        break
+      end
+      ended[#ended + 1] = lease
+      local held = claimed_ids(lease)
+      if held then
+        local holders = redis.call('HMGET', LEASES, unpack(held))
+        for i, id in ipairs(held) do
+          if holders[i] == lease then
+            ids[#ids + 1] = id
+          end
+        end
+        redis.call('HDEL', CLAIMS, lease, lease .. '#')
+      else
+        local holder = redis.call('HGET', LEASES, lease)
+        if not (holder and is_claim(holder)) then
+          ids[#ids + 1] = lease
+        end
+      end
+    end
+    batched('ZREM', INFLIGHT, ended)
+    if #ids >= most or #leases < most then
+      break
+    end
+  end
+  if #ids == 0 then
+    return 0
+  end
+else
+  ids = redis.call('ZRANGE', set, 0, most - 1)
+  if #ids == 0 then
+    return 0
+  end
+  redis.call('ZREM', set, unpack(ids))
 end
-redis.call('ZREM', set, unpack(ids))
 if set == DONE then
   -- A finished job's id may be in use again by a new job: only its record goes.
-  redis.call('HDEL', FINISHED, unpack(ids))
+  batched('HDEL', FINISHED, ids)
   return #ids
 end
-redis.call('HDEL', JOBS, unpack(ids))
-redis.call('HDEL', ERRORS, unpack(ids))
-redis.call('HDEL', LEASES, unpack(ids))
-redis.call('HDEL', EXPIRIES, unpack(ids))
-redis.call('HDEL', HANDED, unpack(ids))
+batched('HDEL', JOBS, ids)
+batched('HDEL', ERRORS, ids)
+batched('HDEL', LEASES, ids)
+batched('HDEL', EXPIRIES, ids)
+batched('HDEL', HANDED, ids)
 return #ids

@@ -4,7 +4,7 @@
 return {
   redis.call('ZCARD', DELAYED),
   redis.call('ZCOUNT', DELAYED, '-inf', now_ms()),
-  redis.call('ZCARD', INFLIGHT),
+  redis.call('HLEN', LEASES),
   redis.call('ZCARD', DEAD),
   redis.call('ZCARD', DONE),
   redis.call('EXISTS', PAUSED),
