@@ -324,6 +324,43 @@ async fn a_broken_activity_hash_never_fails_a_job_operation() {
     );
 }
 
+/// The activity hash keeps the last hour: the first count of a new minute drops the minutes
+/// out of the window, and the hash names the minute it last wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_minute_drops_the_minutes_out_of_the_window() {
+    let server = support::RedisServer::start();
+    let store = server.store().await;
+    let activity = format!("{}:q:{{jobs}}:activity", store.prefix().as_str());
+    let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap();
+    queue.push(&1, Duration::ZERO).await.unwrap();
+    let now_minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60;
+    let (old, recent) = (now_minute - 120, now_minute - 2);
+    for (field, value) in [
+        (format!("{old}:claimed"), "5".to_string()),
+        (format!("{recent}:claimed"), "7".to_string()),
+        ("minute".to_string(), recent.to_string()),
+    ] {
+        let _: () = server
+            .cmd(::redis::cmd("HSET").arg(&activity).arg(field).arg(value))
+            .await;
+    }
+    let job = queue.claim(1, LEASE).await.unwrap().jobs.remove(0);
+    assert!(queue.ack(&job.lease).await.unwrap());
+    let fields: std::collections::HashMap<String, String> =
+        server.cmd(::redis::cmd("HGETALL").arg(&activity)).await;
+    assert!(!fields.contains_key(&format!("{old}:claimed")), "{fields:?}");
+    assert_eq!(
+        fields.get(&format!("{recent}:claimed")).map(String::as_str),
+        Some("7")
+    );
+    let minute: u64 = fields["minute"].parse().unwrap();
+    assert!(minute >= now_minute, "{fields:?}");
+}
+
 /// A key whose reservation ran out unused keeps its line with no holder: the listing shows it
 /// (`redefer locks`, the dashboard), with its waiters, for a mutex and for a semaphore.
 async fn keys_with_waiters_and_no_holder_are_listed<St>(store: St)

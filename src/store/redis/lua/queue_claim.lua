@@ -138,23 +138,31 @@ if #due > 0 then
     for k = 1, taken do
       claimed[4 * k] = first + k
     end
-    -- One lease for the batch, named by the claimer's token and the batch's first fence (no
-    -- other claim on this queue has that fence): one entry in INFLIGHT, its ids in CLAIMS.
-    -- The name is padded to over 64 bytes: a hash holding a value that long is a hash table
-    -- (`hash-max-listpack-value` is 64 by default, in Redis and Valkey) and stays one while it
-    -- has entries, where a small hash is a listpack whose every lookup scans all its entries:
-    -- that cost LEASES 0.4 µs per job between the claim and the ack, with 64 jobs in flight.
-    -- (`%d`: `..` would write a fence of over 14 digits in floating-point notation, rounded.)
-    local lease = string.format('%s:%d', ARGV[4], first + 1)
-    lease = lease .. string.rep('.', 65 - #lease)
-    local leases = {}
-    for k = 1, taken do
-      leases[2 * k - 1] = held[k]
-      leases[2 * k] = lease
+    local deadline = now + lease_ms(ARGV[3])
+    if taken == 1 then
+      -- A batch of one is held by a lease of its own, named by its id: no list to write, and
+      -- its ack removes one entry (a quiet queue claims one job at a time).
+      redis.call('HSET', LEASES, held[1], ARGV[4])
+      redis.call('ZADD', INFLIGHT, deadline, held[1])
+    else
+      -- One lease for the batch, named by the claimer's token and the batch's first fence (no
+      -- other claim on this queue has that fence): one entry in INFLIGHT, its ids in CLAIMS.
+      -- (`%d`: `..` would write a fence of over 14 digits in floating-point notation, rounded.)
+      -- The name is padded to over 64 bytes: a hash holding a value that long is a hash table
+      -- (`hash-max-listpack-value` is 64 by default, in Redis and Valkey) and stays one while it
+      -- has entries, where a small hash is a listpack whose every lookup scans all its entries:
+      -- that cost LEASES 0.4 µs per job between the claim and the ack, with 64 jobs in flight.
+      local lease = string.format('%s:%d', ARGV[4], first + 1)
+      lease = lease .. string.rep('.', 65 - #lease)
+      local leases = {}
+      for k = 1, taken do
+        leases[2 * k - 1] = held[k]
+        leases[2 * k] = lease
+      end
+      batched('HSET', LEASES, leases)
+      redis.call('ZADD', INFLIGHT, deadline, lease)
+      redis.call('HSET', CLAIMS, lease, cmsgpack.pack(held), lease .. '#', taken)
     end
-    batched('HSET', LEASES, leases)
-    redis.call('ZADD', INFLIGHT, now + lease_ms(ARGV[3]), lease)
-    redis.call('HSET', CLAIMS, lease, cmsgpack.pack(held), lease .. '#', taken)
     record(ARGV[7], now, {'claimed', taken, 'lag_ms', lag})
     local field = math.floor(now / 60000) .. ':lag_max_ms'
     if lag_max > (tonumber(redis.pcall('HGET', ACTIVITY, field)) or 0) then

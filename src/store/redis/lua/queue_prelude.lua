@@ -151,7 +151,7 @@ end
 -- Adds `counts` ({counter, n, counter, n, ...}) to the current minute's activity, when
 -- `counting` is '1' (the scripts that count take it as an argument: a queue handle may turn
 -- its counters off, and then pays nothing for them). When the
--- minute changes, drops the fields of minutes out of the window first: the hash stays within
+-- minute changed, drops the fields of minutes out of the window: the hash stays within
 -- ACTIVITY_MINUTES minutes of counters, read back by operators' dashboards. The counters are
 -- for people: every call is a `redis.pcall`, so that a hash another client broke (a wrong
 -- type, a field that is not a number) costs its counts, never the job operation around it.
@@ -160,6 +160,20 @@ local function record(counting, now, counts)
     return
   end
   local minute = math.floor(now / 60000)
+  -- A counter's first count in a minute creates its field: only then may the minute have
+  -- changed, and only then is it looked up (a look per call cost every claim and ack a call).
+  local first_count = false
+  for i = 1, #counts, 2 do
+    if counts[i + 1] > 0 then
+      local count = redis.pcall('HINCRBY', ACTIVITY, minute .. ':' .. counts[i], counts[i + 1])
+      if count == counts[i + 1] then
+        first_count = true
+      end
+    end
+  end
+  if not first_count then
+    return
+  end
   local last = tonumber(redis.pcall('HGET', ACTIVITY, 'minute'))
   if last ~= minute then
     -- Ours holds at most ACTIVITY_MINUTES + 1 minutes of 7 counters; a larger hash was
@@ -180,11 +194,6 @@ local function record(counting, now, counts)
       end
     end
     redis.pcall('HSET', ACTIVITY, 'minute', minute)
-  end
-  for i = 1, #counts, 2 do
-    if counts[i + 1] > 0 then
-      redis.pcall('HINCRBY', ACTIVITY, minute .. ':' .. counts[i], counts[i + 1])
-    end
   end
 end
 
