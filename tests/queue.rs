@@ -643,6 +643,27 @@ async fn claims_under_one_token_keep_a_lease_each<St: QueueStore>(store: St) {
     .await;
 }
 
+/// A claim says when the next job is due or the next lease runs out, its own included: a
+/// scheduler sleeps until then.
+async fn a_claim_s_next_in_counts_the_lease_it_just_took<St: QueueStore>(store: St) {
+    let q = queue(store);
+    q.push(&"later".to_string(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    for batch in [1, 2] {
+        for n in 0..batch {
+            q.push(&format!("{batch}-{n}"), Duration::ZERO).await.unwrap();
+        }
+        let claimed = q.claim(batch, Duration::from_secs(10)).await.unwrap();
+        assert_eq!(claimed.jobs.len(), batch);
+        let next_in = claimed.next_in.expect("a lease runs out");
+        assert!(
+            next_in > Duration::from_secs(9) && next_in <= Duration::from_millis(10_001),
+            "{next_in:?}"
+        );
+    }
+}
+
 async fn a_job_whose_lease_keeps_running_out_is_buried<St: QueueStore>(store: St) {
     let q = queue(store).retry_policy(RetryPolicy {
         max_lease_expiries: 3,
@@ -846,5 +867,6 @@ for_each_store!(
     an_ack_naming_a_job_twice_leaves_the_rest_of_its_claim_held,
     in_flight_jobs_are_listed_by_deadline_across_claims,
     claims_under_one_token_keep_a_lease_each,
+    a_claim_s_next_in_counts_the_lease_it_just_took,
     a_job_whose_lease_keeps_running_out_is_buried,
 );

@@ -34,11 +34,26 @@ impl JobId {
     /// Validates an id of the caller's.
     pub fn new(id: impl Into<String>) -> Result<Self, KeyError> {
         let id = id.into();
-        crate::key::validate_name("job id", &id, MAX_JOB_ID_LEN)?;
-        if !id.bytes().all(is_job_id_byte) {
-            return Err(KeyError::InvalidJobId { id });
-        }
+        Self::check(&id)?;
         Ok(JobId(id))
+    }
+
+    /// An id read from a store, or the text back when it is not a job id (another client wrote
+    /// it): a claim keeps the text to bury the entry, without copying every valid id first.
+    pub(crate) fn from_stored(id: String) -> Result<Self, String> {
+        match Self::check(&id) {
+            Ok(()) => Ok(JobId(id)),
+            Err(_) => Err(id),
+        }
+    }
+
+    /// The rules of a job id.
+    fn check(id: &str) -> Result<(), KeyError> {
+        crate::key::validate_name("job id", id, MAX_JOB_ID_LEN)?;
+        if !id.bytes().all(is_job_id_byte) {
+            return Err(KeyError::InvalidJobId { id: id.to_string() });
+        }
+        Ok(())
     }
 
     /// The job id of a key of the caller's, any UTF-8 text (a webhook's delivery id, an

@@ -109,7 +109,7 @@ fn claimed_jobs(flat: Vec<redis::Value>) -> Result<Vec<ClaimReply>, StoreError> 
 /// client wrote the entry): the claim script leaves that check to us.
 fn job_id(id: Vec<u8>) -> Result<JobId, Vec<u8>> {
     let id = String::from_utf8(id).map_err(|error| error.into_bytes())?;
-    JobId::new(id.clone()).map_err(|_| id.into_bytes())
+    JobId::from_stored(id).map_err(String::into_bytes)
 }
 
 impl<Conn> QueueStore for RedisStore<Conn>

@@ -33,9 +33,15 @@ local function bury(id, reason)
   errors[#errors + 1] = reason
 end
 
+-- The lease that runs out first: whether any ran out, and when the next will (read again at
+-- the end only when leases ran out).
+local next_deadline = tonumber(redis.call('ZRANGE', INFLIGHT, 0, 0, 'WITHSCORES')[2])
 -- Strictly past the deadline: `now` is rounded down to the ms, so a deadline equal to it may
 -- still be up to 1 ms ahead, and a lease must never end early.
-local expired = redis.call('ZRANGEBYSCORE', INFLIGHT, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, max)
+local expired = {}
+if next_deadline ~= nil and next_deadline < now then
+  expired = redis.call('ZRANGEBYSCORE', INFLIGHT, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, max)
+end
 -- No lease of ours ends later than MAX_LEASE_MS from now: an entry past that (a deadline of
 -- +inf, written by another client) would otherwise stay in flight forever. It is due now.
 local beyond = redis.call('ZRANGEBYSCORE', INFLIGHT, '(' .. (now + MAX_LEASE_MS), '+inf', 'LIMIT', 0, max)
@@ -89,6 +95,7 @@ if #expired > 0 then
   batched('ZREM', INFLIGHT, ended)
   batched('ZADD', DELAYED, back)
   batched('HDEL', LEASES, ids)
+  next_deadline = tonumber(redis.call('ZRANGE', INFLIGHT, 0, 0, 'WITHSCORES')[2])
 end
 
 -- Flat, four entries per claimed job (id, due ms, envelope, fencing token): a table per job
@@ -139,6 +146,9 @@ if #due > 0 then
       claimed[4 * k] = first + k
     end
     local deadline = now + lease_ms(ARGV[3])
+    if next_deadline == nil or deadline < next_deadline then
+      next_deadline = deadline
+    end
     if taken == 1 then
       -- A batch of one is held by a lease of its own, named by its id: no list to write, and
       -- its ack removes one entry (a quiet queue claims one job at a time).
@@ -180,9 +190,8 @@ local wait = -1
 local next_at = nil
 local first_due = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
 if first_due[2] then next_at = tonumber(first_due[2]) end
-local first_lease = redis.call('ZRANGE', INFLIGHT, 0, 0, 'WITHSCORES')
-if first_lease[2] and (next_at == nil or tonumber(first_lease[2]) + 1 < next_at) then
-  next_at = tonumber(first_lease[2]) + 1
+if next_deadline ~= nil and (next_at == nil or next_deadline + 1 < next_at) then
+  next_at = next_deadline + 1
 end
 if next_at ~= nil then
   wait = math.max(0, math.floor(next_at - now))
