@@ -59,36 +59,19 @@ if #expired > 0 then
     end
     local lease, deadline = expired[i], expired[i + 1]
     ended[#ended + 1] = lease
-    local held = claimed_ids(lease)
-    local holders = nil
-    if held then
-      holders = redis.call('HMGET', LEASES, unpack(held))
-      redis.call('HDEL', CLAIMS, lease, lease .. '#')
-    else
-      -- A lease of one job's own, named by its id: the job goes back unless a claim's lease
-      -- holds it now (then this entry is a leftover). A job whose lease another client
-      -- dropped goes back too: it would otherwise stay in flight forever.
-      held = {lease}
-      local holder = redis.call('HGET', LEASES, lease)
-      if holder and is_claim(holder) then
-        holders = {false}
+    local held = held_jobs(lease, true)
+    redis.call('HDEL', CLAIMS, lease, lease .. '#')
+    for _, id in ipairs(held) do
+      returning = returning + 1
+      ids[returning] = id
+      -- A job whose lease keeps running out crashes or hangs its handler each time: without a
+      -- count it would come back forever and never reach the dead-letter set.
+      local expiries = redis.call('HINCRBY', EXPIRIES, id, 1)
+      if max_expiries > 0 and expiries >= max_expiries then
+        bury(id, 'its lease ran out ' .. expiries .. ' times: the handler crashed or hung')
       else
-        holders = {lease}
-      end
-    end
-    for k, id in ipairs(held) do
-      if holders[k] == lease then
-        returning = returning + 1
-        ids[returning] = id
-        -- A job whose lease keeps running out crashes or hangs its handler each time: without a
-        -- count it would come back forever and never reach the dead-letter set.
-        local expiries = redis.call('HINCRBY', EXPIRIES, id, 1)
-        if max_expiries > 0 and expiries >= max_expiries then
-          bury(id, 'its lease ran out ' .. expiries .. ' times: the handler crashed or hung')
-        else
-          back[#back + 1] = deadline
-          back[#back + 1] = id
-        end
+        back[#back + 1] = deadline
+        back[#back + 1] = id
       end
     end
   end

@@ -16,27 +16,6 @@ if count < 1 then
   return {}
 end
 
--- The jobs a lease in INFLIGHT holds: a claim's, those of its ids still held by it; a job's own
--- (named by its id), that job unless a claim's lease holds it now.
-local function held_jobs(lease)
-  local ids = claimed_ids(lease)
-  if not ids then
-    local holder = redis.call('HGET', LEASES, lease)
-    if holder and not is_claim(holder) then
-      return {lease}
-    end
-    return {}
-  end
-  local holders = redis.call('HMGET', LEASES, unpack(ids))
-  local held = {}
-  for i, id in ipairs(ids) do
-    if holders[i] == lease then
-      held[#held + 1] = id
-    end
-  end
-  return held
-end
-
 -- In flight: the page is made of the jobs the leases hold, in deadline order and by id, the
 -- leases read in deadline order until the page is full and the next lease's deadline is later.
 -- At most 16 reads of `count` leases.
@@ -51,7 +30,7 @@ local function in_flight_page()
       if full_at and at > full_at then
         return found
       end
-      for _, id in ipairs(held_jobs(part[i])) do
+      for _, id in ipairs(held_jobs(part[i], false)) do
         if after_id == '' or at > after_ms or id > after_id then
           found[#found + 1] = {id, at}
         end

@@ -123,6 +123,31 @@ local function claimed_ids(claim)
   return ids
 end
 
+-- The jobs INFLIGHT entry `lease` still holds. A claim's: those of its ids whose holder it
+-- still is. Any other entry is one job's own, named by its id (an extended lease, or one
+-- stored by redefer 0.2): that job, unless a claim's lease holds it now (then the entry is
+-- a leftover). A job whose holder another client dropped counts only `with_orphan`: a claim
+-- makes it due again (else it would stay in flight forever) and a purge deletes it, while a
+-- listing shows the jobs held, as `stats` counts them.
+local function held_jobs(lease, with_orphan)
+  local ids = claimed_ids(lease)
+  if not ids then
+    local holder = redis.call('HGET', LEASES, lease)
+    if (holder and is_claim(holder)) or (not holder and not with_orphan) then
+      return {}
+    end
+    return {lease}
+  end
+  local holders = redis.call('HMGET', LEASES, unpack(ids))
+  local held = {}
+  for i, id in ipairs(ids) do
+    if holders[i] == lease then
+      held[#held + 1] = id
+    end
+  end
+  return held
+end
+
 -- Makes job `id` wait until `due`, and wakes sleeping schedulers when it is now the first due:
 -- they sleep until the previous first, which this one comes before.
 local function schedule(id, due)

@@ -20,21 +20,10 @@ if set == INFLIGHT then
         break
       end
       ended[#ended + 1] = lease
-      local held = claimed_ids(lease)
-      if held then
-        local holders = redis.call('HMGET', LEASES, unpack(held))
-        for i, id in ipairs(held) do
-          if holders[i] == lease then
-            ids[#ids + 1] = id
-          end
-        end
-        redis.call('HDEL', CLAIMS, lease, lease .. '#')
-      else
-        local holder = redis.call('HGET', LEASES, lease)
-        if not (holder and is_claim(holder)) then
-          ids[#ids + 1] = lease
-        end
+      for _, id in ipairs(held_jobs(lease, true)) do
+        ids[#ids + 1] = id
       end
+      redis.call('HDEL', CLAIMS, lease, lease .. '#')
     end
     batched('ZREM', INFLIGHT, ended)
     if #ids >= most or #leases < most then
