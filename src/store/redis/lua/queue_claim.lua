@@ -4,8 +4,9 @@
 -- ARGV[5] largest envelope in bytes, ARGV[6] lease expiries after which a job is buried (0: never),
 -- ARGV[7] '1' to count the activity.
 -- First makes jobs whose lease ran out (their claimer died) due again, then claims due jobs
--- in due order: each moves to INFLIGHT with this claimer's token, so no other claimer can
--- receive it until the lease runs out. Every range has a LIMIT: work per call is bounded.
+-- in due order: the batch is held by one lease of this claimer's (one INFLIGHT entry, each
+-- job's holder in LEASES), so no other claimer can receive its jobs until the lease runs out.
+-- Every range has a LIMIT: work per call is bounded.
 -- A due entry that cannot be a job of ours (bytes missing or over the limit, written by another
 -- client) goes to the dead-letter set with the reason instead; one whose id we never write is
 -- claimed, and buried by the claimer (src/store/redis/queue.rs).
