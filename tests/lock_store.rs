@@ -4,8 +4,8 @@ mod support;
 
 use std::time::Duration;
 
-use redefer::lock::{Acquisition, LockStore};
-use redefer::{FencingToken, LockKey, LockToken};
+use redefer::lock::{Acquisition, LockStore, Waiter};
+use redefer::{Fencing, FencingToken, LockKey, LockToken};
 
 use support::{eventually, for_each_store};
 
@@ -155,6 +155,61 @@ async fn hostile_keys_do_not_collide<S: LockStore>(store: S) {
     );
 }
 
+/// A holder dies with others in line: once its TTL runs out, the key is free but not a
+/// newcomer's, fenced or not. Its acquires keep finding the key held, the key goes to the first
+/// in line, and no newcomer's token is left on it (the unfenced acquire, two plain commands,
+/// takes such a key and must give it back before answering).
+async fn a_newcomer_never_takes_a_key_from_its_line<S: LockStore>(store: S) {
+    for fencing in [Fencing::On, Fencing::Off] {
+        let k = key(&format!("order:{fencing:?}"));
+        let short = Duration::from_millis(100);
+        assert!(acquired(&store, &k, LockToken::random(), short).await.is_some());
+        let first = Waiter::caller(LockToken::random());
+        assert_eq!(store.join(&k, &first, None).await.unwrap(), 0);
+        let mut newcomers = Vec::new();
+        eventually(
+            Duration::from_secs(10),
+            "the expired holder's key is reserved for its line",
+            || {
+                let newcomer = LockToken::random();
+                newcomers.push(newcomer);
+                let store = &store;
+                let k = &k;
+                async move {
+                    match store
+                        .try_acquire_in_line(k, newcomer, LONG, None, fencing)
+                        .await
+                        .unwrap()
+                    {
+                        Acquisition::Acquired(_) => {
+                            panic!("{fencing:?}: a newcomer took the key from its line")
+                        }
+                        Acquisition::Held { reserved, .. } => reserved.then_some(()),
+                    }
+                }
+            },
+        )
+        .await;
+        for newcomer in &newcomers {
+            assert!(
+                !store.release(&k, *newcomer).await.unwrap(),
+                "{fencing:?}: a newcomer's token was left on the key"
+            );
+        }
+        let waiter = LockToken::random();
+        assert!(
+            matches!(
+                store
+                    .try_acquire_in_line(&k, waiter, LONG, Some(&first), fencing)
+                    .await
+                    .unwrap(),
+                Acquisition::Acquired(_)
+            ),
+            "{fencing:?}: the first in line takes the key reserved for it"
+        );
+    }
+}
+
 for_each_store!(
     a_held_lock_refuses_others,
     a_resent_acquire_with_our_token_counts_as_held,
@@ -163,6 +218,7 @@ for_each_store!(
     a_stale_holder_cannot_touch_the_next_holders_lock,
     extend_keeps_a_lock_past_its_first_ttl,
     hostile_keys_do_not_collide,
+    a_newcomer_never_takes_a_key_from_its_line,
 );
 
 /// The server's own conditional commands, where it has them.

@@ -20,6 +20,6 @@ pub use self::line::{Line, LineCap, LineJoin, Overflow, SUPERSEDED_BY_NEWER};
 pub(crate) use self::releasing::Releasing;
 pub(crate) use self::stop::StopListener;
 pub use self::store::{Acquisition, LockStore};
-pub(crate) use self::token::next_fences;
+pub(crate) use self::token::{FENCE_FLOOR, next_fences};
 pub use self::token::{Fencing, FencingToken, LockToken};
 pub use self::waiter::Waiter;

@@ -63,9 +63,9 @@ pub struct FencingToken(pub u64);
 
 /// Whether a lock hands out [`FencingToken`]s: on by default.
 ///
-/// Off, an uncontended acquire is one plain `SET key token NX PX ttl` (and an `EXISTS` of the
-/// key's line in the same round trip) instead of a transaction that also counts the token;
-/// handlers then get no token ([`HeldLock::fence`](crate::HeldLock::fence) is `None`). What
+/// Off, an uncontended acquire is a plain `SET key token NX PX ttl` (and an `EXISTS` of the
+/// key's line in the same round trip), without the `INCR` of the key's counter and the `GET`
+/// that proves the token was counted during the hold; handlers then get no token ([`HeldLock::fence`](crate::HeldLock::fence) is `None`). What
 /// that costs in safety: a holder paused past its TTL (a GC pause, a stalled VM) can wake up
 /// and finish writes after the next holder started, and the systems it writes to cannot tell.
 /// Leave it on unless every write under the lock is itself conditional, or idempotent.
@@ -87,7 +87,7 @@ impl fmt::Display for FencingToken {
 
 /// Fencing counters below this were never raised to the clock: new, or lost with the data
 /// (see `lua/fence.lua`; the memory store keeps the same rule).
-const FENCE_FLOOR: u64 = 1 << 40;
+pub(crate) const FENCE_FLOOR: u64 = 1 << 40;
 
 /// Hands out `n` tokens from `counter` (the last returned), raising a counter below
 /// [`FENCE_FLOOR`] to the system clock in microseconds first: the memory store's side of

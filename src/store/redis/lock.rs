@@ -8,13 +8,13 @@ use redis::{Script, ScriptInvocation};
 use super::RedisStore;
 use super::keys::LockKeys;
 use super::scripts::{
-    LOCK_ACQUIRE, LOCK_ACQUIRE_FREE, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE,
-    QUEUE_PROMOTE,
+    LOCK_ACQUIRE, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE, QUEUE_PROMOTE,
 };
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken, Overflow, Waiter,
+    Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken,
+    Overflow, Waiter,
 };
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
@@ -69,14 +69,22 @@ where
         invocation
     }
 
-    /// The common acquire, of a caller not in line: one short script on the three keys it
-    /// touches (`lock_acquire_free.lua`): `SET key token NX PX ttl` unless the key's line is
-    /// not empty, and the fence's next token in the same atomic step (else an older holder
-    /// could get a higher one). One command to write and one reply to read, where a
-    /// `MULTI`/`EXEC` of the same steps cost the client five of each. `Some` with the fence
-    /// when the lock is ours; `None` when the key is taken or its line is not empty, which the
-    /// acquire script settles (a re-sent acquire finding its own token, the line, the
-    /// reservation).
+    /// The common acquire, of a caller not in line: plain commands in one round trip, no
+    /// script (a script's call costs Redis more than all of them). `EXISTS` of the key's line,
+    /// `SET key token NX PX ttl`, and when fenced `INCR` of the key's counter and `GET` of the
+    /// lock. `Some` with the fence (if any) when the lock is ours; `None` when the acquire
+    /// script must settle it: the key taken, or its line not empty, or a counter to raise.
+    ///
+    /// The commands need not run as one atomic step. A key taken while others are in line
+    /// (its holder's TTL ran out) is given back by token before anyone is told it was ours;
+    /// the acquire script then hands it to the first in line. The fence is ours when the `GET`
+    /// still finds our token: the lock then held it from the `SET` to the `GET` (nobody else
+    /// writes our token), so the `INCR` between them ran while we held the key, after every
+    /// earlier holder's own `INCR` (each ran during its hold) and before every later
+    /// holder's. A counter below the floor was never raised to the clock (new, or lost with
+    /// the data): the acquire script finds our token and hands us a raised one, once per
+    /// counter. A full Redis refuses the plain `SET`: the error sends the caller to the
+    /// script, which may write then.
     async fn acquire_by_set(
         &self,
         key: &LockKey,
@@ -85,23 +93,39 @@ where
         fencing: Fencing,
     ) -> Result<Option<Option<FencingToken>>, StoreError> {
         let keys = LockKeys::new(&self.prefix, key);
-        let fenced = fencing == Fencing::On;
-        let taken: i64 = LOCK_ACQUIRE_FREE
-            .key(keys.lock())
-            .key(keys.fence())
-            .key(keys.waiters())
+        let mut commands = redis::pipe();
+        commands.cmd("EXISTS").arg(keys.waiters());
+        commands
+            .cmd("SET")
+            .arg(keys.lock())
             .arg(token)
-            .arg(ttl_millis(ttl))
-            .arg(if fenced { "1" } else { "0" })
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        match (taken, fenced) {
-            (-1, _) => Ok(None),
-            (0, false) => Ok(Some(None)),
-            (fence, true) if fence > 0 => Ok(Some(Some(FencingToken(fence.unsigned_abs())))),
-            (other, _) => Err(StoreError::Protocol(format!(
-                "the free-key acquire answered {other}"
-            ))),
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_millis(ttl));
+        let (line, taken, fence) = match fencing {
+            Fencing::Off => {
+                let (line, taken): (bool, bool) = commands.query_async(&mut self.conn.clone()).await?;
+                (line, taken, None)
+            }
+            Fencing::On => {
+                commands.cmd("INCR").arg(keys.fence()).cmd("GET").arg(keys.lock());
+                let (line, taken, fence, holder): (bool, bool, u64, Option<Vec<u8>>) =
+                    commands.query_async(&mut self.conn.clone()).await?;
+                let ours = holder.as_deref() == Some(&token.to_hex()[..]);
+                (line, taken && ours, Some(fence))
+            }
+        };
+        if !taken {
+            return Ok(None);
+        }
+        if line {
+            self.release(key, token).await?;
+            return Ok(None);
+        }
+        match fence {
+            None => Ok(Some(None)),
+            Some(fence) if fence >= FENCE_FLOOR => Ok(Some(Some(FencingToken(fence)))),
+            Some(_) => Ok(None),
         }
     }
 

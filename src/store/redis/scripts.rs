@@ -56,7 +56,6 @@ script!(LOCK_JOIN, &[LOCK_PRELUDE, LINE_CAP].concat(), "lock_join.lua");
 pub(super) static LOCK_RELEASE_ALONE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_release_alone.lua")));
 script!(LOCK_LEAVE, LOCK_PRELUDE, "lock_leave.lua");
-script!(LOCK_ACQUIRE_FREE, "", "lock_acquire_free.lua");
 script!(PERMIT_ACQUIRE, PERMIT_PRELUDE, "permit_acquire.lua");
 script!(PERMIT_EXTEND, PERMIT_PRELUDE, "permit_extend.lua");
 script!(PERMIT_RELEASE, PERMIT_PRELUDE, "permit_release.lua");
@@ -90,14 +89,13 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 32] = [
+static ALL: [&LazyLock<Script>; 31] = [
     &LOCK_ACQUIRE,
     &LOCK_EXTEND,
     &LOCK_RELEASE,
     &LOCK_RELEASE_ALONE,
     &LOCK_JOIN,
     &LOCK_LEAVE,
-    &LOCK_ACQUIRE_FREE,
     &PERMIT_ACQUIRE,
     &PERMIT_EXTEND,
     &PERMIT_RELEASE,
@@ -145,7 +143,7 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 30] = [
+    const SCRIPTS: [(&str, &str); 29] = [
         ("permit_acquire", include_str!("lua/permit_acquire.lua")),
         ("permit_extend", include_str!("lua/permit_extend.lua")),
         ("permit_release", include_str!("lua/permit_release.lua")),
@@ -158,7 +156,6 @@ mod tests {
         ("lock_release_alone", include_str!("lua/lock_release_alone.lua")),
         ("lock_join", include_str!("lua/lock_join.lua")),
         ("lock_leave", include_str!("lua/lock_leave.lua")),
-        ("lock_acquire_free", include_str!("lua/lock_acquire_free.lua")),
         ("queue_promote", include_str!("lua/queue_promote.lua")),
         ("queue_push_many", include_str!("lua/queue_push_many.lua")),
         ("queue_push", include_str!("lua/queue_push.lua")),

@@ -18,11 +18,17 @@ if redis.call('SET', LOCK, token, 'NX', 'PX', ttl) then
 end
 local current = redis.call('GET', LOCK)
 if current == token or current == token .. LINE_MARK then
-  -- A re-sent acquire whose first reply was lost: the lock is already ours. The counter may
-  -- have moved since we took it (acquires by SET count even when the key was taken), but
-  -- no other holder can have taken a token since: the next holder's is still higher.
+  -- A re-sent acquire whose first reply was lost, or the common acquire (plain commands,
+  -- src/store/redis/lock.rs) that took the key from a counter never raised to the clock: the
+  -- lock is already ours. The counter may have moved since we took it (the common acquire
+  -- counts even when the key was taken), but no other holder can have taken a token since:
+  -- the next holder's is still higher. A counter below the floor is raised first.
   redis.call('PEXPIRE', LOCK, ttl)
-  return {1, tonumber(redis.call('GET', FENCE)) or 0, -1}
+  local fence = tonumber(redis.call('GET', FENCE)) or 0
+  if fence < FENCE_FLOOR then
+    fence = next_fences(FENCE, 1)
+  end
+  return {1, fence, -1}
 end
 local waited = -1
 if not current then
