@@ -5,6 +5,7 @@
 //! A user key may contain any bytes, braces included; braces and `%` are percent-encoded inside
 //! the tag so that a key can neither end the hash tag early nor collide with another key.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -116,8 +117,12 @@ pub(crate) fn validate_name(what: &'static str, name: &str, max: usize) -> Resul
 /// The text of `name`'s Redis Cluster hash tag, the part between the braces: `%`, `{` and `}`
 /// percent-encoded, so it contains no brace (it cannot end or open a hash tag) and decodes back
 /// to exactly one name (two names never share a Redis key).
-pub(crate) fn hash_tag(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
+/// Borrows `name` when it has nothing to encode (the common case: no allocation).
+pub(crate) fn hash_tag(name: &str) -> Cow<'_, str> {
+    if !name.contains(['%', '{', '}']) {
+        return Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 8);
     for c in name.chars() {
         match c {
             '%' => out.push_str("%25"),
@@ -126,7 +131,7 @@ pub(crate) fn hash_tag(name: &str) -> String {
             c => out.push(c),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// The number of Redis Cluster hash slots.

@@ -50,25 +50,29 @@ fn lock_part(prefix: &Prefix, kind: &str, tag: &str) -> String {
 
 impl LockKeys {
     pub(crate) fn new(prefix: &Prefix, key: &LockKey) -> Self {
-        Self::with_tag(prefix, &lock_tag(key))
+        Self::with_tag(prefix, ["{", &hash_tag(key.as_str()), "}"])
     }
 
     /// The keys that go with a lock key found by a scan, whose tag (`{...}`) is as found.
     pub(crate) fn of_found_tag(prefix: &Prefix, tag: &str) -> Self {
-        Self::with_tag(prefix, tag)
+        Self::with_tag(prefix, [tag, "", ""])
     }
 
-    fn with_tag(prefix: &Prefix, tag: &str) -> Self {
+    /// Every name with the tag written from its `parts`: no string is built for the tag alone.
+    fn with_tag(prefix: &Prefix, parts: [&str; 3]) -> Self {
         let prefix = prefix.as_str();
+        let tag: usize = parts.iter().map(|part| part.len()).sum();
         let kinds: usize = LOCK_KINDS.iter().map(|kind| kind.len()).sum();
-        let mut names = String::with_capacity(LOCK_KINDS.len() * (prefix.len() + tag.len() + 2) + kinds);
+        let mut names = String::with_capacity(LOCK_KINDS.len() * (prefix.len() + tag + 2) + kinds);
         let mut ends = [0; LOCK_KINDS.len()];
         for (kind, end) in LOCK_KINDS.iter().zip(&mut ends) {
             names.push_str(prefix);
             names.push(':');
             names.push_str(kind);
             names.push(':');
-            names.push_str(tag);
+            for part in parts {
+                names.push_str(part);
+            }
             *end = names.len();
         }
         LockKeys { names, ends }
