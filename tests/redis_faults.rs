@@ -495,6 +495,54 @@ async fn fencing_tokens_keep_rising_across_a_restart_without_persistence(kind: S
     }
 }
 
+/// The uncontended acquire is four plain commands in one round trip, not one atomic step: a
+/// connection lost on the way can leave its `SET` done and its `INCR` not, and the caller then
+/// sends the acquire again by the script. Whichever way it is sent again, it finds its own token
+/// on the key and gets a token counted then, above the previous holder's (not the counter as it
+/// stood, which is that holder's).
+async fn an_acquire_whose_commands_ran_in_part_gets_a_token_above_the_last_holders(kind: Server) {
+    use redefer::lock::{Acquisition, LockStore, Waiter};
+    use redefer::{Fencing, LockKey, LockToken};
+
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let ttl = Duration::from_secs(60);
+    for by_script in [false, true] {
+        let key = LockKey::new(format!("order:{by_script}")).unwrap();
+        let last = LockToken::random();
+        let Acquisition::Acquired(Some(last_fence)) = store.try_acquire(&key, last, ttl).await.unwrap()
+        else {
+            panic!("the first holder takes the free key");
+        };
+        assert!(store.release(&key, last).await.unwrap());
+        // The next caller's SET reached the server; its INCR and GET did not.
+        let token = LockToken::random();
+        let hex = String::from_utf8(token.to_hex().to_vec()).unwrap();
+        let _: () = server
+            .cmd(
+                ::redis::cmd("SET")
+                    .arg(store.lock_redis_key(&key))
+                    .arg(hex)
+                    .arg("PX")
+                    .arg(60_000),
+            )
+            .await;
+        // A caller with a place in line always acquires by the script.
+        let waiter = by_script.then(|| Waiter::caller(token));
+        match store
+            .try_acquire_in_line(&key, token, ttl, waiter.as_ref(), Fencing::On)
+            .await
+            .unwrap()
+        {
+            Acquisition::Acquired(Some(fence)) => assert!(
+                fence > last_fence,
+                "sent again (by the script: {by_script}), the acquire got {fence}; the last holder had {last_fence}"
+            ),
+            other => panic!("the acquire sent again finds the key its own: {other:?}"),
+        }
+    }
+}
+
 for_each_server!(
     a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost,
     a_lock_deleted_under_a_blocking_handler_ends_the_call_with_lock_lost,
@@ -507,6 +555,7 @@ for_each_server!(
     a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers,
     a_lock_no_replica_acknowledged_is_given_back_when_replication_is_required,
     fencing_tokens_keep_rising_across_a_restart_without_persistence,
+    an_acquire_whose_commands_ran_in_part_gets_a_token_above_the_last_holders,
 );
 
 /// A new memory store (a restarted process) hands out tokens above the old one's.

@@ -18,17 +18,13 @@ if redis.call('SET', LOCK, token, 'NX', 'PX', ttl) then
 end
 local current = redis.call('GET', LOCK)
 if current == token or current == token .. LINE_MARK then
-  -- A re-sent acquire whose first reply was lost, or the common acquire (plain commands,
-  -- src/store/redis/lock.rs) that took the key from a counter never raised to the clock: the
-  -- lock is already ours. The counter may have moved since we took it (the common acquire
-  -- counts even when the key was taken), but no other holder can have taken a token since:
-  -- the next holder's is still higher. A counter below the floor is raised first.
+  -- The lock is already ours: an acquire re-sent after its reply was lost, or the common
+  -- acquire (plain commands, src/store/redis/lock.rs) that took the key but could not count
+  -- its token (a counter never raised to the clock). A new token, counted now, while we hold
+  -- the key: above every earlier holder's, even when the first acquire's commands ran only in
+  -- part (its SET without its INCR), and below every later holder's.
   redis.call('PEXPIRE', LOCK, ttl)
-  local fence = tonumber(redis.call('GET', FENCE)) or 0
-  if fence < FENCE_FLOOR then
-    fence = next_fences(FENCE, 1)
-  end
-  return {1, fence, -1}
+  return {1, next_fences(FENCE, 1), -1}
 end
 local waited = -1
 if not current then
