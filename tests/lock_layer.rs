@@ -665,16 +665,37 @@ async fn a_request_never_meets_the_lock_of_its_own_finished_one() {
         .unwrap();
     let store =
         redefer::RedisStore::new(conn).with_prefix(redefer::Prefix::new(support::unique_prefix()).unwrap());
-    let tasks: Vec<_> = (0..64)
+    // A stack of its own each time: what the store knows, not the stack.
+    each_task_on_its_own_key(64, 200, move || {
+        LockLayer::new(store.clone(), task_key)
+            .ttl(LONG)
+            .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }))
+    })
+    .await;
+}
+
+/// The lock key of task `task`, in the tests where each task has its own.
+fn task_key(task: &u32) -> Option<String> {
+    Some(format!("task:{task}"))
+}
+
+/// `requests` calls from each of `tasks` tasks at once, task `t` on key `task:t`, each through
+/// the stack `stack` returns for it: every call must be done.
+async fn each_task_on_its_own_key<S>(
+    tasks: u32,
+    requests: u32,
+    stack: impl Fn() -> S + Clone + Send + 'static,
+) where
+    S: Service<u32, Response = Outcome<()>> + Send,
+    S::Error: std::fmt::Debug,
+    S::Future: Send,
+{
+    let tasks: Vec<_> = (0..tasks)
         .map(|task| {
-            let store = store.clone();
+            let stack = stack.clone();
             tokio::spawn(async move {
-                for _ in 0..200 {
-                    // A stack of its own each time: what the store knows, not the stack.
-                    let service = LockLayer::new(store.clone(), |task: &u32| Some(format!("task:{task}")))
-                        .ttl(LONG)
-                        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
-                    let outcome = service.oneshot(task).await;
+                for _ in 0..requests {
+                    let outcome = stack().oneshot(task).await;
                     assert!(
                         matches!(outcome, Ok(Outcome::Done(()))),
                         "task {task}: {outcome:?}"
@@ -700,27 +721,11 @@ async fn at_concurrency_64_no_uncontended_request_meets_its_own_finished_lock() 
     const REQUESTS: u32 = 100;
     let server = support::RedisServer::start();
     let store = server.store().await;
-    let service = LockLayer::new(store.clone(), |task: &u32| Some(format!("task:{task}")))
+    let service = LockLayer::new(store.clone(), task_key)
         .ttl(LONG)
         .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
     let _: () = server.cmd(::redis::cmd("CONFIG").arg("RESETSTAT")).await;
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|task| {
-            let service = service.clone();
-            tokio::spawn(async move {
-                for _ in 0..REQUESTS {
-                    let outcome = service.clone().oneshot(task).await;
-                    assert!(
-                        matches!(outcome, Ok(Outcome::Done(()))),
-                        "task {task}: {outcome:?}"
-                    );
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
+    each_task_on_its_own_key(TASKS, REQUESTS, move || service.clone()).await;
     // Every release went out on the store's connection before its response returned: a
     // command sent on it now is answered after all of them.
     let _: String = ::redis::cmd("PING")
