@@ -65,10 +65,11 @@ pub struct FencingToken(pub u64);
 ///
 /// Off, an uncontended acquire is a plain `SET key token NX PX ttl` (and an `EXISTS` of the
 /// key's line in the same round trip), without the `INCR` of the key's counter and the `GET`
-/// that proves the token was counted during the hold; handlers then get no token ([`HeldLock::fence`](crate::HeldLock::fence) is `None`). What
-/// that costs in safety: a holder paused past its TTL (a GC pause, a stalled VM) can wake up
-/// and finish writes after the next holder started, and the systems it writes to cannot tell.
-/// Leave it on unless every write under the lock is itself conditional, or idempotent.
+/// that proves the token was counted during the hold; handlers then get no token
+/// ([`HeldLock::fence`](crate::HeldLock::fence) is `None`). What that costs in safety: a
+/// holder paused past its TTL (a GC pause, a stalled VM) can wake up and finish writes after
+/// the next holder started, and the systems it writes to cannot tell. Leave it on unless
+/// every write under the lock is itself conditional, or idempotent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fencing {
