@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use redefer::Backoff;
-use redefer::queue::{AfterFailure, DelayQueue, JobId, QueueError, RetryPolicy};
+use redefer::queue::{AfterFailure, ClaimedJob, DelayQueue, JobId, QueueError, RetryPolicy};
 use redefer::queue::{Cancelled, Due, JobSet, QueueStats, QueueStore, RawJobState, RegisteredQueue};
 use tokio::sync::Mutex;
 
@@ -27,6 +27,16 @@ fn stats(waiting: u64, due: u64, in_flight: u64, dead: u64) -> QueueStats {
         dead,
         ..QueueStats::default()
     }
+}
+
+/// The next job a claim of `q` returns, waiting up to five seconds for one (a lease to run
+/// out, a retry to become due); `what` names what is waited for.
+async fn next_claimed<St: QueueStore>(q: &DelayQueue<String, St>, what: &str) -> ClaimedJob<String> {
+    eventually(Duration::from_secs(5), what, || {
+        let q = q.clone();
+        async move { q.claim(10, LEASE).await.unwrap().jobs.pop() }
+    })
+    .await
 }
 
 async fn a_pushed_job_is_claimed_once_and_acked<St: QueueStore>(store: St) {
@@ -164,15 +174,7 @@ async fn a_job_whose_claimer_crashed_is_delivered_again_after_its_lease<St: Queu
         "held while the lease runs"
     );
 
-    let again = eventually(
-        Duration::from_secs(5),
-        "the job is claimable after its lease",
-        || {
-            let q = q.clone();
-            async move { q.claim(10, LEASE).await.unwrap().jobs.pop() }
-        },
-    )
-    .await;
+    let again = next_claimed(&q, "the job is claimable after its lease").await;
     assert_eq!(again.envelope.id, id);
     assert_eq!(again.envelope.attempt, 0, "a crash is not a failed attempt");
     assert!(
@@ -216,11 +218,7 @@ async fn failed_attempts_back_off_then_go_to_the_dead_letter_set<St: QueueStore>
     let id = q.push(&"flaky".into(), Duration::ZERO).await.unwrap().id;
     let mut previous_due = SystemTime::UNIX_EPOCH;
     for attempt in 0..3u32 {
-        let job = eventually(Duration::from_secs(5), "the next attempt becomes due", || {
-            let q = q.clone();
-            async move { q.claim(10, LEASE).await.unwrap().jobs.pop() }
-        })
-        .await;
+        let job = next_claimed(&q, "the next attempt becomes due").await;
         assert_eq!(job.envelope.attempt, attempt);
         let before = SystemTime::now();
         match q.fail(&job.lease, "boom").await.unwrap() {
@@ -452,11 +450,7 @@ async fn a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours<St: Queue
     let live = q.claim(10, LEASE).await.unwrap().jobs;
     assert_eq!(live.len(), 5);
     // The short lease runs out and another claimer takes that job.
-    let taken = eventually(Duration::from_secs(5), "the short lease runs out", || {
-        let q = q.clone();
-        async move { q.claim(10, LEASE).await.unwrap().jobs.pop() }
-    })
-    .await;
+    let taken = next_claimed(&q, "the short lease runs out").await;
     let mut leases: Vec<&redefer::queue::Lease> = live.iter().map(|job| &job.lease).collect();
     leases.insert(2, &stale.lease);
     let acked = q.ack_many(&leases).await.unwrap();
@@ -532,15 +526,7 @@ async fn an_ack_naming_a_job_twice_leaves_the_rest_of_its_claim_held<St: QueueSt
     let acked = q.ack_many(&[&batch[0].lease, &batch[0].lease]).await.unwrap();
     assert!(acked[0]);
     assert_eq!(q.stats().await.unwrap(), stats(0, 0, 1, 0));
-    let again = eventually(
-        Duration::from_secs(5),
-        "the other job returns after its lease",
-        || {
-            let q = q.clone();
-            async move { q.claim(10, LEASE).await.unwrap().jobs.pop() }
-        },
-    )
-    .await;
+    let again = next_claimed(&q, "the other job returns after its lease").await;
     assert_eq!(again.envelope.id, batch[1].envelope.id);
     assert!(q.ack(&again.lease).await.unwrap());
     assert_eq!(q.stats().await.unwrap(), QueueStats::default());
