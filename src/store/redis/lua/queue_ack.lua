@@ -69,11 +69,9 @@ if #done > 0 then
   batched('ZREM', INFLIGHT, own)
   redis.call('HDEL', JOBS, unpack(done))
   redis.call('HDEL', LEASES, unpack(done))
-  -- Mostly absent: a look at the key costs less than handing it every id.
-  if redis.call('EXISTS', EXPIRIES) == 1 then
+  -- Mostly both absent: one look at the two keys costs less than handing each every id.
+  if redis.call('EXISTS', EXPIRIES, HANDED) > 0 then
     redis.call('HDEL', EXPIRIES, unpack(done))
-  end
-  if redis.call('EXISTS', HANDED) == 1 then
     redis.call('HDEL', HANDED, unpack(done))
   end
   record(ARGV[4], now, {'done', #done})
