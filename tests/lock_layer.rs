@@ -733,16 +733,59 @@ async fn at_concurrency_64_no_uncontended_request_meets_its_own_finished_lock() 
         .await
         .unwrap();
     let stats: String = server.cmd(::redis::cmd("INFO").arg("commandstats")).await;
-    let scripts = stats
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse::<u32>().ok())
-        .unwrap_or(0);
     assert_eq!(
-        scripts,
+        calls(&stats, "evalsha"),
         TASKS * REQUESTS + TASKS,
         "script calls beyond one release per request: acquires that met their own finished lock"
+    );
+}
+
+/// How many times the server ran `command`, by `INFO commandstats` (a command run by a script
+/// counts under the script and again under its own name).
+fn calls(stats: &str, command: &str) -> u32 {
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A key's first fenced acquire is one request, to the acquire script, which raises its new
+/// counter (plain commands first would have cost it a second round trip); the key's later
+/// acquires are plain commands. Told apart by the server: only the plain acquire sends `INCR`
+/// (the script counts with `INCRBY`), and each release is one script call on Redis 7.
+#[tokio::test]
+async fn a_keys_first_acquire_is_the_script_alone_and_its_next_ones_plain_commands() {
+    const KEYS: u32 = 20;
+    let server = support::RedisServer::start();
+    let store = server.store().await;
+    let service = LockLayer::new(store.clone(), task_key)
+        .ttl(LONG)
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    let stats_after_each_key_once = async || {
+        for key in 0..KEYS {
+            let outcome = service.clone().oneshot(key).await.unwrap();
+            assert!(outcome.done().is_some());
+        }
+        // Every release went out before its response returned: this is answered after them.
+        let _: String = ::redis::cmd("PING")
+            .query_async(&mut store.connection())
+            .await
+            .unwrap();
+        let stats: String = server.cmd(::redis::cmd("INFO").arg("commandstats")).await;
+        (calls(&stats, "evalsha"), calls(&stats, "incr"))
+    };
+    let _: () = server.cmd(::redis::cmd("CONFIG").arg("RESETSTAT")).await;
+    assert_eq!(
+        stats_after_each_key_once().await,
+        (2 * KEYS, 0),
+        "first acquires: one script call each (and one release), no plain commands"
+    );
+    assert_eq!(
+        stats_after_each_key_once().await,
+        (3 * KEYS, KEYS),
+        "later acquires: plain commands, no script but the release"
     );
 }
 

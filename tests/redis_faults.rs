@@ -543,6 +543,38 @@ async fn an_acquire_whose_commands_ran_in_part_gets_a_token_above_the_last_holde
     }
 }
 
+/// A store remembers the keys it saw with a raised counter and acquires them by plain
+/// commands; a counter lost since (deleted here, as a restart without persistence or an
+/// eviction would) is found below the floor by those commands, and the token still rises.
+async fn a_counter_lost_under_a_store_that_saw_it_counted_still_gives_higher_tokens(kind: Server) {
+    use redefer::lock::{Acquisition, LockStore};
+    use redefer::{LockKey, LockToken};
+
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let key = LockKey::new("order:1").unwrap();
+    let fence_key = store.lock_redis_key(&key).replacen(":lock:", ":fence:", 1);
+    let ttl = Duration::from_secs(60);
+    let fence = async || {
+        let token = LockToken::random();
+        let Acquisition::Acquired(Some(fence)) = store.try_acquire(&key, token, ttl).await.unwrap() else {
+            panic!("the key is free");
+        };
+        assert!(store.release(&key, token).await.unwrap());
+        fence.0
+    };
+    // The first by the script, the second by plain commands: the store now knows the key.
+    let (first, second) = (fence().await, fence().await);
+    assert!(second > first);
+    let deleted: u32 = server.cmd(::redis::cmd("DEL").arg(&fence_key)).await;
+    assert_eq!(deleted, 1, "{fence_key} is the counter");
+    let third = fence().await;
+    assert!(
+        third > second,
+        "{third} after the counter was lost, {second} before"
+    );
+}
+
 for_each_server!(
     a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost,
     a_lock_deleted_under_a_blocking_handler_ends_the_call_with_lock_lost,
@@ -556,6 +588,7 @@ for_each_server!(
     a_lock_no_replica_acknowledged_is_given_back_when_replication_is_required,
     fencing_tokens_keep_rising_across_a_restart_without_persistence,
     an_acquire_whose_commands_ran_in_part_gets_a_token_above_the_last_holders,
+    a_counter_lost_under_a_store_that_saw_it_counted_still_gives_higher_tokens,
 );
 
 /// A new memory store (a restarted process) hands out tokens above the old one's.

@@ -83,8 +83,10 @@ where
     /// earlier holder's own `INCR` (each ran during its hold) and before every later
     /// holder's. A counter below the floor was never raised to the clock (new, or lost with
     /// the data): the acquire script finds our token and hands us a raised one, once per
-    /// counter. A full Redis refuses the plain `SET`: the error sends the caller to the
-    /// script, which may write then.
+    /// counter. A key this store has not seen counted does not come here when fenced: its
+    /// counter is most likely new, and the script raises it in the same round trip
+    /// ([`CountedKeys`](super::counted::CountedKeys)). A full Redis refuses the plain `SET`:
+    /// the error sends the caller to the script, which may write then.
     async fn acquire_by_set(
         &self,
         key: &LockKey,
@@ -139,8 +141,9 @@ where
         waiter: Option<&Waiter>,
         fencing: Fencing,
     ) -> Result<Acquisition, StoreError> {
-        // A waiter's acquire goes to the script, which knows its place in line.
-        if waiter.is_none() {
+        // A waiter's acquire goes to the script, which knows its place in line; so does a
+        // fenced acquire of a key not seen counted yet, whose new counter the script raises.
+        if waiter.is_none() && (fencing == Fencing::Off || self.counted.contains(key)) {
             match self.acquire_by_set(key, token, ttl, fencing).await {
                 Ok(Some(fence)) => {
                     self.await_replicas(key, token).await?;
@@ -162,6 +165,8 @@ where
         let (status, first, second, held) = acquire_reply(reply)?;
         match (status, held) {
             (1, _) => {
+                // The script counted a token: the key's counter is raised now.
+                self.counted.insert(key);
                 let fence = u64::try_from(first)
                     .map_err(|_| StoreError::Protocol(format!("negative fencing token {first}")))?;
                 if let Some(waited) = duration(second) {

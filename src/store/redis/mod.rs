@@ -2,6 +2,7 @@
 
 mod announcements;
 mod conditional;
+mod counted;
 mod eviction;
 mod idempotency;
 pub(crate) mod keys;
@@ -23,6 +24,7 @@ use redis::cluster_async::ClusterConnection;
 
 use self::announcements::Announcements;
 use self::conditional::Conditional;
+use self::counted::CountedKeys;
 use crate::error::{KeyError, StoreError};
 use crate::key::Prefix;
 use crate::lock::{Handoffs, Releasing};
@@ -62,6 +64,9 @@ pub struct RedisStore<Conn = ConnectionManager> {
     prepared: Arc<tokio::sync::OnceCell<Conditional>>,
     /// The releases sent and not yet answered, shared by the store's clones.
     releasing: Arc<Releasing>,
+    /// The lock keys seen with a raised fencing counter, shared by the store's clones: their
+    /// fenced acquires go by plain commands, the others' by the acquire script.
+    counted: Arc<CountedKeys>,
 }
 
 impl<Conn> std::fmt::Debug for RedisStore<Conn> {
@@ -106,6 +111,7 @@ where
             announcements: Arc::default(),
             prepared: Arc::default(),
             releasing: Arc::default(),
+            counted: Arc::default(),
         }
     }
 
