@@ -1,8 +1,11 @@
 //! Scenario 1: the lock layer, uncontended, fencing on and off, against a bare redis-rs loop
 //! issuing `SET NX PX` and a token-checked release, and the same layer with 4 permits per key
-//! (the semaphore) against the mutex: interleaved rounds, ratios per round.
+//! (the semaphore) against the mutex: interleaved rounds, ratios per round. Each task locks a
+//! key of its own again and again, or (a service that locks each order once) a new key per
+//! request.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use redefer::lock::LockStore;
@@ -36,17 +39,25 @@ pub async fn run(server: &RedisServer, size: Size) {
         ],
     );
     let mut chart = Chart::new("Lock layer, uncontended, no-op handler", "requests/s");
-    for concurrency in [1usize, 64] {
+    for (concurrency, keys) in [
+        (1usize, Keys::OnePerTask),
+        (64, Keys::OnePerTask),
+        (64, Keys::NewPerRequest),
+    ] {
         let requests = size.pick(if concurrency == 1 { 5_000 } else { 30_000 }, 640);
         let (mut on, mut off, mut semaphore, mut bare) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
-            on.push(layer_rate(store.clone(), Fencing::On, concurrency, requests).await);
-            off.push(layer_rate(store.clone(), Fencing::Off, concurrency, requests).await);
-            semaphore
-                .push(layer_rate(Permits::new(store.clone(), 4), Fencing::On, concurrency, requests).await);
-            bare.push(bare_rate(&store, concurrency, requests).await);
+            on.push(layer_rate(store.clone(), Fencing::On, concurrency, requests, keys).await);
+            off.push(layer_rate(store.clone(), Fencing::Off, concurrency, requests, keys).await);
+            let permits = Permits::new(store.clone(), 4);
+            semaphore.push(layer_rate(permits, Fencing::On, concurrency, requests, keys).await);
+            bare.push(bare_rate(&store, concurrency, requests, keys).await);
         }
-        chart.group(&format!("concurrency {concurrency}"));
+        let label = match keys {
+            Keys::OnePerTask => format!("{concurrency}"),
+            Keys::NewPerRequest => format!("{concurrency}, a new key per request"),
+        };
+        chart.group(&format!("concurrency {label}"));
         chart.bar("LockService, fencing on", &on);
         chart.bar("LockService, fencing off", &off);
         chart.bar("LockService, 4 permits per key", &semaphore);
@@ -56,7 +67,7 @@ pub async fn run(server: &RedisServer, size: Size) {
         let per_s = |v: f64| format!("{v:.0}/s");
         let times = |v: f64| format!("{v:.2}x");
         table.row(vec![
-            concurrency.to_string(),
+            label,
             spread(&on, per_s),
             spread(&off, per_s),
             spread(&semaphore, per_s),
@@ -70,23 +81,58 @@ pub async fn run(server: &RedisServer, size: Size) {
     chart.write("lock", server, size);
 }
 
-/// Each of `concurrency` tasks locks a key of its own, `requests / concurrency` times.
+/// Which keys the tasks of a run lock.
+#[derive(Debug, Clone, Copy)]
+pub enum Keys {
+    /// Each task its own key, again and again.
+    OnePerTask,
+    /// A key never locked before for every request: a service that locks each order once.
+    NewPerRequest,
+}
+
+impl Keys {
+    /// The request number that names the key of `task`'s request number `nth`.
+    fn request(self, concurrency: usize, task: usize, nth: usize) -> usize {
+        match self {
+            Keys::OnePerTask => task,
+            Keys::NewPerRequest => task + concurrency * nth,
+        }
+    }
+
+    /// The key of request number `request` in the run `run` (runs of new keys never share one).
+    fn name(self, run: usize, request: usize) -> String {
+        match self {
+            Keys::OnePerTask => format!("bench:{request}"),
+            Keys::NewPerRequest => format!("bench-new:{run}:{request}"),
+        }
+    }
+}
+
+/// A number of its own for each run of the process.
+fn next_run() -> usize {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    RUNS.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Each of `concurrency` tasks locks `keys`, `requests / concurrency` times.
 pub async fn layer_rate<St: LockStore>(
     store: St,
     fencing: Fencing,
     concurrency: usize,
     requests: usize,
+    keys: Keys,
 ) -> f64 {
-    let service = LockLayer::new(store, |task: &usize| Some(format!("bench:{task}")))
+    let run = next_run();
+    let service = LockLayer::new(store, move |request: &usize| Some(keys.name(run, *request)))
         .fencing(fencing)
         .layer(service_fn(|_: usize| async { Ok::<_, Infallible>(()) }));
-    uncontended_rate(service, concurrency, requests).await
+    uncontended_rate(service, concurrency, requests, keys).await
 }
 
-/// Requests per second through a guard's `service` when each of `concurrency` tasks sends its
-/// own task number (a key of its own), `requests / concurrency` times: every one must be done,
-/// none deferred.
-pub async fn uncontended_rate<S>(service: S, concurrency: usize, requests: usize) -> f64
+/// Requests per second through a guard's `service` when each of `concurrency` tasks sends
+/// `requests / concurrency` requests, numbered by `keys` (its own task number again and again,
+/// or a new number each time): every one must be done, none deferred.
+pub async fn uncontended_rate<S>(service: S, concurrency: usize, requests: usize, keys: Keys) -> f64
 where
     S: Service<usize, Response = Outcome<()>> + Clone + Send + 'static,
     S::Error: std::fmt::Debug + Send,
@@ -98,8 +144,9 @@ where
         .map(|task| {
             let service = service.clone();
             tokio::spawn(async move {
-                for _ in 0..per_task {
-                    let outcome = service.clone().oneshot(task).await.expect("uncontended");
+                for nth in 0..per_task {
+                    let request = keys.request(concurrency, task, nth);
+                    let outcome = service.clone().oneshot(request).await.expect("uncontended");
                     assert!(outcome.done().is_some(), "uncontended: never deferred");
                 }
             })
@@ -112,20 +159,33 @@ where
 }
 
 /// The same two round trips with no middleware: `SET key token NX PX`, then the release script.
-pub async fn bare_rate(store: &RedisStore, concurrency: usize, requests: usize) -> f64 {
+pub async fn bare_rate(store: &RedisStore, concurrency: usize, requests: usize, keys: Keys) -> f64 {
     let release = redis::Script::new(RELEASE);
+    let run = next_run();
     let per_task = requests / concurrency;
     let start = Instant::now();
     let tasks: Vec<_> = (0..concurrency)
         .map(|task| {
             let mut conn = store.connection();
-            let key = store.lock_redis_key(&LockKey::new(format!("bare:{task}")).expect("valid key"));
+            let store = store.clone();
+            let redis_key = move |name: String| store.lock_redis_key(&LockKey::new(name).expect("valid key"));
+            // A task's own key is named once; a new key is named per request, as the layer does.
+            let own_key = matches!(keys, Keys::OnePerTask).then(|| redis_key(format!("bare:{task}")));
+            let new_key = move |request: usize| redis_key(keys.name(run, request));
             let release = release.clone();
             tokio::spawn(async move {
-                for _ in 0..per_task {
+                for nth in 0..per_task {
+                    let fresh;
+                    let key = match &own_key {
+                        Some(key) => key,
+                        None => {
+                            fresh = new_key(keys.request(concurrency, task, nth));
+                            &fresh
+                        }
+                    };
                     let token = LockToken::random();
                     let set: Option<String> = redis::cmd("SET")
-                        .arg(&key)
+                        .arg(key)
                         .arg(token)
                         .arg("NX")
                         .arg("PX")
@@ -135,7 +195,7 @@ pub async fn bare_rate(store: &RedisStore, concurrency: usize, requests: usize) 
                         .expect("SET");
                     assert!(set.is_some(), "uncontended");
                     let released: i64 = release
-                        .key(&key)
+                        .key(key)
                         .arg(token)
                         .invoke_async(&mut conn)
                         .await

@@ -213,14 +213,21 @@ async fn measure(
             let requests = requests(concurrency, size);
             redis_info::reset(server).await;
             let before = cpu_time();
-            lock::layer_rate(store.clone(), fencing, concurrency, requests).await;
+            lock::layer_rate(
+                store.clone(),
+                fencing,
+                concurrency,
+                requests,
+                lock::Keys::OnePerTask,
+            )
+            .await;
             (requests, cpu_time() - before)
         }
         (Workload::Bare { concurrency }, _) => {
             let requests = requests(concurrency, size);
             redis_info::reset(server).await;
             let before = cpu_time();
-            lock::bare_rate(store, concurrency, requests).await;
+            lock::bare_rate(store, concurrency, requests, lock::Keys::OnePerTask).await;
             (requests, cpu_time() - before)
         }
         (Workload::Drain { schedulers }, Some(filled)) => {

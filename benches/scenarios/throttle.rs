@@ -15,7 +15,7 @@ use redefer::{Error, Outcome, RedisStore, Scheduler, SchedulerOptions};
 use tower::{Layer, ServiceExt, service_fn};
 
 use crate::Size;
-use crate::lock::uncontended_rate;
+use crate::lock::{Keys, uncontended_rate};
 use crate::report::{Table, median, rate, spread};
 use crate::support::RedisServer;
 
@@ -74,7 +74,7 @@ async fn layer_rate(store: &RedisStore, concurrency: usize, requests: usize, rou
         unreached(),
     )
     .layer(service_fn(|_: usize| async { Ok::<_, Infallible>(()) }));
-    uncontended_rate(service, concurrency, requests).await
+    uncontended_rate(service, concurrency, requests, Keys::OnePerTask).await
 }
 
 async fn bare_rate(store: &RedisStore, concurrency: usize, requests: usize, round: usize) -> f64 {
