@@ -8,7 +8,8 @@ use redis::{Script, ScriptInvocation};
 use super::RedisStore;
 use super::keys::LockKeys;
 use super::scripts::{
-    LOCK_ACQUIRE, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE, QUEUE_PROMOTE,
+    LOCK_ACQUIRE, LOCK_ACQUIRE_NEW, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE,
+    QUEUE_PROMOTE,
 };
 use crate::error::StoreError;
 use crate::key::LockKey;
@@ -84,8 +85,8 @@ where
     /// holder's. A counter below the floor was never raised to the clock (new, or lost with
     /// the data): the acquire script finds our token and hands us a raised one, once per
     /// counter. A key this store has not seen counted does not come here when fenced: its
-    /// counter is most likely new, and the script raises it in the same round trip
-    /// ([`CountedKeys`](super::counted::CountedKeys)). A full Redis refuses the plain `SET`:
+    /// counter is most likely new, and [`acquire_new`](Self::acquire_new) raises it in the same
+    /// round trip ([`CountedKeys`](super::counted::CountedKeys)). A full Redis refuses the plain `SET`:
     /// the error sends the caller to the script, which may write then.
     async fn acquire_by_set(
         &self,
@@ -131,6 +132,32 @@ where
         }
     }
 
+    /// The fenced acquire of a free key whose counter this store has not seen raised
+    /// (`lock_acquire_new.lua`): `SET NX PX` unless the key's line is not empty, and the next
+    /// fencing token, raising a new counter, in one call on the three keys it touches. `None`
+    /// when the key is taken or its line not empty: the acquire script settles it.
+    async fn acquire_new(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+    ) -> Result<Option<Option<FencingToken>>, StoreError> {
+        let keys = LockKeys::new(&self.prefix, key);
+        let fence: i64 = LOCK_ACQUIRE_NEW
+            .key(keys.lock())
+            .key(keys.fence())
+            .key(keys.waiters())
+            .arg(token)
+            .arg(ttl_millis(ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        if fence < 0 {
+            return Ok(None);
+        }
+        self.counted.insert(key);
+        Ok(Some(Some(FencingToken(fence.unsigned_abs()))))
+    }
+
     /// One acquire: by `SET NX` when the caller is not in line, else (or on a conflict) by
     /// the acquire script.
     async fn acquire(
@@ -141,10 +168,16 @@ where
         waiter: Option<&Waiter>,
         fencing: Fencing,
     ) -> Result<Acquisition, StoreError> {
-        // A waiter's acquire goes to the script, which knows its place in line; so does a
-        // fenced acquire of a key not seen counted yet, whose new counter the script raises.
-        if waiter.is_none() && (fencing == Fencing::Off || self.counted.contains(key)) {
-            match self.acquire_by_set(key, token, ttl, fencing).await {
+        // A waiter's acquire goes to the script, which knows its place in line.
+        if waiter.is_none() {
+            // A fenced acquire of a key not seen counted yet: the short script that raises its
+            // new counter, in one round trip where the plain commands would take two.
+            let free_key = if fencing == Fencing::Off || self.counted.contains(key) {
+                self.acquire_by_set(key, token, ttl, fencing).await
+            } else {
+                self.acquire_new(key, token, ttl).await
+            };
+            match free_key {
                 Ok(Some(fence)) => {
                     self.await_replicas(key, token).await?;
                     return Ok(Acquisition::Acquired(fence));

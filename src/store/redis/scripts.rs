@@ -49,6 +49,8 @@ fn with_prelude(prelude: &str, script: &str) -> String {
 }
 
 script!(LOCK_ACQUIRE, LOCK_PRELUDE, "lock_acquire.lua");
+// The fenced acquire of a key not seen counted: the fence steps only, no lock prelude.
+script!(LOCK_ACQUIRE_NEW, "", "lock_acquire_new.lua");
 script!(LOCK_EXTEND, LOCK_PRELUDE, "lock_extend.lua");
 script!(LOCK_RELEASE, LOCK_PRELUDE, "lock_release.lua");
 script!(LOCK_JOIN, &[LOCK_PRELUDE, LINE_CAP].concat(), "lock_join.lua");
@@ -89,8 +91,9 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 31] = [
+static ALL: [&LazyLock<Script>; 32] = [
     &LOCK_ACQUIRE,
+    &LOCK_ACQUIRE_NEW,
     &LOCK_EXTEND,
     &LOCK_RELEASE,
     &LOCK_RELEASE_ALONE,
@@ -143,7 +146,7 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 29] = [
+    const SCRIPTS: [(&str, &str); 30] = [
         ("permit_acquire", include_str!("lua/permit_acquire.lua")),
         ("permit_extend", include_str!("lua/permit_extend.lua")),
         ("permit_release", include_str!("lua/permit_release.lua")),
@@ -151,6 +154,7 @@ mod tests {
         ("permit_leave", include_str!("lua/permit_leave.lua")),
         ("throttle", include_str!("lua/throttle.lua")),
         ("lock_acquire", include_str!("lua/lock_acquire.lua")),
+        ("lock_acquire_new", include_str!("lua/lock_acquire_new.lua")),
         ("lock_extend", include_str!("lua/lock_extend.lua")),
         ("lock_release", include_str!("lua/lock_release.lua")),
         ("lock_release_alone", include_str!("lua/lock_release_alone.lua")),
