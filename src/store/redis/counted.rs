@@ -1,13 +1,13 @@
 //! The lock keys this store has seen with a raised fencing counter: what decides whether a
-//! fenced acquire goes out as plain commands or as the acquire script.
+//! fenced acquire of a free key goes out as plain commands or as a script.
 //!
 //! The plain commands (`SET NX PX`, `INCR`, ...) take a key in one round trip only when its
 //! counter was raised to the clock before (see [`FENCE_FLOOR`](crate::lock::FENCE_FLOOR)); a
-//! new counter needs the script, which raises it. Sent first to a key seen for the first time,
+//! new counter needs a script, which raises it. Sent first to a key seen for the first time,
 //! the plain commands would cost that acquire two round trips, and a service that locks each
 //! resource once or rarely (an order, a document) would pay them on most requests. So a key
-//! this store has not seen counted goes to the script at once (one round trip), and the keys
-//! it has seen counted go by plain commands.
+//! this store has not seen counted goes to a script at once (`lua/lock_acquire_new.lua`, one
+//! round trip), and the keys it has seen counted go by plain commands.
 //!
 //! A hint, never a guarantee: a counter lost since (a restart without persistence) is still
 //! found by the plain commands, which then go to the script as before. So the memory is a

@@ -85,9 +85,9 @@ where
     /// holder's. A counter below the floor was never raised to the clock (new, or lost with
     /// the data): the acquire script finds our token and hands us a raised one, once per
     /// counter. A key this store has not seen counted does not come here when fenced: its
-    /// counter is most likely new, and [`acquire_new`](Self::acquire_new) raises it in the same
-    /// round trip ([`CountedKeys`](super::counted::CountedKeys)). A full Redis refuses the plain `SET`:
-    /// the error sends the caller to the script, which may write then.
+    /// counter is most likely new, and [`acquire_new`](Self::acquire_new) raises it in the
+    /// same round trip ([`CountedKeys`](super::counted::CountedKeys)). A full Redis refuses
+    /// the plain `SET`: the error sends the caller to the script, which may write then.
     async fn acquire_by_set(
         &self,
         key: &LockKey,
@@ -185,7 +185,9 @@ where
                 Ok(None) => {}
                 // Lost on the way: the full script decides, and finds our token should the
                 // free-key acquire have landed.
-                Err(error) => tracing::debug!(%key, %error, "acquire by SET failed; acquiring by script"),
+                Err(error) => {
+                    tracing::debug!(%key, %error, "acquire of a free key failed; acquiring by the full script")
+                }
             }
         }
         let reply: Vec<redis::Value> = self
