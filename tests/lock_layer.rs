@@ -726,18 +726,23 @@ async fn at_concurrency_64_no_uncontended_request_meets_its_own_finished_lock() 
         .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
     let _: () = server.cmd(::redis::cmd("CONFIG").arg("RESETSTAT")).await;
     each_task_on_its_own_key(TASKS, REQUESTS, move || service.clone()).await;
-    // Every release went out on the store's connection before its response returned: a
-    // command sent on it now is answered after all of them.
-    let _: String = ::redis::cmd("PING")
-        .query_async(&mut store.connection())
-        .await
-        .unwrap();
-    let stats: String = server.cmd(::redis::cmd("INFO").arg("commandstats")).await;
+    let stats = commandstats_after_releases(&server, &store).await;
     assert_eq!(
         calls(&stats, "evalsha"),
         TASKS * REQUESTS + TASKS,
         "script calls beyond one release per request: acquires that met their own finished lock"
     );
+}
+
+/// The server's `INFO commandstats` once every release sent on `store`'s connection is
+/// answered: each went out on it before its response returned, so a command sent on it now is
+/// answered after all of them.
+async fn commandstats_after_releases(server: &support::RedisServer, store: &redefer::RedisStore) -> String {
+    let _: String = ::redis::cmd("PING")
+        .query_async(&mut store.connection())
+        .await
+        .unwrap();
+    server.cmd(::redis::cmd("INFO").arg("commandstats")).await
 }
 
 /// How many times the server ran `command`, by `INFO commandstats` (a command run by a script
@@ -751,8 +756,8 @@ fn calls(stats: &str, command: &str) -> u32 {
         .unwrap_or(0)
 }
 
-/// A key's first fenced acquire is one request, to the acquire script, which raises its new
-/// counter (plain commands first would have cost it a second round trip); the key's later
+/// A key's first fenced acquire is one request, to a script that raises its new counter
+/// (plain commands first would have cost it a second round trip); the key's later
 /// acquires are plain commands. Told apart by the server: only the plain acquire sends `INCR`
 /// (the script counts with `INCRBY`), and each release is one script call on Redis 7.
 #[tokio::test]
@@ -768,12 +773,7 @@ async fn a_keys_first_acquire_is_the_script_alone_and_its_next_ones_plain_comman
             let outcome = service.clone().oneshot(key).await.unwrap();
             assert!(outcome.done().is_some());
         }
-        // Every release went out before its response returned: this is answered after them.
-        let _: String = ::redis::cmd("PING")
-            .query_async(&mut store.connection())
-            .await
-            .unwrap();
-        let stats: String = server.cmd(::redis::cmd("INFO").arg("commandstats")).await;
+        let stats = commandstats_after_releases(&server, &store).await;
         (calls(&stats, "evalsha"), calls(&stats, "incr"))
     };
     let _: () = server.cmd(::redis::cmd("CONFIG").arg("RESETSTAT")).await;
