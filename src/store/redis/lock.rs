@@ -311,13 +311,12 @@ where
             }
         }
         let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
-        let alone: i64 = LOCK_RELEASE_ALONE
-            .key(keys.lock())
-            .key(keys.holds())
-            .arg(token)
-            .arg(&held_ms)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let mut release = LOCK_RELEASE_ALONE.key(keys.lock());
+        release.arg(token);
+        if held_for.is_some() {
+            release.key(keys.holds()).arg(&held_ms);
+        }
+        let alone: i64 = release.invoke_async(&mut self.conn.clone()).await?;
         match alone {
             1 => return Ok(true),
             0 => return Ok(false),
