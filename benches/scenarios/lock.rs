@@ -3,6 +3,10 @@
 //! (the semaphore) against the mutex: interleaved rounds, ratios per round. Each task locks a
 //! key of its own again and again, or (a service that locks each order once) a new key per
 //! request.
+//!
+//! A second bare loop sends what the layer's acquire sends (`EXISTS` of the line with the
+//! `SET NX PX`, and the fence's `INCR` and `GET` when fenced) in one pipeline: the layer against
+//! it is the cost of the middleware itself, apart from the commands its guarantees need.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,6 +40,8 @@ pub async fn run(server: &RedisServer, size: Size) {
             "fencing on / bare",
             "fencing off / bare",
             "semaphore / mutex (fencing on)",
+            "fencing on / bare loop of its commands",
+            "fencing off / bare loop of its commands",
         ],
     );
     let mut chart = Chart::new("Lock layer, uncontended, no-op handler", "requests/s");
@@ -46,12 +52,16 @@ pub async fn run(server: &RedisServer, size: Size) {
     ] {
         let requests = size.pick(if concurrency == 1 { 5_000 } else { 30_000 }, 640);
         let (mut on, mut off, mut semaphore, mut bare) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut bare_fenced, mut bare_unfenced) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             on.push(layer_rate(store.clone(), Fencing::On, concurrency, requests, keys).await);
             off.push(layer_rate(store.clone(), Fencing::Off, concurrency, requests, keys).await);
             let permits = Permits::new(store.clone(), 4);
             semaphore.push(layer_rate(permits, Fencing::On, concurrency, requests, keys).await);
-            bare.push(bare_rate(&store, concurrency, requests, keys).await);
+            bare.push(bare_rate(&store, concurrency, requests, keys, BareAcquire::Set).await);
+            let layers = |fencing| BareAcquire::LayersCommands(fencing);
+            bare_fenced.push(bare_rate(&store, concurrency, requests, keys, layers(Fencing::On)).await);
+            bare_unfenced.push(bare_rate(&store, concurrency, requests, keys, layers(Fencing::Off)).await);
         }
         let label = match keys {
             Keys::OnePerTask => format!("{concurrency}"),
@@ -62,8 +72,13 @@ pub async fn run(server: &RedisServer, size: Size) {
         chart.bar("LockService, fencing off", &off);
         chart.bar("LockService, 4 permits per key", &semaphore);
         chart.bar("bare loop (SET NX PX, EVALSHA release)", &bare);
+        chart.bar("bare loop of the layer's commands, fencing on", &bare_fenced);
+        chart.bar("bare loop of the layer's commands, fencing off", &bare_unfenced);
         let semaphore_ratios: Vec<f64> = semaphore.iter().zip(&on).map(|(s, m)| s / m).collect();
-        let ratios = |layer: &[f64]| -> Vec<f64> { layer.iter().zip(&bare).map(|(l, b)| l / b).collect() };
+        let ratios_to = |layer: &[f64], bare: &[f64]| -> Vec<f64> {
+            layer.iter().zip(bare).map(|(l, b)| l / b).collect()
+        };
+        let ratios = |layer: &[f64]| ratios_to(layer, &bare);
         let per_s = |v: f64| format!("{v:.0}/s");
         let times = |v: f64| format!("{v:.2}x");
         table.row(vec![
@@ -75,6 +90,8 @@ pub async fn run(server: &RedisServer, size: Size) {
             spread(&ratios(&on), times),
             spread(&ratios(&off), times),
             spread(&semaphore_ratios, times),
+            spread(&ratios_to(&on, &bare_fenced), times),
+            spread(&ratios_to(&off, &bare_unfenced), times),
         ]);
     }
     table.print();
@@ -158,8 +175,25 @@ where
     rate(per_task * concurrency, start.elapsed())
 }
 
-/// The same two round trips with no middleware: `SET key token NX PX`, then the release script.
-pub async fn bare_rate(store: &RedisStore, concurrency: usize, requests: usize, keys: Keys) -> f64 {
+/// What a bare loop's acquire sends.
+#[derive(Debug, Clone, Copy)]
+pub enum BareAcquire {
+    /// `SET key token NX PX`: the textbook lock.
+    Set,
+    /// What the layer's uncontended acquire sends, in one pipeline: `EXISTS` of the line and
+    /// `SET NX PX`, and with fencing `INCR` of the counter and `GET` of the lock.
+    LayersCommands(Fencing),
+}
+
+/// The same two round trips with no middleware: the acquire (`SET key token NX PX`, or the
+/// layer's commands), then the release script.
+pub async fn bare_rate(
+    store: &RedisStore,
+    concurrency: usize,
+    requests: usize,
+    keys: Keys,
+    acquire: BareAcquire,
+) -> f64 {
     let release = redis::Script::new(RELEASE);
     let run = next_run();
     let per_task = requests / concurrency;
@@ -184,16 +218,31 @@ pub async fn bare_rate(store: &RedisStore, concurrency: usize, requests: usize, 
                         }
                     };
                     let token = LockToken::random();
-                    let set: Option<String> = redis::cmd("SET")
-                        .arg(key)
-                        .arg(token)
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(10_000)
-                        .query_async(&mut conn)
-                        .await
-                        .expect("SET");
-                    assert!(set.is_some(), "uncontended");
+                    let mut set = redis::cmd("SET");
+                    set.arg(key).arg(token).arg("NX").arg("PX").arg(10_000);
+                    let taken = match acquire {
+                        BareAcquire::Set => {
+                            let set: Option<String> = set.query_async(&mut conn).await.expect("SET");
+                            set.is_some()
+                        }
+                        BareAcquire::LayersCommands(fencing) => {
+                            let mut commands = redis::pipe();
+                            commands.cmd("EXISTS").arg(format!("{key}:line")).add_command(set);
+                            if fencing == Fencing::On {
+                                commands
+                                    .cmd("INCR")
+                                    .arg(format!("{key}:fence"))
+                                    .cmd("GET")
+                                    .arg(key);
+                            }
+                            let replies: Vec<redis::Value> = commands
+                                .query_async(&mut conn)
+                                .await
+                                .expect("the layer's commands");
+                            replies.get(1) == Some(&redis::Value::Okay)
+                        }
+                    };
+                    assert!(taken, "uncontended");
                     let released: i64 = release
                         .key(key)
                         .arg(token)

@@ -227,7 +227,14 @@ async fn measure(
             let requests = requests(concurrency, size);
             redis_info::reset(server).await;
             let before = cpu_time();
-            lock::bare_rate(store, concurrency, requests, lock::Keys::OnePerTask).await;
+            lock::bare_rate(
+                store,
+                concurrency,
+                requests,
+                lock::Keys::OnePerTask,
+                lock::BareAcquire::Set,
+            )
+            .await;
             (requests, cpu_time() - before)
         }
         (Workload::Drain { schedulers }, Some(filled)) => {
