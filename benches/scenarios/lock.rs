@@ -202,16 +202,23 @@ pub async fn bare_rate(
         .map(|task| {
             let mut conn = store.connection();
             let store = store.clone();
-            let redis_key = move |name: String| store.lock_redis_key(&LockKey::new(name).expect("valid key"));
+            let redis_keys = move |name: String| {
+                let lock = store.lock_redis_key(&LockKey::new(name).expect("valid key"));
+                let line_and_fence = match acquire {
+                    BareAcquire::Set => None,
+                    BareAcquire::LayersCommands(_) => Some((format!("{lock}:line"), format!("{lock}:fence"))),
+                };
+                (lock, line_and_fence)
+            };
             // A task's own key is named once; a new key is named per request, as the layer does.
-            let own_key = matches!(keys, Keys::OnePerTask).then(|| redis_key(format!("bare:{task}")));
-            let new_key = move |request: usize| redis_key(keys.name(run, request));
+            let own_key = matches!(keys, Keys::OnePerTask).then(|| redis_keys(format!("bare:{task}")));
+            let new_key = move |request: usize| redis_keys(keys.name(run, request));
             let release = release.clone();
             tokio::spawn(async move {
                 for nth in 0..per_task {
                     let fresh;
-                    let key = match &own_key {
-                        Some(key) => key,
+                    let (key, line_and_fence) = match &own_key {
+                        Some(keys) => keys,
                         None => {
                             fresh = new_key(keys.request(concurrency, task, nth));
                             &fresh
@@ -226,14 +233,11 @@ pub async fn bare_rate(
                             set.is_some()
                         }
                         BareAcquire::LayersCommands(fencing) => {
+                            let (line, fence) = line_and_fence.as_ref().expect("named with the lock");
                             let mut commands = redis::pipe();
-                            commands.cmd("EXISTS").arg(format!("{key}:line")).add_command(set);
+                            commands.cmd("EXISTS").arg(line).add_command(set);
                             if fencing == Fencing::On {
-                                commands
-                                    .cmd("INCR")
-                                    .arg(format!("{key}:fence"))
-                                    .cmd("GET")
-                                    .arg(key);
+                                commands.cmd("INCR").arg(fence).cmd("GET").arg(key);
                             }
                             let replies: Vec<redis::Value> = commands
                                 .query_async(&mut conn)
