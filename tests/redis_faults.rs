@@ -575,7 +575,60 @@ async fn a_counter_lost_under_a_store_that_saw_it_counted_still_gives_higher_tok
     );
 }
 
+/// A fencing counter expires a minute after it was raised (Redis keeps only what is in use),
+/// and one that expired (made to expire at once here) is raised above every token it gave by
+/// the next acquire. A caller that meets the key held while the counter is gone counts a new
+/// counter on the way (the plain commands' `INCR`); that counter gets its expiry too, and the
+/// holder after it still gets a higher token.
+async fn an_expired_counter_gives_higher_tokens_and_expires_again(kind: Server) {
+    use redefer::lock::{Acquisition, LockStore};
+    use redefer::store::lifetimes::IDLE_KEY_TTL;
+    use redefer::{LockKey, LockToken};
+
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let key = LockKey::new("order:1").unwrap();
+    let fence_key = store.lock_redis_key(&key).replacen(":lock:", ":fence:", 1);
+    let ttl = Duration::from_secs(60);
+    let pttl = async || -> i64 { server.cmd(::redis::cmd("PTTL").arg(&fence_key)).await };
+    let acquire = async |token: LockToken| match store.try_acquire(&key, token, ttl).await.unwrap() {
+        Acquisition::Acquired(Some(fence)) => Some(fence.0),
+        Acquisition::Held { .. } => None,
+        other => panic!("{other:?}"),
+    };
+    // The first by the script, the second by plain commands: the store now knows the key.
+    for _ in 0..2 {
+        let token = LockToken::random();
+        acquire(token).await.expect("the key is free");
+        assert!(store.release(&key, token).await.unwrap());
+    }
+    let expiry = pttl().await;
+    assert!(
+        expiry > 0 && expiry <= IDLE_KEY_TTL.as_millis() as i64,
+        "a raised counter expires within a minute: PTTL {expiry}"
+    );
+
+    let holder = LockToken::random();
+    let held = acquire(holder).await.expect("the key is free");
+    let _: i64 = server.cmd(::redis::cmd("PEXPIRE").arg(&fence_key).arg(1)).await;
+    eventually(Duration::from_secs(5), "the counter expired", || async {
+        let exists: i64 = server.cmd(::redis::cmd("EXISTS").arg(&fence_key)).await;
+        (exists == 0).then_some(())
+    })
+    .await;
+    assert_eq!(acquire(LockToken::random()).await, None, "the key is held");
+    let expiry = pttl().await;
+    assert!(
+        expiry > 0 && expiry <= IDLE_KEY_TTL.as_millis() as i64,
+        "the counter a caller that met the key counted again expires too: PTTL {expiry}"
+    );
+    assert!(store.release(&key, holder).await.unwrap());
+    let next = acquire(LockToken::random()).await.expect("the key is free");
+    assert!(next > held, "{next} after the counter expired, {held} before");
+}
+
 for_each_server!(
+    an_expired_counter_gives_higher_tokens_and_expires_again,
     a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost,
     a_lock_deleted_under_a_blocking_handler_ends_the_call_with_lock_lost,
     a_server_killed_under_a_running_handler_ends_the_call_before_the_ttl_runs_out,

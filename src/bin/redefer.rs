@@ -11,6 +11,7 @@
 //! redefer --queue orders purge dead --yes
 //! redefer queues
 //! redefer locks                              # with --cluster: every master
+//! redefer footprint                          # the keys under the prefix, by kind
 //! redefer dashboard --bind 127.0.0.1:7070
 //! ```
 //!
@@ -28,6 +29,7 @@ use redefer::queue::{Cancelled, DelayQueue, JobId, JobSet, ListCursor, ListedEnt
 use redefer::queue::{QueueStats, QueueStore, RawJobState};
 use redefer::redis::aio::ConnectionLike;
 use redefer::store::ListLocks;
+use redefer::store::footprint::{Footprint, ScanFootprint};
 use redefer::{Config, RedisStore};
 use serde_json::{Value, json};
 
@@ -117,6 +119,14 @@ enum Command {
     Locks {
         #[arg(long, default_value_t = 100)]
         limit: usize,
+    },
+    /// Count the keys under the prefix by kind, and those without an expiry: what Redis keeps
+    /// for redefer (a bounded SCAN, safe on a large production Redis; with --cluster: every
+    /// master).
+    Footprint {
+        /// Stop after looking at this many keys.
+        #[arg(long, default_value_t = 1_000_000)]
+        max_keys: u64,
     },
     /// Serve the web dashboard: queues, jobs, locks, and actions.
     Dashboard {
@@ -289,14 +299,49 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
+/// The footprint as a table (one row per kind, then the totals), or as its JSON record.
+fn footprint_output(footprint: Footprint) -> Output {
+    if !footprint.complete {
+        eprintln!(
+            "redefer: stopped after {} keys (--max-keys): the counts are of those only",
+            footprint.scanned
+        );
+    }
+    let mut rows: Vec<Value> = footprint
+        .kinds
+        .iter()
+        .map(|(kind, found)| {
+            json!({
+                "kind": kind,
+                "keys": found.keys,
+                "never_expire": found.never_expire,
+                "longest_ttl_ms": found.longest_ttl_ms,
+                "lives": found.lifetime.to_string(),
+            })
+        })
+        .collect();
+    rows.push(json!({
+        "kind": "(all)",
+        "keys": footprint.keys(),
+        "never_expire": footprint.never_expire(),
+        "lives": format!("{} should expire and do not", footprint.unbounded()),
+    }));
+    Output::Footprint {
+        rows,
+        record: serde_json::to_value(&footprint).unwrap_or(Value::Null),
+    }
+}
+
 async fn operate<Conn>(cli: Cli, target: Target, store: RedisStore<Conn>) -> Result<(), Failure>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
-    RedisStore<Conn>: ListLocks,
+    RedisStore<Conn>: ListLocks + ScanFootprint,
 {
     // Every command but these works on one queue, which must be one the application has.
     let queue = match cli.command {
-        Command::Queues | Command::Locks { .. } | Command::Dashboard { .. } => None,
+        Command::Queues | Command::Locks { .. } | Command::Dashboard { .. } | Command::Footprint { .. } => {
+            None
+        }
         _ => Some(known_queue(&store, &target).await?),
     };
     let queue = || queue.as_ref().ok_or("this command names no queue");
@@ -389,7 +434,7 @@ where
                         format!("job {id} is in flight: a scheduler is running it; not cancelled").into(),
                     );
                 }
-                Cancelled::NotFound => {
+                _ => {
                     return Err(format!("job {id} is not in the queue: nothing cancelled").into());
                 }
             }
@@ -412,22 +457,23 @@ where
             }
             Output::Record(json!({ "purged": queue.purge(set).await? }))
         }
+        Command::Footprint { max_keys } => footprint_output(store.scan_footprint(max_keys).await?),
         Command::Locks { limit } => {
             let locks = store.list_locks(limit).await?;
             Output::Table(
                 locks
                     .into_iter()
                     .map(|lock| {
-                        json!({
-                            "key": lock.key,
-                            "remaining_ms": lock.remaining.map(|d| d.as_millis() as u64),
-                            "fence": lock.fence,
-                            "waiters": lock.waiters,
-                            "holders": lock.holders,
-                            "limit": lock.limit,
-                            "reserved_for": lock.reserved_for,
-                            "next_slot_ms": lock.next_slot.map(|d| d.as_millis() as u64),
-                        })
+                        // The JSON API's shape. A throttled key has no holders, limit or fence:
+                        // shown empty, not as a limit of 0 (which reads as "closed").
+                        let throttled = lock.next_slot.is_some();
+                        let mut row = serde_json::to_value(&lock).unwrap_or(Value::Null);
+                        if let (true, Some(fields)) = (throttled, row.as_object_mut()) {
+                            for field in ["fence", "holders", "limit"] {
+                                fields.insert(field.to_string(), Value::Null);
+                            }
+                        }
+                        row
                     })
                     .collect(),
             )
@@ -478,13 +524,11 @@ async fn where_is<St: QueueStore>(
     queue: &DelayQueue<Value, St>,
     id: &JobId,
 ) -> Result<&'static str, Failure> {
-    Ok(match queue.job(id).await?.map(|info| info.state) {
-        Some(RawJobState::Dead { .. }) => "dead",
-        Some(RawJobState::Delayed { .. }) => "waiting",
-        Some(RawJobState::InFlight { .. }) => "in flight",
-        Some(RawJobState::Done { .. }) => "done",
-        Some(RawJobState::Missing) | None => "not in the queue",
-    })
+    Ok(queue
+        .job(id)
+        .await?
+        .map_or(RawJobState::Missing, |info| info.state)
+        .place())
 }
 
 /// A `--after` cursor: `<RFC 3339 time>/<id>`.
@@ -538,6 +582,11 @@ fn timestamp(time: SystemTime) -> String {
 enum Output {
     Record(Value),
     Table(Vec<Value>),
+    /// Rows for people, a record for scripts.
+    Footprint {
+        rows: Vec<Value>,
+        record: Value,
+    },
 }
 
 impl Output {
@@ -546,6 +595,7 @@ impl Output {
             let value = match self {
                 Output::Record(record) => record,
                 Output::Table(rows) => Value::Array(rows),
+                Output::Footprint { record, .. } => record,
             };
             println!("{}", serde_json::to_string_pretty(&value)?);
             return Ok(());
@@ -558,7 +608,7 @@ impl Output {
                 }
             }
             Output::Record(other) => println!("{}", cell(&other)),
-            Output::Table(rows) => print_table(&rows),
+            Output::Table(rows) | Output::Footprint { rows, .. } => print_table(&rows),
         }
         Ok(())
     }

@@ -48,9 +48,10 @@ pub struct IdempotencyLayer<Req, St, X, Enc = Json, N = OverHandler> {
     nesting: PhantomData<fn() -> N>,
 }
 
-/// How long a request running directly is recorded before its record runs out, should its
-/// process die (the id is then new again).
-pub const DEFAULT_HOLD: Duration = Duration::from_secs(10 * 60);
+/// How long the record of a request in progress lives unless renewed: the guard renews it every
+/// third of this while the request runs (or waits in place for its key), so a process that dies
+/// mid-run leaves the id taken for this long at most (it is then new again).
+pub const DEFAULT_HOLD: Duration = Duration::from_secs(10);
 
 impl<Req, St, X, Enc> IdempotencyLayer<Req, St, X, Enc, OverHandler> {
     /// Runs each request `key` gives an id (any text; [`JobId::from_key`](crate::queue::JobId::from_key))
@@ -66,8 +67,9 @@ impl<Req, St, X, Enc> IdempotencyLayer<Req, St, X, Enc, OverHandler> {
 }
 
 impl<Req, St, X, Enc, N> IdempotencyLayer<Req, St, X, Enc, N> {
-    /// How long a request running directly is recorded (10 minutes by default): longer than
-    /// any run, shorter than a redelivery should wait after a crash.
+    /// How long the record of a request in progress lives unless renewed (10 s by default):
+    /// renewed every third of it while the request runs, it bounds how long an id stays taken
+    /// after its process died mid-run.
     pub fn hold(self, hold: Duration) -> Self {
         IdempotencyLayer { hold, ..self }
     }

@@ -11,8 +11,9 @@
 //! record is kept as long as the queue keeps finished jobs
 //! ([`DelayQueue::retain_finished`](crate::queue::DelayQueue::retain_finished)); with no
 //! retention it is forgotten at once, as a finished job is: the id is new again. A failed
-//! direct run forgets it (a retry may run); a process that dies mid-run leaves it until its
-//! hold runs out.
+//! direct run forgets it (a retry may run). While a request is in progress its record is renewed
+//! every third of its hold (10 s by default): a process that dies mid-run leaves the id taken
+//! for one hold at most.
 
 mod layer;
 mod request_id;

@@ -1,5 +1,6 @@
 //! The service that runs each request id once.
 
+use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -11,7 +12,7 @@ use tower::Service;
 
 use super::{Begun, IdempotencyStore, with_request_id};
 use crate::middleware::{Duplicate, Error, KeyExtractor, Nesting, Outcome, ResponseFuture, take_ready};
-use crate::queue::{Codec, DelayQueue, JobId};
+use crate::queue::{Codec, DelayQueue, JobId, QueueName};
 use crate::scheduler::current_job;
 
 /// Runs each request id once; built by [`IdempotencyLayer`](super::IdempotencyLayer).
@@ -111,7 +112,8 @@ where
                 Ok(Begun::Duplicate(seen)) => return Ok(Outcome::Duplicate(Duplicate::new(id, seen))),
                 Err(error) => return Err(Error::Store(error)),
             }
-            let result = with_request_id(id.clone(), N::call(ready, request)).await;
+            let call = with_request_id(id.clone(), N::call(ready, request));
+            let result = while_renewing(store, &shard, &id, shared.hold, call).await;
             // Ran: kept as a finished job would be. Deferred: its job (of this id) is its
             // record now. Failed: forgotten, so that a retry runs.
             let keep = match &result {
@@ -123,5 +125,34 @@ where
             }
             result
         })
+    }
+}
+
+/// Awaits `call` while renewing request `id`'s running record every third of `hold`: the record
+/// lives as long as the request is in progress, and a process that dies leaves it for one
+/// `hold` at most. A call done within the first third costs no renewal. The renewals stop when
+/// the record no longer says running (the request was deferred: its job is its record now).
+async fn while_renewing<St: IdempotencyStore, F: Future>(
+    store: &St,
+    shard: &QueueName,
+    id: &JobId,
+    hold: Duration,
+    call: F,
+) -> F::Output {
+    let renewals = async {
+        loop {
+            tokio::time::sleep(hold / 3).await;
+            match store.extend_request(shard, id, hold).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                // Tried again at the next third: the record lives a whole hold.
+                Err(error) => tracing::warn!(%id, %error, "cannot renew the request's record"),
+            }
+        }
+    };
+    let mut call = std::pin::pin!(call);
+    tokio::select! {
+        output = &mut call => output,
+        () = renewals => call.await,
     }
 }

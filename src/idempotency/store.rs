@@ -12,7 +12,11 @@ use crate::queue::{JobId, QueueName, QueueStore};
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Seen {
-    /// It runs now, directly (its key was free).
+    /// It is being handled now, outside the queue: it runs (its key was free), waits in place
+    /// for its key (`Retry`), or is on its way to wait as a job (its key was held; a request
+    /// after that finds the job `Waiting`). Its record lives while it does: a process that
+    /// dies mid-run leaves the id taken for one hold at most
+    /// ([`DEFAULT_HOLD`](super::DEFAULT_HOLD)).
     Running,
     /// It ran directly and finished; kept for the queue's retention.
     Finished,
@@ -40,8 +44,8 @@ pub enum Begun {
 /// Semantics both stores keep, pinned by the tests: `begin` is one atomic step that finds the
 /// id as a job (waiting, in flight, dead, or done and retained) or as a request record
 /// (running, finished), or records it running for `hold` (the record runs out should its
-/// process die: the id is then new again); `end` records it finished for `keep`, or forgets
-/// it (`None`).
+/// process die: the id is then new again); `extend` keeps a running record for another
+/// `hold`; `end` records it finished for `keep`, or forgets it (`None`).
 ///
 /// Sealed, like [`QueueStore`]: the crate's two stores implement it.
 pub trait IdempotencyStore: QueueStore {
@@ -52,6 +56,15 @@ pub trait IdempotencyStore: QueueStore {
         id: &JobId,
         hold: Duration,
     ) -> impl Future<Output = Result<Begun, StoreError>> + Send;
+
+    /// Keeps the running record of request `id` for another `hold`: `false` when it is no
+    /// longer running (ended, or run out).
+    fn extend_request(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        hold: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Records request `id` finished for `keep`, or forgets it (`None`).
     fn end_request(

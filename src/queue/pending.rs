@@ -37,8 +37,6 @@ impl Keep {
 pub struct PendingRules {
     /// Which request the job keeps.
     pub keep: Keep,
-    /// How long the pending record lives after the push: the longest the job may wait.
-    pub hold: Duration,
     /// With [`Keep::Latest`], a request that replaces the payload also makes the job due a
     /// period from now, no later than the longest wait after the job's first request.
     pub debounce: Option<Debounce>,
@@ -199,15 +197,9 @@ where
         self.register().await;
         let (shard, fresh) = self.pending_place(key);
         let shard = shard.clone();
-        // The record outlives the job's longest wait: its lock wait, after its due time.
-        let until_due = match due {
-            Due::In(delay) => delay,
-            Due::At(at) => at.duration_since(SystemTime::now()).unwrap_or_default(),
-        };
         let keep = joining.keep;
         let rules = PendingRules {
             keep,
-            hold: self.policy().max_lock_wait.saturating_add(until_due),
             debounce: joining.debounce,
             counters: self.counters(),
             arrived_ago: joining.arrived_ago,

@@ -12,7 +12,8 @@ pub struct LockInfo {
     /// The lock key, as the application gave it.
     pub key: String,
     /// How long it still lives (a semaphore: until its last permit's deadline); `None` for a
-    /// key without a TTL (written by another tool).
+    /// key without a TTL (written by another tool). In JSON, `remaining_ms`.
+    #[serde(rename = "remaining_ms", serialize_with = "super::time::serialize_opt_millis")]
     pub remaining: Option<Duration>,
     /// The key's fencing counter: the token of its latest holder.
     pub fence: u64,
@@ -27,7 +28,9 @@ pub struct LockInfo {
     /// spaces.
     pub reserved_for: Option<String>,
     /// A throttled key: how long until its next slot opens (zero: one is open now). Its
-    /// `waiters` are the slots booked ahead and not yet taken; `None` for a lock.
+    /// `waiters` are the slots booked ahead and not yet taken; `None` for a lock. In JSON,
+    /// `next_slot_ms`.
+    #[serde(rename = "next_slot_ms", serialize_with = "super::time::serialize_opt_millis")]
     pub next_slot: Option<Duration>,
 }
 

@@ -10,7 +10,9 @@
 //! public, for tools of your own. A third backend belongs in this crate, beside these two,
 //! where the conformance suite runs against it.
 
+pub mod footprint;
 mod handover;
+pub mod lifetimes;
 mod list_locks;
 mod memory;
 mod redis;

@@ -32,6 +32,18 @@ pub(crate) fn after_epoch_ms(ms: i64, duration: Duration) -> i64 {
     ms.saturating_add_unsigned(millis(duration))
 }
 
+/// Serializes an optional duration as whole milliseconds (`null` for none): the one shape of a
+/// duration in the JSON API and the command's JSON (fields named `..._ms`).
+pub(crate) fn serialize_opt_millis<S: serde::Serializer>(
+    duration: &Option<Duration>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match duration {
+        Some(duration) => serializer.serialize_some(&millis(*duration)),
+        None => serializer.serialize_none(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,6 +54,22 @@ impl IdempotencyStore for MemoryStore {
         }))
     }
 
+    async fn extend_request(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        hold: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        Ok(self.with_queue(queue, |q| match q.requests.records.get_mut(id) {
+            Some((Seen::Running, until)) if *until > now => {
+                *until = now + hold;
+                true
+            }
+            _ => false,
+        }))
+    }
+
     async fn end_request(
         &self,
         queue: &QueueName,

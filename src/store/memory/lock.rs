@@ -8,6 +8,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::MemoryStore;
+use super::idle::{LastUse, shrink};
 use super::line::Line;
 use crate::error::StoreError;
 use crate::key::LockKey;
@@ -21,7 +22,8 @@ use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_ex
 #[derive(Default)]
 pub(super) struct LockState {
     locks: HashMap<LockKey, Holding>,
-    /// Per-key fencing counters; like Redis's, they outlive the locks.
+    /// Per-key fencing counters; like Redis's, they outlive the locks, and are forgotten with
+    /// the rest once the key falls idle (a forgotten counter starts again at the clock).
     fences: HashMap<LockKey, u64>,
     lines: HashMap<LockKey, Line>,
     /// Per-key last hold, in ms.
@@ -29,6 +31,8 @@ pub(super) struct LockState {
     announcements: HashMap<LockKey, broadcast::Sender<String>>,
     /// Per-key requests to stop, for holders that listen.
     stops: HashMap<LockKey, broadcast::Sender<String>>,
+    /// When each key was last used: what the maps above forget, once idle.
+    last_use: LastUse,
 }
 
 struct Holding {
@@ -50,6 +54,30 @@ struct Handed {
 }
 
 impl LockState {
+    /// Notes a use of `key`; forgets what idle keys left, when a sweep is due.
+    fn touch(&mut self, key: &LockKey, now: Instant) {
+        // The sweep first: a key used again after a minute starts afresh, as in Redis.
+        let idle = self.last_use.sweep(now);
+        self.last_use.touch(key, now);
+        let Some(idle) = idle else {
+            return;
+        };
+        for key in &idle {
+            self.fences.remove(key);
+            self.holds.remove(key);
+            self.lines.remove(key);
+        }
+        self.locks.retain(|_, holding| holding.expires > now);
+        self.announcements.retain(|_, sender| sender.receiver_count() > 0);
+        self.stops.retain(|_, sender| sender.receiver_count() > 0);
+        shrink(&mut self.fences);
+        shrink(&mut self.holds);
+        shrink(&mut self.lines);
+        shrink(&mut self.locks);
+        shrink(&mut self.announcements);
+        shrink(&mut self.stops);
+    }
+
     /// The live holding of `key`, dropping it first if it expired.
     fn live(&mut self, key: &LockKey, now: Instant) -> Option<&mut Holding> {
         if self.locks.get(key).is_some_and(|h| h.expires <= now) {
@@ -154,9 +182,12 @@ impl LockState {
 }
 
 impl MemoryStore {
-    /// The lock operations' state and the reservation time, for one operation.
-    fn with_locks<R>(&self, f: impl FnOnce(&mut LockState, Instant, Duration) -> R) -> R {
-        f(&mut self.locks(), Instant::now(), self.reservation)
+    /// The lock operations' state and the reservation time, for one operation on `key`.
+    fn with_locks<R>(&self, key: &LockKey, f: impl FnOnce(&mut LockState, Instant, Duration) -> R) -> R {
+        let mut state = self.locks();
+        let now = Instant::now();
+        state.touch(key, now);
+        f(&mut state, now, self.reservation)
     }
 }
 
@@ -172,7 +203,7 @@ impl LockStore for MemoryStore {
         // The counter moves either way (it is free here); the token is handed out only when asked.
         let fenced = |fence: FencingToken| (fencing == Fencing::On).then_some(fence);
         let mut handed = Handed::default();
-        let acquisition = self.with_locks(|state, now, reservation| {
+        let acquisition = self.with_locks(key, |state, now, reservation| {
             match state.live(key, now) {
                 Some(Holding {
                     holder: Holder::Owner(holder, fence),
@@ -215,7 +246,7 @@ impl LockStore for MemoryStore {
     }
 
     async fn extend(&self, key: &LockKey, token: LockToken, ttl: Duration) -> Result<bool, StoreError> {
-        Ok(self.with_locks(|state, now, _| match state.live(key, now) {
+        Ok(self.with_locks(key, |state, now, _| match state.live(key, now) {
             Some(Holding {
                 holder: Holder::Owner(holder, _),
                 expires,
@@ -233,7 +264,7 @@ impl LockStore for MemoryStore {
         token: LockToken,
         held_for: Option<Duration>,
     ) -> Result<bool, StoreError> {
-        let handed = self.with_locks(|state, now, reservation| {
+        let handed = self.with_locks(key, |state, now, reservation| {
             match state.live(key, now) {
                 Some(Holding {
                     holder: Holder::Owner(holder, _),
@@ -270,7 +301,7 @@ impl LockStore for MemoryStore {
         replacing: Option<&Waiter>,
         cap: Option<LineCap>,
     ) -> Result<LineJoin, StoreError> {
-        let joined = self.with_locks(|state, now, reservation| {
+        let joined = self.with_locks(key, |state, now, reservation| {
             let reserved_for = match state.live(key, now) {
                 Some(Holding {
                     holder: Holder::Reserved(head, _),
@@ -310,7 +341,7 @@ impl LockStore for MemoryStore {
     }
 
     async fn request_stop(&self, key: &LockKey, from: &Waiter) -> Result<(), StoreError> {
-        self.with_locks(|state, _, _| {
+        self.with_locks(key, |state, _, _| {
             if let Some(sender) = state.stops.get(key)
                 && sender.send(from.as_str().to_string()).is_err()
             {
@@ -321,7 +352,7 @@ impl LockStore for MemoryStore {
     }
 
     fn stop_requests(&self, key: &LockKey) -> Handoffs {
-        let receiver = self.with_locks(|state, _, _| {
+        let receiver = self.with_locks(key, |state, _, _| {
             state
                 .stops
                 .entry(key.clone())
@@ -332,7 +363,7 @@ impl LockStore for MemoryStore {
     }
 
     fn handoffs(&self, key: &LockKey) -> Handoffs {
-        let receiver = self.with_locks(|state, _, _| {
+        let receiver = self.with_locks(key, |state, _, _| {
             state
                 .announcements
                 .entry(key.clone())
@@ -346,7 +377,7 @@ impl LockStore for MemoryStore {
 impl MemoryStore {
     /// Takes `waiter` out of the line; hands the key on if it was reserved for it.
     pub(super) fn pass_on_now(&self, key: &LockKey, waiter: &Waiter) -> Option<Waiter> {
-        self.with_locks(|state, now, reservation| {
+        self.with_locks(key, |state, now, reservation| {
             if let Some(line) = state.lines.get_mut(key) {
                 line.remove(waiter);
             }
@@ -418,5 +449,49 @@ impl crate::store::ListLocks for MemoryStore {
         locks.extend(self.list_semaphores(limit - locks.len()));
         locks.extend(self.list_throttles(limit - locks.len()));
         Ok(locks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::lifetimes::IDLE_KEY_TTL;
+
+    /// A process that locks each of many keys once keeps only the last minute's state: the
+    /// counters, the last holds and the lines of idle keys are forgotten, and a key used again
+    /// after that still gets a higher token.
+    #[tokio::test(start_paused = true)]
+    async fn the_state_of_idle_keys_is_forgotten() {
+        let store = MemoryStore::new();
+        let ttl = Duration::from_secs(5);
+        let mut fences = HashMap::new();
+        for n in 0..1_000 {
+            let key = LockKey::new(format!("order:{n}")).unwrap();
+            let token = LockToken::random();
+            let Acquisition::Acquired(Some(fence)) = store.try_acquire(&key, token, ttl).await.unwrap()
+            else {
+                panic!("the key is free");
+            };
+            fences.insert(key.clone(), fence);
+            assert!(store.release_after(&key, token, Some(ttl / 2)).await.unwrap());
+        }
+        {
+            let state = store.locks();
+            assert_eq!((state.fences.len(), state.holds.len()), (1_000, 1_000));
+        }
+
+        tokio::time::advance(2 * IDLE_KEY_TTL).await;
+        let again = LockKey::new("order:7").unwrap();
+        let Acquisition::Acquired(Some(fence)) =
+            store.try_acquire(&again, LockToken::random(), ttl).await.unwrap()
+        else {
+            panic!("the key is free");
+        };
+        let state = store.locks();
+        assert_eq!(state.fences.len(), 1, "only the key used since is remembered");
+        assert!(state.fences[&again] >= fence.0);
+        assert!(state.holds.is_empty() && state.lines.is_empty());
+        assert!(state.fences.capacity() < 100, "the map gave its room back");
+        assert!(fence > fences[&again], "{fence:?} after {:?}", fences[&again]);
     }
 }

@@ -2,6 +2,7 @@
 //! Redis store is tested against.
 
 mod idempotency;
+mod idle;
 mod line;
 mod lock;
 mod pending;

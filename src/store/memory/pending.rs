@@ -10,14 +10,36 @@ use crate::key::LockKey;
 use crate::queue::{Due, JobId, Keep, PendingPush, PendingRules, PendingStore, QueueName};
 use crate::store::time::{after_epoch_ms, from_epoch_ms};
 
-/// The keys' pending jobs of one queue. A record whose job no longer waits is stale (the next
-/// push replaces it); stale records are swept when their number has doubled since the last
-/// sweep, so the map stays within twice the keys with a waiting job. Records need no expiry
-/// here (the `hold` of the Redis record): a job that stops waiting makes its record stale.
+/// The keys' pending jobs of one queue, as the `PENDING` and `PENDING_JOBS` hashes of
+/// `queue_pending.lua` hold them: a record lives while its job waits, and whatever ends the
+/// wait forgets it ([`forget_job`](Self::forget_job)).
 #[derive(Default)]
 pub(super) struct PendingJobs {
     records: HashMap<LockKey, Record>,
-    swept_at: usize,
+    /// Job id -> the key whose pending job it is.
+    keys: HashMap<JobId, LockKey>,
+}
+
+impl PendingJobs {
+    /// Forgets the record of `id`, which no longer waits.
+    pub(super) fn forget_job(&mut self, id: &JobId) {
+        if let Some(key) = self.keys.remove(id) {
+            self.records.remove(&key);
+            super::idle::shrink(&mut self.keys);
+            super::idle::shrink(&mut self.records);
+        }
+    }
+
+    /// Makes `record` the pending job of `key`, dropping the reverse entry of the one it
+    /// replaces.
+    fn insert(&mut self, key: &LockKey, record: Record) {
+        self.keys.insert(record.job.clone(), key.clone());
+        if let Some(old) = self.records.insert(key.clone(), record)
+            && self.records.get(key).is_some_and(|new| new.job != old.job)
+        {
+            self.keys.remove(&old.job);
+        }
+    }
 }
 
 /// A key's pending job, as the `PENDING` hash of `queue_pending.lua` holds it.
@@ -78,8 +100,8 @@ impl MemoryStore {
                         None => due,
                     };
                     let revision = record.revision + 1;
-                    q.pending.records.insert(
-                        key.clone(),
+                    q.pending.insert(
+                        key,
                         Record {
                             revision,
                             arrived,
@@ -107,13 +129,7 @@ impl MemoryStore {
                 first: now,
                 arrived,
             };
-            q.pending.records.insert(key.clone(), record);
-            if q.pending.records.len() >= 2 * q.pending.swept_at.max(64) {
-                let mut records = std::mem::take(&mut q.pending.records);
-                records.retain(|_, record| q.waiting_due(&record.job).is_some());
-                q.pending.swept_at = records.len();
-                q.pending.records = records;
-            }
+            q.pending.insert(key, record);
             PendingPush::Stored {
                 due: from_epoch_ms(due),
             }

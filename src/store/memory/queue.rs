@@ -142,7 +142,10 @@ impl QueueState {
         self.jobs.insert(id.clone(), envelope);
     }
 
+    /// Takes `id` out of the waiting set (claimed, cancelled, buried, purged): it is no longer
+    /// its key's pending job either.
     fn unschedule(&mut self, id: &JobId) -> bool {
+        self.pending.forget_job(id);
         match self.due_of.remove(id) {
             Some(due) => self.delayed.remove(&(due, id.clone())),
             None => false,

@@ -8,6 +8,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::MemoryStore;
+use super::idle::{LastUse, shrink};
 use super::line::Line;
 use crate::error::StoreError;
 use crate::key::LockKey;
@@ -22,11 +23,14 @@ use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired
 #[derive(Default)]
 pub(super) struct SemaphoreState {
     keys: HashMap<LockKey, KeyPermits>,
-    /// Per-key fencing counters; they outlive the permits.
+    /// Per-key fencing counters; they outlive the permits, and are forgotten with the rest
+    /// once the key falls idle (a forgotten counter starts again at the clock).
     fences: HashMap<LockKey, u64>,
     /// Per-key last hold, in ms.
     holds: HashMap<LockKey, f64>,
     announcements: HashMap<LockKey, broadcast::Sender<String>>,
+    /// When each key was last used: what the maps above forget, once idle.
+    last_use: LastUse,
 }
 
 /// One key's permits and line (`PERMITS`, `FENCES`, `LIMIT` and `WAITERS` of the scripts).
@@ -116,6 +120,36 @@ struct Handed {
 }
 
 impl SemaphoreState {
+    /// Notes a use of `key`; forgets what idle keys left, when a sweep is due. A key unused
+    /// for a minute holds no live permit (a holder extends its lease every third of its TTL).
+    fn touch(&mut self, key: &LockKey, now: Instant) {
+        // The sweep first: a key used again after a minute starts afresh, as in Redis.
+        let idle = self.last_use.sweep(now);
+        self.last_use.touch(key, now);
+        let Some(idle) = idle else {
+            return;
+        };
+        for key in &idle {
+            self.fences.remove(key);
+            self.holds.remove(key);
+            // A permit of a TTL longer than a minute may still run unextended: kept.
+            let live = |permits: &KeyPermits| {
+                let deadlines = permits.holders.values().map(|(_, deadline)| deadline);
+                deadlines
+                    .chain(permits.reserved.values())
+                    .any(|deadline| *deadline > now)
+            };
+            if self.keys.get(key).is_some_and(|permits| !live(permits)) {
+                self.keys.remove(key);
+            }
+        }
+        self.announcements.retain(|_, sender| sender.receiver_count() > 0);
+        shrink(&mut self.fences);
+        shrink(&mut self.holds);
+        shrink(&mut self.keys);
+        shrink(&mut self.announcements);
+    }
+
     /// `key`'s permits, pruned; a key with nothing left is forgotten after `work`.
     fn with_key<R>(
         &mut self,
@@ -123,6 +157,7 @@ impl SemaphoreState {
         now: Instant,
         work: impl FnOnce(&mut KeyPermits, &mut Handed, &mut u64) -> R,
     ) -> (R, Handed) {
+        self.touch(key, now);
         let permits = self.keys.entry(key.clone()).or_default();
         let mut handed = Handed {
             dropped: permits.prune(now),
@@ -270,6 +305,7 @@ impl SemaphoreStore for MemoryStore {
     ) -> Result<bool, StoreError> {
         let now = Instant::now();
         let mut state = self.semaphores();
+        state.touch(key, now);
         let permit = state
             .keys
             .get_mut(key)

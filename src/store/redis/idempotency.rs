@@ -47,6 +47,24 @@ where
         })
     }
 
+    async fn extend_request(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        hold: Duration,
+    ) -> Result<bool, StoreError> {
+        self.prepare().await?;
+        let found: String = self
+            .queue_script(&QUEUE_REQUEST, queue)
+            .key(QueueKeys::request(&self.prefix, queue, id))
+            .arg(id.as_str())
+            .arg("extend")
+            .arg(millis(hold))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(found == "running")
+    }
+
     async fn end_request(
         &self,
         queue: &QueueName,

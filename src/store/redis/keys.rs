@@ -88,7 +88,7 @@ impl LockKeys {
         self.name(0)
     }
 
-    /// counter: the last fencing token; outlives the lock.
+    /// counter: the last fencing token; outlives the lock, expires a minute after it was raised.
     pub(crate) fn fence(&self) -> &str {
         self.name(1)
     }
@@ -98,7 +98,7 @@ impl LockKeys {
         self.name(2)
     }
 
-    /// string: the key's typical hold in ms (expires an hour after the last release).
+    /// string: the key's typical hold in ms (expires a minute after the last release).
     pub(crate) fn holds(&self) -> &str {
         self.name(4)
     }
@@ -141,7 +141,7 @@ pub(crate) struct PermitKeys {
     pub(crate) limit: String,
     /// zset: waiter -> arrival order; the key's line.
     pub(crate) waiters: String,
-    /// string: the key's typical hold in ms (expires an hour after the last release).
+    /// string: the key's typical hold in ms (expires a minute after the last release).
     pub(crate) holds: String,
     /// pub/sub channel: who a permit was reserved for. Not a key: scripts get it in `ARGV[1]`.
     pub(crate) wake: String,
@@ -304,6 +304,11 @@ pub(crate) struct QueueKeys {
     /// hash: a claim's lease -> the ids it claimed (MessagePack), `<lease>#` -> how many of
     /// them it still holds.
     pub(crate) claims: String,
+    /// hash: a lock key's [`pending_field`](Self::pending_field) -> the record of its waiting
+    /// job (`Coalesce`, `DebounceLayer`): `KEYS[15]` of the scripts that end jobs' waits.
+    pub(crate) pending: String,
+    /// hash: a waiting job's id -> its lock key's field in `pending`: `KEYS[16]` of those.
+    pub(crate) pending_jobs: String,
     /// pub/sub channel: a job became the first due. Not a key: scripts get it in `ARGV[1]`.
     pub(crate) wake: String,
 }
@@ -326,6 +331,8 @@ impl QueueKeys {
             activity: key(":activity"),
             paused: key(":paused"),
             claims: key(":claims"),
+            pending: key(":pending"),
+            pending_jobs: key(":pending-jobs"),
             wake: key(":wake"),
         }
     }
@@ -352,7 +359,11 @@ impl QueueKeys {
 
     /// Every name of the queue: its keys, then its channel.
     pub(crate) fn all(&self) -> impl Iterator<Item = &str> {
-        self.in_script_order().into_iter().chain([self.wake.as_str()])
+        self.in_script_order().into_iter().chain([
+            self.pending.as_str(),
+            self.pending_jobs.as_str(),
+            self.wake.as_str(),
+        ])
     }
 
     /// string: the record of request `id` on this queue shard (`running` or `finished`, with
@@ -361,15 +372,10 @@ impl QueueKeys {
         tagged(prefix, "q", name.as_str(), &format!(":request:{id}"))
     }
 
-    /// hash: the pending job of `key` on this queue shard (`job`, `revision`), under the
-    /// shard's hash tag: the coalescing script gets it as `KEYS[15]`.
-    pub(crate) fn pending(prefix: &Prefix, name: &QueueName, key: &LockKey) -> String {
-        tagged(
-            prefix,
-            "q",
-            name.as_str(),
-            &format!(":pending:{}", hash_tag(key.as_str())),
-        )
+    /// The field of lock key `key` in a shard's `pending` hash: the key as its hash tag
+    /// encodes it.
+    pub(crate) fn pending_field(key: &LockKey) -> std::borrow::Cow<'_, str> {
+        hash_tag(key.as_str())
     }
 
     /// How the scripts name the sorted set that holds `set` (see the prelude's `SETS`).
@@ -477,11 +483,6 @@ mod tests {
         let lock = LockKeys::new(&prefix, &LockKey::new("<key>").unwrap());
         let permits = PermitKeys::new(&prefix, &LockKey::new("<key>").unwrap());
         let throttle = ThrottleKeys::new(&prefix, &LockKey::new("<key>").unwrap());
-        let pending = QueueKeys::pending(
-            &prefix,
-            &QueueName::new("<queue>").unwrap(),
-            &LockKey::new("<key>").unwrap(),
-        );
         let request = QueueKeys::request(
             &prefix,
             &QueueName::new("<queue>").unwrap(),
@@ -492,7 +493,7 @@ mod tests {
             .chain(lock.all())
             .chain(permits.all())
             .chain(throttle.all())
-            .chain([pending.as_str(), request.as_str()])
+            .chain([request.as_str()])
             .map(str::to_string)
             .collect();
         let built: BTreeSet<&str> = built
@@ -503,5 +504,27 @@ mod tests {
             documented, built,
             "README key tables (left) against src/store/redis/keys.rs (right)"
         );
+    }
+
+    /// The README's key tables say how long each key lives, as `lifetimes::lifetime_of` does.
+    #[test]
+    fn the_readme_key_tables_say_how_long_each_key_lives() {
+        let readme = include_str!("../../../README.md");
+        let mut checked = 0;
+        for line in readme.lines().filter(|line| line.starts_with("| `<prefix>:")) {
+            let name = line.split('`').nth(1).expect("a key's name in backquotes");
+            let lives = line
+                .trim_end_matches('|')
+                .rsplit('|')
+                .next()
+                .unwrap_or_default()
+                .trim();
+            let kind = crate::store::lifetimes::kind_of("<prefix>", name)
+                .unwrap_or_else(|| panic!("{name} is not a redefer key"));
+            let lifetime = crate::store::lifetimes::lifetime_of(&kind);
+            assert_eq!(lives, lifetime.to_string(), "how long {name} lives");
+            checked += 1;
+        }
+        assert!(checked > 30, "only {checked} keys documented");
     }
 }

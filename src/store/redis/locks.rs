@@ -15,7 +15,7 @@ use crate::key::decode_tag;
 use crate::store::LockInfo;
 
 /// `*`, `?`, `[`, `]` and `\` escaped for a SCAN pattern.
-fn glob_escape(text: &str) -> String {
+pub(super) fn glob_escape(text: &str) -> String {
     text.chars()
         .flat_map(|c| {
             matches!(c, '*' | '?' | '[' | ']' | '\\')
@@ -27,7 +27,7 @@ fn glob_escape(text: &str) -> String {
 }
 
 /// One page of a `SCAN` for lock keys: the cursor to go on from, and the keys found.
-type ScanPage = (u64, Vec<String>);
+pub(super) type ScanPage = (u64, Vec<String>);
 
 impl<Conn> RedisStore<Conn>
 where
@@ -269,7 +269,7 @@ impl RedisStore<ClusterConnection> {
 
 /// The host and port of each master that is up, from a `CLUSTER NODES` reply: lines of
 /// `<id> <host>:<port>@<bus port>[,<hostname>] <flags> ...`.
-fn masters(nodes: &str) -> Vec<(String, u16)> {
+pub(super) fn masters(nodes: &str) -> Vec<(String, u16)> {
     nodes
         .lines()
         .filter_map(|line| {

@@ -4,6 +4,7 @@ mod announcements;
 mod conditional;
 mod counted;
 mod eviction;
+mod footprint;
 mod idempotency;
 pub(crate) mod keys;
 mod lock;

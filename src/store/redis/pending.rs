@@ -37,14 +37,13 @@ where
             None => (String::new(), String::new()),
         };
         let (status, job, revision, due_ms): PendingReply = self
-            .queue_script(&QUEUE_PENDING, queue)
-            .key(QueueKeys::pending(&self.prefix, queue, key))
+            .waits_ending_script(&QUEUE_PENDING, queue)
             .arg(id.as_str())
             .arg(envelope)
             .arg(mode)
             .arg(at)
             .arg(rules.keep.as_str())
-            .arg(millis(rules.hold).max(1))
+            .arg(QueueKeys::pending_field(key))
             .arg(period)
             .arg(max_wait)
             .arg(rules.counters.as_arg())

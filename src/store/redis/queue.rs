@@ -65,6 +65,20 @@ impl<Conn> RedisStore<Conn> {
         invocation.arg(&keys.wake);
         invocation
     }
+
+    /// A call of a queue script that ends jobs' waits (claim, cancel, burial of a waiting job,
+    /// purge): the queue's keys, then its coalesce records (`KEYS[15]`, `KEYS[16]`), which
+    /// the script forgets for the jobs that no longer wait.
+    pub(super) fn waits_ending_script<'a>(
+        &self,
+        script: &'a Script,
+        queue: &QueueName,
+    ) -> ScriptInvocation<'a> {
+        let keys = self.keys(queue);
+        let mut invocation = self.queue_script(script, queue);
+        invocation.key(&keys.pending).key(&keys.pending_jobs);
+        invocation
+    }
 }
 
 /// How a push script reads a due time: `in` a delay, or `at` an epoch time, in ms.
@@ -168,7 +182,7 @@ where
             max_expiries,
         } = limits;
         let (wait_ms, claimed): (i64, Vec<redis::Value>) = self
-            .queue_script(&QUEUE_CLAIM, queue)
+            .waits_ending_script(&QUEUE_CLAIM, queue)
             .arg(max)
             .arg(ttl_millis(lease))
             .arg(token)
@@ -270,7 +284,7 @@ where
     ) -> Result<bool, StoreError> {
         self.prepare().await?;
         let buried: bool = self
-            .queue_script(&QUEUE_BURY_WAITING, queue)
+            .waits_ending_script(&QUEUE_BURY_WAITING, queue)
             .arg(id.as_str())
             .arg(reason)
             .arg(counters.as_arg())
@@ -298,7 +312,7 @@ where
 
     async fn cancel(&self, queue: &QueueName, id: &JobId) -> Result<Cancelled, StoreError> {
         let cancelled: i64 = self
-            .queue_script(&QUEUE_CANCEL, queue)
+            .waits_ending_script(&QUEUE_CANCEL, queue)
             .arg(id.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -441,7 +455,7 @@ where
 
     async fn purge(&self, queue: &QueueName, set: JobSet, limit: usize) -> Result<usize, StoreError> {
         let purged: usize = self
-            .queue_script(&QUEUE_PURGE, queue)
+            .waits_ending_script(&QUEUE_PURGE, queue)
             .arg(QueueKeys::set_name(set))
             .arg(limit.clamp(1, MAX_PAGE))
             .invoke_async(&mut self.conn.clone())

@@ -26,6 +26,13 @@ if current == token or current == token .. LINE_MARK then
   redis.call('PEXPIRE', LOCK, ttl)
   return {1, next_fences(FENCE, 1), -1}
 end
+-- The key is not ours. The plain commands that sent us here (src/store/redis/lock.rs) may
+-- have counted the counter anyway: one that had expired came back without a TTL, and would
+-- outlive its key.
+local function keep_counter()
+  redis.call('PEXPIRE', FENCE, IDLE_MS)
+end
+
 local waited = -1
 if not current then
   local head = redis.call('ZRANGE', WAITERS, 0, 0)[1]
@@ -34,6 +41,7 @@ if not current then
     -- TTL ran out, or the reservation of the first in line did): hand it over now.
     local reserved, dropped = hand_to_head(true)
     if reserved ~= waiter then
+      keep_counter()
       local hold = tonumber(redis.call('GET', HOLDS)) or -1
       return {0, tonumber(RESERVATION_MS), ahead_of(waiter), hold, reserved, dropped, 1}
     end
@@ -41,6 +49,7 @@ if not current then
 elseif waiter ~= '' and current == '@' .. waiter then
   waited = tonumber(RESERVATION_MS) - redis.call('PTTL', LOCK)
 else
+  keep_counter()
   local hold = tonumber(redis.call('GET', HOLDS)) or -1
   local reserved = string.sub(current, 1, 1) == '@' and 1 or 0
   return {0, redis.call('PTTL', LOCK), ahead_of(waiter), hold, '', '', reserved}

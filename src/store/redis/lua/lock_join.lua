@@ -24,6 +24,7 @@ if not place then
   place = (tonumber(last) or 0) + 1
 end
 redis.call('ZADD', WAITERS, 'NX', place, waiter)
+redis.call('PEXPIRE', WAITERS, IDLE_MS)
 local reserved, dropped = '', ''
 local current = redis.call('GET', LOCK)
 if not current then

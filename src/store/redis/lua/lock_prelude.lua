@@ -6,10 +6,11 @@ local LOCK, FENCE, WAITERS, HANDOFF, HOLDS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- LOCK     string: the holder's token (PX ttl), the token .. LINE_MARK once someone is in line
 --          behind the holder, or '@' .. a waiter it is reserved for (PX)
--- FENCE    counter: the last fencing token handed out
--- WAITERS  zset: waiter -> arrival order; the line, first come first served
--- HANDOFF  string: the waiter the key was last reserved for, until it takes it
--- HOLDS    string: the key's last hold in ms (expires an hour after the last release)
+-- FENCE    counter: the last fencing token handed out (expires IDLE_MS after it was raised)
+-- WAITERS  zset: waiter -> arrival order; the line, first come first served (expires IDLE_MS
+--          after the last join: a waiter comes back within its fallback, 10 s at most)
+-- HANDOFF  string: the waiter the key was last reserved for, until it takes it (PX IDLE_MS)
+-- HOLDS    string: the key's last hold in ms (expires IDLE_MS after the last release)
 
 -- The pub/sub channel that tells the line who the key was handed to, and how long a
 -- reservation lasts: every lock script gets them in ARGV[1] and ARGV[2], its own arguments
@@ -44,7 +45,7 @@ local function hand_to_head(drop_expired)
     return '', dropped
   end
   redis.call('SET', LOCK, '@' .. head, 'PX', RESERVATION_MS)
-  redis.call('SET', HANDOFF, head)
+  redis.call('SET', HANDOFF, head, 'PX', IDLE_MS)
   redis.call('PUBLISH', WAKE, head)
   return head, dropped
 end

@@ -9,7 +9,7 @@ if not held_by(ARGV[3]) then
 end
 if ARGV[4] ~= '' then
   -- The key's last hold, for the Retry-After of callers that meet the lock: one write, no read.
-  redis.call('SET', HOLDS, ARGV[4], 'PX', 3600000)
+  redis.call('SET', HOLDS, ARGV[4], 'PX', IDLE_MS)
 end
 local reserved = hand_to_head(false)
 if reserved == '' then

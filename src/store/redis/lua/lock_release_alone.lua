@@ -16,6 +16,7 @@ if current ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1])
 if KEYS[2] then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', 3600000)
+  -- IDLE_MS of fence.lua, which this script does not include (a test checks they agree).
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', 60000)
 end
 return 1

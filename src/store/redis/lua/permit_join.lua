@@ -24,6 +24,7 @@ if not place then
   place = (tonumber(last) or 0) + 1
 end
 redis.call('ZADD', WAITERS, 'NX', place, waiter)
+redis.call('PEXPIRE', WAITERS, IDLE_MS)
 local now = now_ms()
 local dropped = prune(now)
 return {hand_to_line(now, limit), dropped, ahead_of(waiter), 0, evicted}

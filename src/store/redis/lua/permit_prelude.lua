@@ -10,7 +10,7 @@ local PERMITS, FENCES, FENCE, LIMIT, WAITERS, HOLDS =
 -- FENCE    counter: the last fencing token handed out
 -- LIMIT    string: the limit the last acquire asked for, for operators' tools (PX its TTL)
 -- WAITERS  zset: waiter -> arrival order; the line, first come first served
--- HOLDS    string: the key's last hold in ms (expires an hour after the last release)
+-- HOLDS    string: the key's last hold in ms (expires IDLE_MS after the last release)
 
 -- The pub/sub channel that tells the line who a permit was reserved for, and how long a
 -- reservation lasts: every permit script gets them in ARGV[1] and ARGV[2], its own arguments

@@ -15,7 +15,7 @@ if deadline then
   if deadline > now then
     released = 1
     if held_ms ~= '' then
-      redis.call('SET', HOLDS, held_ms, 'PX', 3600000)
+      redis.call('SET', HOLDS, held_ms, 'PX', IDLE_MS)
     end
   end
 end

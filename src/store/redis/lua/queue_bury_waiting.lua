@@ -7,6 +7,7 @@ local id = ARGV[2]
 if redis.call('ZREM', DELAYED, id) == 0 then
   return 0
 end
+forget_pending({id})
 local now = now_ms()
 bury_now(id, ARGV[3], now)
 record(ARGV[4], now, {'dead', 1, 'superseded', 1})

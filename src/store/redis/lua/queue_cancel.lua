@@ -7,6 +7,7 @@ if in_flight(id) then
   return -1
 end
 local removed = redis.call('ZREM', DELAYED, id) + redis.call('ZREM', DEAD, id)
+forget_pending({id})
 redis.call('HDEL', ERRORS, id)
 redis.call('HDEL', EXPIRIES, id)
 return redis.call('HDEL', JOBS, id) + removed > 0 and 1 or 0

@@ -97,6 +97,9 @@ if count > 0 then
   end
   -- They are the first `count` by score: removed by rank, without looking each one up.
   redis.call('ZREMRANGEBYRANK', DELAYED, 0, count - 1)
+  -- Claimed (or buried below), a key's pending job is no longer waiting: a request now is a
+  -- new job.
+  forget_pending(ids)
   -- At most MAX_PAGE ids (max is capped to it): one HMGET reads every envelope.
   local envelopes = redis.call('HMGET', JOBS, unpack(ids))
   local held = {}

@@ -27,6 +27,10 @@ local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED, DO
 -- an ack removes it with its last job. An INFLIGHT entry per job cost more than the rest of
 -- the claim and the ack together (a small sorted set is a listpack: each insert scans it).
 
+-- The scripts that end a job's wait (claim, cancel, bury_waiting, purge) also get, after
+-- these, KEYS[15] PENDING and KEYS[16] PENDING_JOBS: the records of the jobs that coalesce
+-- keeps waiting per lock key (queue_pending.lua), which forget_pending below drops.
+
 -- The pub/sub channel that wakes sleeping schedulers; every queue script gets it in ARGV[1],
 -- and its own arguments from ARGV[2].
 local WAKE = ARGV[1]
@@ -219,6 +223,26 @@ local function record(counting, now, counts)
       end
     end
     redis.pcall('HSET', ACTIVITY, 'minute', minute)
+  end
+end
+
+-- Forgets the coalesce records of `ids`, jobs that stopped waiting (at most MAX_PAGE), in
+-- PENDING (KEYS[15]) and PENDING_JOBS (KEYS[16]) of the scripts that get them: a record stands
+-- for a waiting job only. One look when no job waits as a key's pending job.
+local function forget_pending(ids)
+  local pending, pending_jobs = KEYS[15], KEYS[16]
+  if #ids == 0 or redis.call('EXISTS', pending_jobs) == 0 then
+    return
+  end
+  local fields = {}
+  for _, field in ipairs(redis.call('HMGET', pending_jobs, unpack(ids))) do
+    if field then
+      fields[#fields + 1] = field
+    end
+  end
+  if #fields > 0 then
+    redis.call('HDEL', pending, unpack(fields))
+    redis.call('HDEL', pending_jobs, unpack(ids))
   end
 end
 

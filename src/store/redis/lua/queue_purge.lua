@@ -39,6 +39,9 @@ else
     return 0
   end
   redis.call('ZREM', set, unpack(ids))
+  if set == DELAYED then
+    forget_pending(ids)
+  end
 end
 if set == DONE then
   -- A finished job's id may be in use again by a new job: only its record goes.

@@ -1,10 +1,12 @@
 #!lua flags=allow-oom
 -- A request id's record, beside the queue's jobs (the idempotency guard).
 -- KEYS[15] REQUEST string: 'running' or 'finished', with its TTL; under the shard's hash tag.
--- ARGV[2] the id, ARGV[3] 'begin' or 'end', ARGV[4] ms: how long a begun request is held
--- ('begin'), how long a finished one is kept ('end'; '0' forgets it).
+-- ARGV[2] the id, ARGV[3] 'begin', 'extend' or 'end', ARGV[4] ms: how long a begun request is
+-- held ('begin', and again from now: 'extend'), how long a finished one is kept ('end'; '0'
+-- forgets it).
 -- Returns, for 'begin': '' when the id is new (now recorded running), else where it is:
--- 'waiting', 'in_flight', 'dead', 'done' (a job of that id), 'running', 'finished'.
+-- 'waiting', 'in_flight', 'dead', 'done' (a job of that id), 'running', 'finished'; for
+-- 'extend': 'running' when extended, '' when the record no longer says running.
 local REQUEST = KEYS[15]
 local id, mode, ms = ARGV[2], ARGV[3], tonumber(ARGV[4])
 if mode == 'end' then
@@ -12,6 +14,13 @@ if mode == 'end' then
     redis.call('SET', REQUEST, 'finished', 'PX', ms)
   else
     redis.call('DEL', REQUEST)
+  end
+  return ''
+end
+if mode == 'extend' then
+  if redis.call('GET', REQUEST) == 'running' then
+    redis.call('PEXPIRE', REQUEST, math.max(1, ms))
+    return 'running'
   end
   return ''
 end

@@ -1,0 +1,145 @@
+//! The footprint of a Redis store: every key under its prefix, counted by kind, with how many
+//! have no expiry. A bounded `SCAN` (pages of 1,000, at most `max_keys` keys), so it is safe
+//! to run against a large production Redis.
+
+use std::future::Future;
+
+use redis::aio::ConnectionLike;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::SingleNodeRoutingInfo;
+
+use super::RedisStore;
+use super::locks::{ScanPage, glob_escape, masters};
+use crate::error::StoreError;
+use crate::store::footprint::{Footprint, ScanFootprint};
+
+/// Keys per `SCAN` page, and per pipeline of `PTTL`s.
+const PAGE: usize = 1000;
+
+impl<Conn> RedisStore<Conn>
+where
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Every key under this store's prefix on the server it is connected to, counted by kind,
+    /// looking at `max_keys` keys at most (on Redis Cluster, use
+    /// [`cluster_footprint`](RedisStore::cluster_footprint), which scans every master).
+    ///
+    /// ```no_run
+    /// use redefer::RedisStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), redefer::StoreError> {
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// let footprint = store.footprint(1_000_000).await?;
+    /// for (kind, found) in &footprint.kinds {
+    ///     println!("{kind}: {} keys, {} without expiry", found.keys, found.never_expire);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn footprint(&self, max_keys: u64) -> Result<Footprint, StoreError> {
+        let mut footprint = Footprint::default();
+        let conn = self.conn.clone();
+        self.scan_into(&mut footprint, max_keys, |commands| {
+            let mut conn = conn.clone();
+            async move { conn.req_packed_commands(&commands, 0, commands.len()).await }
+        })
+        .await?;
+        Ok(footprint)
+    }
+
+    /// Scans the keys under the prefix into `footprint`, sending each pipeline with `run` (to
+    /// one server), until the cursor comes back to 0 or `max_keys` were looked at.
+    async fn scan_into<Run, Fut>(
+        &self,
+        footprint: &mut Footprint,
+        max_keys: u64,
+        mut run: Run,
+    ) -> Result<(), StoreError>
+    where
+        Run: FnMut(redis::Pipeline) -> Fut,
+        Fut: Future<Output = redis::RedisResult<Vec<redis::Value>>>,
+    {
+        let prefix = self.prefix.as_str();
+        let pattern = format!("{}:*", glob_escape(prefix));
+        let mut cursor = 0u64;
+        loop {
+            let mut scan = redis::pipe();
+            scan.cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(PAGE);
+            let page = run(scan).await?.pop().unwrap_or(redis::Value::Nil);
+            let (next, found): ScanPage = redis::from_redis_value(page).map_err(unexpected)?;
+            if !found.is_empty() {
+                // The TTLs of a page in one round trip.
+                let mut ttls = redis::pipe();
+                for name in &found {
+                    ttls.cmd("PTTL").arg(name);
+                }
+                let ttls = run(ttls).await?;
+                for (name, ttl) in found.iter().zip(ttls) {
+                    let ttl: i64 = redis::from_redis_value(ttl).map_err(unexpected)?;
+                    // -2: gone since the scan; -1: no expiry.
+                    match ttl {
+                        -2 => {}
+                        -1 => footprint.count(prefix, name, None),
+                        ttl => footprint.count(prefix, name, Some(ttl.unsigned_abs())),
+                    }
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                footprint.complete = true;
+                return Ok(());
+            }
+            if footprint.scanned >= max_keys {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// A reply of `SCAN` or `PTTL` of another shape than theirs.
+fn unexpected(error: redis::ParsingError) -> StoreError {
+    StoreError::Protocol(format!("a footprint scan's reply: {error}"))
+}
+
+impl RedisStore<ClusterConnection> {
+    /// [`footprint`](RedisStore::footprint) on a Redis Cluster: every master in turn.
+    pub async fn cluster_footprint(&self, max_keys: u64) -> Result<Footprint, StoreError> {
+        let mut conn = self.conn.clone();
+        let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await?;
+        let mut footprint = Footprint::default();
+        let mut complete = true;
+        for (host, port) in masters(&nodes) {
+            let routing = SingleNodeRoutingInfo::ByAddress { host, port };
+            footprint.complete = false;
+            self.scan_into(&mut footprint, max_keys, |commands| {
+                let mut conn = conn.clone();
+                let routing = routing.clone();
+                let count = commands.len();
+                async move { conn.route_pipeline(commands, 0, count, routing).await }
+            })
+            .await?;
+            complete &= footprint.complete;
+            if footprint.scanned >= max_keys {
+                break;
+            }
+        }
+        footprint.complete = complete && footprint.scanned < max_keys;
+        Ok(footprint)
+    }
+}
+
+impl ScanFootprint for RedisStore<redis::aio::ConnectionManager> {
+    async fn scan_footprint(&self, max_keys: u64) -> Result<Footprint, StoreError> {
+        self.footprint(max_keys).await
+    }
+}
+
+impl ScanFootprint for RedisStore<ClusterConnection> {
+    async fn scan_footprint(&self, max_keys: u64) -> Result<Footprint, StoreError> {
+        self.cluster_footprint(max_keys).await
+    }
+}
