@@ -32,13 +32,14 @@ use axum::{Json, Router};
 use futures_util::future::BoxFuture;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use redefer::dashboard::{Dashboard, DashboardOptions};
+use redefer::idempotency::Seen;
 use redefer::lock::LockStore;
 use redefer::queue::{DelayQueue, JobId, JobStatus, QueueError, QueueStore, Retention};
 use redefer::store::ListLocks;
 use redefer::strategy::{Defer, FailFast, Switch};
 use redefer::{
-    BoxLockService, Error, LockLayer, MemoryStore, Outcome, RedisStore, Scheduler, SchedulerOptions,
-    current_lock,
+    BoxLockService, Duplicate, Error, LockLayer, MemoryStore, Outcome, RedisStore, Scheduler,
+    SchedulerOptions, current_lock,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -185,7 +186,7 @@ fn app<S: LockStore + QueueStore + ListLocks + Sync>(
             get(|State(app): State<App>| async move { app.metrics.render() }),
         )
         .with_state(app)
-        .nest("/redefer", dashboard.router()))
+        .merge(dashboard.nested_at("/redefer")))
 }
 
 async fn update(
@@ -208,9 +209,9 @@ async fn update(
             (StatusCode::ACCEPTED, Json(body)).into_response()
         }
         // Only behind an idempotency layer, which this stack has not.
-        Ok(Outcome::Duplicate(duplicate)) => {
-            (StatusCode::OK, Json(json!({ "duplicate_of": duplicate.job_id }))).into_response()
-        }
+        Ok(Outcome::Duplicate(duplicate)) => duplicate_response(&duplicate),
+        // `Outcome` is `#[non_exhaustive]`: outcomes of later versions.
+        Ok(_) => (StatusCode::ACCEPTED, Json(json!({ "status": "accepted" }))).into_response(),
         Err(Error::Locked { retry_after, .. }) => {
             // Whole seconds, rounded up: a client retrying sooner would meet the lock again.
             let seconds = retry_after
@@ -227,6 +228,23 @@ async fn update(
         Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({ "error": error.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
+/// What the sender of a request whose id was seen before is told, by where the first is: done
+/// is a success, in progress asks to try again later, dead says the work failed for good.
+fn duplicate_response(duplicate: &Duplicate) -> Response {
+    let body = |status: &str| json!({ "duplicate_of": duplicate.job_id, "status": status });
+    match duplicate.seen {
+        Seen::Finished | Seen::Done => (StatusCode::OK, Json(body("done"))).into_response(),
+        Seen::Dead => (StatusCode::CONFLICT, Json(body("failed: in the dead-letter set"))).into_response(),
+        // Running, waiting or in flight (and states of later versions): try again.
+        _ => (
+            StatusCode::CONFLICT,
+            [(header::RETRY_AFTER, "1")],
+            Json(body("in progress")),
         )
             .into_response(),
     }

@@ -171,6 +171,8 @@ fn describe(result: Result<Outcome<String>, Error<Infallible>>) -> String {
                 .unwrap_or_default()
                 .as_millis()
         ),
+        // `Outcome` is `#[non_exhaustive]`: outcomes of later versions land here.
+        Ok(other) => format!("not run here: {other:?}"),
         Err(Error::Locked { retry_after, .. }) => format!(
             "failed fast, order:42 is locked, retry after {}",
             retry_after.map_or("?".to_string(), |after| format!("{} ms", after.as_millis()))

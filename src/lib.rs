@@ -74,6 +74,12 @@ pub use crate::renewal::LossReason;
 pub use crate::scheduler::{Scheduler, SchedulerHandle, SchedulerOptions, SchedulerReport, current_job};
 pub use crate::store::{MemoryStore, RedisStore};
 
+/// The README's examples, compiled by `cargo test` as doctests: an example that no longer
+/// compiles fails the tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// The redis crate this one is built on, for commands of your own on
 /// [`RedisStore::connection`] without a version-matched dependency.
 pub use redis;

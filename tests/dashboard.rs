@@ -616,6 +616,19 @@ async fn the_json_api_reads_and_acts_with_the_bearer_token() {
     let (status, locks) = json_of(get("/api/locks", true).await.unwrap()).await;
     assert_eq!(status, 200);
     assert!(locks.to_string().contains("order:{42}"), "{locks}");
+    // Durations have one shape, the command's: whole milliseconds in `..._ms`.
+    assert!(locks[0]["remaining_ms"].as_u64().is_some(), "{locks}");
+    assert!(locks[0].get("remaining").is_none(), "{locks}");
+    // A wrong token is told so, not that one is needed.
+    let wrong = http
+        .get(format!("{url}/api/queues"))
+        .bearer_auth("guess")
+        .send()
+        .await
+        .unwrap();
+    let (status, refused) = json_of(wrong).await;
+    assert_eq!(status, 401);
+    assert!(refused["error"].as_str().unwrap().contains("wrong"), "{refused}");
 
     // Acting: a signed-in browser's cookie alone is refused; the bearer token acts.
     let cookie = session_cookie(&sign_in(&http, &url, TOKEN).await);
@@ -650,6 +663,41 @@ async fn the_json_api_reads_and_acts_with_the_bearer_token() {
         "{:?}",
         job.state
     );
+    // Actions that find nothing to do say why, with the status a script checks: 404 for a job
+    // the queue does not have, 409 for one elsewhere (the requeued job now waits).
+    let act = |action: &str, body: Value| {
+        http.post(format!("{url}/api/queues/orders/{action}"))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+    };
+    for action in ["requeue", "cancel", "run-now"] {
+        let (status, answer) = json_of(act(action, json!({ "id": "nope" })).await.unwrap()).await;
+        assert_eq!(status, 404, "{action}: {answer}");
+        assert!(
+            answer["error"].as_str().unwrap().contains("not in the queue"),
+            "{answer}"
+        );
+    }
+    let (status, answer) = json_of(act("requeue", json!({ "id": dead.as_str() })).await.unwrap()).await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("is waiting"),
+        "{answer}"
+    );
+    let (status, answer) = json_of(act("requeue", json!([dead.as_str()])).await.unwrap()).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        !answer["error"].as_str().unwrap().contains("ActionBody"),
+        "{answer}"
+    );
+    let (status, answer) = json_of(act("purge-dead", json!({})).await.unwrap()).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains(r#""confirm": "yes""#),
+        "{answer}"
+    );
+
     let (status, paused) = json_of(
         http.post(format!("{url}/api/queues/orders/pause"))
             .bearer_auth(TOKEN)
@@ -685,7 +733,7 @@ async fn every_link_resolves_under_a_mount_with_or_without_mounted_at() {
         } else {
             DashboardOptions::default()
         };
-        let app = axum::Router::new().nest("/admin", Dashboard::new(store, options).router());
+        let app = axum::Router::new().merge(Dashboard::new(store, options).nested_at("/admin"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let origin = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move {
@@ -719,6 +767,10 @@ async fn every_link_resolves_under_a_mount_with_or_without_mounted_at() {
             }
         }
         assert!(seen.len() >= 4, "{seen:?}");
+        // The mount with a trailing slash leads to the dashboard too.
+        let slash = http.get(format!("{origin}/admin/")).send().await.unwrap();
+        assert_eq!(slash.status(), 200, "/admin/ (told: {told})");
+        assert!(slash.url().path() == "/admin", "{}", slash.url());
     }
 }
 

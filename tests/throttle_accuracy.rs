@@ -102,7 +102,7 @@ where
                 Ok(Outcome::Deferred(_)) => {
                     deferred.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(Outcome::Duplicate(_)) => panic!("request {n}: no request has an id here"),
+                Ok(other) => panic!("request {n}: no request has an id here: {other:?}"),
                 Err(error) => panic!("request {n}: {error}"),
             }
         }));

@@ -158,7 +158,7 @@ where
                         (true, Ok(Outcome::Done(()))) => observed.hot_done += 1,
                         (true, Ok(Outcome::Deferred(_))) => observed.hot_deferred += 1,
                         (true, Err(Error::Locked { .. })) => observed.hot_refused += 1,
-                        (true, Ok(Outcome::Duplicate(_))) => panic!("no request has an id here"),
+                        (true, Ok(other)) => panic!("no request has an id here: {other:?}"),
                         (_, Err(error)) => panic!("unexpected failure: {error}"),
                     }
                 }));

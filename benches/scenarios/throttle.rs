@@ -252,7 +252,7 @@ async fn defer_round(store: &RedisStore, rate: Rate, jobs: usize, round: usize) 
     for send in sends {
         match send.await.expect("send task") {
             Ok(Outcome::Done(())) | Ok(Outcome::Deferred(_)) => {}
-            Ok(Outcome::Duplicate(_)) => panic!("no request has an id here"),
+            Ok(other) => panic!("no request has an id here: {other:?}"),
             Err(error) => panic!("a hot-key request failed: {error}"),
         }
     }

@@ -16,8 +16,9 @@ use super::attempts::{ClientAddress, bearer_guess, too_many_attempts};
 use super::html::{encode, page};
 use super::pages::{Shared, failure};
 use super::problem::Problem;
-use crate::queue::{Cancelled, JobId, JobSet, QueueStore};
+use crate::queue::{Cancelled, DelayQueue, JobId, JobInfo, JobSet, QueueStore, RawJobState};
 use crate::store::ListLocks;
+use serde_json::Value;
 
 /// The sign-in form.
 pub(super) async fn login_page<St: QueueStore + ListLocks + Sync>(
@@ -149,9 +150,32 @@ pub(super) async fn act<St: QueueStore + ListLocks + Sync>(
     }
 }
 
+/// Why an action on job `id` did nothing: 404 when the queue does not have the job, 409 with
+/// where it is when it is elsewhere than the action needs (the command's exit 1 for both).
+async fn not_done<St: QueueStore>(queue: &DelayQueue<Value, St>, id: &JobId, nothing: &str) -> Problem {
+    match queue.job(id).await {
+        Ok(
+            None
+            | Some(JobInfo {
+                state: RawJobState::Missing,
+                ..
+            }),
+        ) => Problem::new(
+            StatusCode::NOT_FOUND,
+            format!("job {id} is not in the queue: {nothing}"),
+        ),
+        Ok(Some(job)) => Problem::new(
+            StatusCode::CONFLICT,
+            format!("job {id} is {}: {nothing}", job.state.place()),
+        ),
+        Err(error) => Problem::store(error),
+    }
+}
+
 /// Runs `action` on queue `name` (on job `id` for the actions on one job; `confirm` must be
 /// `yes` to purge): the set whose page shows the result, and what happened, in words. Shared
-/// by the forms and the JSON API.
+/// by the forms and the JSON API. An action that finds its job missing or elsewhere is an
+/// error (404, 409), as the command's exit 1 is.
 pub(super) async fn run_action<St: QueueStore + ListLocks + Sync>(
     d: &Dashboard<St>,
     name: &str,
@@ -173,32 +197,28 @@ pub(super) async fn run_action<St: QueueStore + ListLocks + Sync>(
                 .map_err(Problem::store)?
             {
                 1 => (JobSet::Dead, format!("requeued {id}")),
-                _ => (JobSet::Dead, format!("{id} is not dead: nothing requeued")),
+                _ => return Err(not_done(&queue, &id, "nothing requeued").await),
             }
         }
         "cancel" => {
             let id = job()?;
-            let notice = match queue.cancel(&id).await.map_err(Problem::store)? {
-                Cancelled::Deleted => format!("cancelled {id}"),
-                Cancelled::InFlight => format!("{id} is in flight: not cancelled"),
-                Cancelled::NotFound => format!("{id} is not in the queue"),
-            };
-            (JobSet::Waiting, notice)
+            match queue.cancel(&id).await.map_err(Problem::store)? {
+                Cancelled::Deleted => (JobSet::Waiting, format!("cancelled {id}")),
+                _ => return Err(not_done(&queue, &id, "nothing cancelled").await),
+            }
         }
         "run-now" => {
             let id = job()?;
-            let notice = if queue.run_now(&id).await.map_err(Problem::store)? {
-                format!("{id} is due now")
-            } else {
-                format!("{id} is not waiting")
-            };
-            (JobSet::Waiting, notice)
+            if !queue.run_now(&id).await.map_err(Problem::store)? {
+                return Err(not_done(&queue, &id, "nothing to run now").await);
+            }
+            (JobSet::Waiting, format!("{id} is due now"))
         }
         "purge-dead" => {
             if confirm != Some("yes") {
                 return Err(Problem::new(
                     StatusCode::BAD_REQUEST,
-                    "purging needs confirmation (confirm=yes)",
+                    "purging needs confirmation: confirm=yes (a form field, or \"confirm\": \"yes\" in a JSON body)",
                 ));
             }
             let purged = queue.purge(JobSet::Dead).await.map_err(Problem::store)?;

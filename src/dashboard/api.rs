@@ -31,7 +31,12 @@ pub(super) async fn readers_only<St: QueueStore + ListLocks + Sync>(
         return limited;
     }
     if !d.access.may_read(&d.access.visitor(request.headers())) {
-        return Problem::new(StatusCode::UNAUTHORIZED, "the bearer token is needed").json();
+        let refusal = if d.access.offers_bearer(request.headers()) {
+            "the bearer token is wrong"
+        } else {
+            "the bearer token is needed (Authorization: Bearer <token>)"
+        };
+        return Problem::new(StatusCode::UNAUTHORIZED, refusal).json();
     }
     next.run(request).await
 }
@@ -154,6 +159,7 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(State(d): Shared<St
 }
 
 #[derive(serde::Deserialize, Default)]
+#[serde(expecting = "an object such as {\"id\": \"...\"} or {\"confirm\": \"yes\"}")]
 struct ActionBody {
     id: Option<String>,
     confirm: Option<String>,

@@ -21,7 +21,8 @@
 //! let options = DashboardOptions::default()
 //!     .token(std::env::var("REDEFER_DASHBOARD_TOKEN").ok())
 //!     .mounted_at("/redefer");
-//! let app = axum::Router::new().nest("/redefer", Dashboard::new(store, options).router());
+//! // Or `.nest("/redefer", dashboard.router())`: `nested_at` also answers `/redefer/`.
+//! let app = axum::Router::new().merge(Dashboard::new(store, options).nested_at("/redefer"));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
 //! axum::serve(listener, app).await?;
@@ -111,6 +112,29 @@ where
             .layer(axum::middleware::map_response(access::hardened))
             .layer(from_fn_with_state(Arc::clone(&dashboard), find_mount::<St>))
             .with_state(dashboard)
+    }
+
+    /// The pages and actions nested under `mount` (`/admin`), in a router to merge into an
+    /// application's: [`router`](Self::router) nested with axum's `nest`, plus the mount with a
+    /// trailing slash (`/admin/`, which `nest` does not route), redirected to the mount.
+    ///
+    /// ```
+    /// use redefer::MemoryStore;
+    /// use redefer::dashboard::{Dashboard, DashboardOptions};
+    ///
+    /// let dashboard = Dashboard::new(MemoryStore::new(), DashboardOptions::default());
+    /// let app: axum::Router = axum::Router::new().merge(dashboard.nested_at("/admin"));
+    /// ```
+    pub fn nested_at(self, mount: &str) -> Router {
+        let mount = mount.trim_end_matches('/').to_string();
+        if mount.is_empty() {
+            return self.router();
+        }
+        let root = mount.clone();
+        Router::new().nest(&mount, self.router()).route(
+            &format!("{mount}/"),
+            get(move || async move { axum::response::Redirect::permanent(&root) }),
+        )
     }
 
     /// The queue `name`, its payloads read as JSON, with the shard count the options give it,

@@ -9,20 +9,28 @@ use crate::queue::{JobId, QueueName};
 /// [`IdempotencyLayer`](crate::idempotency::IdempotencyLayer)) the news that a request of the
 /// same id was already taken.
 ///
+/// `#[non_exhaustive]`: the guards to come may report outcomes of their own, so a `match` has
+/// a last arm for them.
+///
 /// ```
 /// use redefer::Outcome;
+/// use redefer::idempotency::Seen;
 ///
 /// fn status(outcome: &Outcome<String>) -> u16 {
 ///     match outcome {
 ///         Outcome::Done(_) => 200,
 ///         Outcome::Deferred(_) => 202, // stored: it will run later
-///         Outcome::Duplicate(_) => 200, // already taken: it runs (or ran) once
+///         // Already taken: it ran (success), or is in progress (try again later).
+///         Outcome::Duplicate(duplicate) if matches!(duplicate.seen, Seen::Finished | Seen::Done) => 200,
+///         Outcome::Duplicate(_) => 409,
+///         _ => 202,
 ///     }
 /// }
 /// assert_eq!(status(&Outcome::Done("ok".to_string())), 200);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[must_use = "a deferred request has not run yet"]
+#[non_exhaustive]
 pub enum Outcome<R> {
     /// The request ran under the lock (or needed none) and this is its response.
     Done(R),

@@ -13,6 +13,7 @@ use super::{Codec, DelayQueue, JobId, JobInfo, JobSet, QueueError, QueueStore, R
 /// is no run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum JobStatus {
     /// Waiting to become due, or due and not yet claimed.
     Waiting {

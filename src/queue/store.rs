@@ -79,6 +79,26 @@ pub enum RawJobState {
     Missing,
 }
 
+impl RawJobState {
+    /// Where the job is, in the words the command and the dashboard use: `waiting`,
+    /// `in flight`, `dead`, `done`, or `not in the queue`.
+    ///
+    /// ```
+    /// use redefer::queue::RawJobState;
+    ///
+    /// assert_eq!(RawJobState::Missing.place(), "not in the queue");
+    /// ```
+    pub fn place(&self) -> &'static str {
+        match self {
+            RawJobState::Delayed { .. } => "waiting",
+            RawJobState::InFlight { .. } => "in flight",
+            RawJobState::Dead { .. } => "dead",
+            RawJobState::Done { .. } => "done",
+            RawJobState::Missing => "not in the queue",
+        }
+    }
+}
+
 /// One job, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawJob {
@@ -166,6 +186,7 @@ pub struct ListedJob {
 
 /// What a cancellation found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Cancelled {
     /// The job was waiting or dead, and is deleted.
     Deleted,

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 /// Why a lease stopped being ours while its holder worked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LossReason {
     /// The store says another holder has it, or nobody does (expired, deleted).
     Gone,
