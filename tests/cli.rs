@@ -555,3 +555,63 @@ async fn list_show_and_status_agree_on_attempts() {
     let shown = json(&server, &prefix, &["show", id.as_str()]);
     assert_eq!(shown["attempts"], 1, "{shown}");
 }
+
+/// What a newcomer meets first: `queues` under a prefix that holds none lists nothing (exit 0)
+/// and says under which prefixes queues are registered; an `http://` URL is named as not a
+/// Redis URL, without the hint that the server may be down; a throttled key's row in `locks`
+/// shows no limit (a limit of 0 reads as "closed"); `footprint` counts the keys by kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_is_told_where_to_look() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    queue
+        .push(&serde_json::json!({ "order": 1 }), Duration::from_secs(60))
+        .await
+        .unwrap();
+
+    let output = Command::new(env!("CARGO_BIN_EXE_redefer"))
+        .args(["--url", &server.url(), "--prefix", "elsewhere", "queues"])
+        .output()
+        .expect("run redefer");
+    assert!(output.status.success(), "an empty list is not an error");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("registered under: {prefix}")),
+        "{stderr}"
+    );
+
+    let output = Command::new(env!("CARGO_BIN_EXE_redefer"))
+        .args(["--url", "http://127.0.0.1:6379", "queues"])
+        .output()
+        .expect("run redefer");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("not a Redis URL"), "{stderr}");
+    assert!(!stderr.contains("is the server running"), "{stderr}");
+
+    let rate = Rate::new(1, Duration::from_secs(60)).unwrap();
+    store
+        .admit(&LockKey::new("customer:1").unwrap(), rate, None)
+        .await
+        .unwrap();
+    let locks = json(&server, &prefix, &["locks"]);
+    let throttled = locks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["key"] == "customer:1")
+        .expect("the throttled key is listed");
+    assert!(throttled["next_slot_ms"].is_u64(), "{throttled}");
+    assert!(
+        throttled["limit"].is_null() && throttled["holders"].is_null(),
+        "{throttled}"
+    );
+
+    let footprint = json(&server, &prefix, &["footprint"]);
+    assert_eq!(footprint["complete"], true, "{footprint}");
+    assert_eq!(footprint["kinds"]["throttle"]["keys"], 1, "{footprint}");
+    assert_eq!(footprint["kinds"]["throttle"]["never_expire"], 0, "{footprint}");
+    assert_eq!(footprint["kinds"]["queues"]["never_expire"], 1, "{footprint}");
+}

@@ -281,6 +281,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
     let builder = RedisStore::builder().prefix(target.prefix.as_str())?;
     let unreachable = |error: redefer::StoreError| -> Failure {
+        if let redefer::StoreError::InvalidUrl(_) = error {
+            return format!("--url (or REDIS_URL) {}: {error}", without_password(&cli.url)).into();
+        }
         format!(
             "cannot connect to {}: {error} (is the server running? --url or REDIS_URL says where)",
             without_password(&cli.url)
@@ -346,6 +349,18 @@ where
     };
     let queue = || queue.as_ref().ok_or("this command names no queue");
     let output = match cli.command {
+        // None here: an empty list (not an error), and on stderr where the queues are.
+        Command::Queues if store.registered().await?.is_empty() => {
+            let elsewhere = store.scan_prefixes(1_000_000).await?;
+            let hint = if elsewhere.is_empty() {
+                "no queue has registered in this Redis".to_string()
+            } else {
+                let prefixes: Vec<&str> = elsewhere.iter().map(String::as_str).collect();
+                format!("queues are registered under: {} (--prefix)", prefixes.join(", "))
+            };
+            eprintln!("redefer: no queues under prefix {:?}; {hint}", target.prefix);
+            Output::Table(Vec::new())
+        }
         Command::Queues => Output::Table(
             store
                 .registered()

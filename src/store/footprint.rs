@@ -100,4 +100,11 @@ pub trait ScanFootprint {
         &self,
         max_keys: u64,
     ) -> impl Future<Output = Result<Footprint, crate::StoreError>> + Send;
+
+    /// The prefixes (any, not only the store's) under which queues registered, looking at
+    /// `max_keys` keys at most: where to look when a prefix holds nothing.
+    fn scan_prefixes(
+        &self,
+        max_keys: u64,
+    ) -> impl Future<Output = Result<std::collections::BTreeSet<String>, crate::StoreError>> + Send;
 }

@@ -2,6 +2,7 @@
 //! have no expiry. A bounded `SCAN` (pages of 1,000, at most `max_keys` keys), so it is safe
 //! to run against a large production Redis.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 
 use redis::aio::ConnectionLike;
@@ -62,15 +63,7 @@ where
         let pattern = format!("{}:*", glob_escape(prefix));
         let mut cursor = 0u64;
         loop {
-            let mut scan = redis::pipe();
-            scan.cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(PAGE);
-            let page = run(scan).await?.pop().unwrap_or(redis::Value::Nil);
-            let (next, found): ScanPage = redis::from_redis_value(page).map_err(unexpected)?;
+            let (next, found) = scan_page(&mut run, &pattern, cursor).await?;
             if !found.is_empty() {
                 // The TTLs of a page in one round trip.
                 let mut ttls = redis::pipe();
@@ -96,6 +89,52 @@ where
             if footprint.scanned >= max_keys {
                 return Ok(());
             }
+        }
+    }
+}
+
+/// One page of `SCAN` from `cursor` for the keys matching `pattern`.
+async fn scan_page<Run, Fut>(run: &mut Run, pattern: &str, cursor: u64) -> Result<ScanPage, StoreError>
+where
+    Run: FnMut(redis::Pipeline) -> Fut,
+    Fut: Future<Output = redis::RedisResult<Vec<redis::Value>>>,
+{
+    let mut scan = redis::pipe();
+    scan.cmd("SCAN")
+        .arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(PAGE);
+    let page = run(scan).await?.pop().unwrap_or(redis::Value::Nil);
+    redis::from_redis_value(page).map_err(unexpected)
+}
+
+/// The prefixes under which queues registered (their registry, `<prefix>:queues`), found by a
+/// `SCAN` of at most `max_keys` keys with `run`: for a tool pointed at a prefix that holds
+/// nothing, where to look instead.
+async fn scan_prefixes<Run, Fut>(
+    max_keys: u64,
+    mut run: Run,
+    found: &mut BTreeSet<String>,
+) -> Result<(), StoreError>
+where
+    Run: FnMut(redis::Pipeline) -> Fut,
+    Fut: Future<Output = redis::RedisResult<Vec<redis::Value>>>,
+{
+    let (mut cursor, mut looked) = (0u64, 0u64);
+    loop {
+        let (next, names) = scan_page(&mut run, "*:queues", cursor).await?;
+        // COUNT is how many keys a page looks at, matching or not.
+        looked += PAGE as u64;
+        found.extend(
+            names
+                .iter()
+                .filter_map(|name| name.strip_suffix(":queues").map(str::to_string)),
+        );
+        cursor = next;
+        if cursor == 0 || looked >= max_keys {
+            return Ok(());
         }
     }
 }
@@ -136,10 +175,42 @@ impl ScanFootprint for RedisStore<redis::aio::ConnectionManager> {
     async fn scan_footprint(&self, max_keys: u64) -> Result<Footprint, StoreError> {
         self.footprint(max_keys).await
     }
+
+    async fn scan_prefixes(&self, max_keys: u64) -> Result<BTreeSet<String>, StoreError> {
+        let mut found = BTreeSet::new();
+        let conn = self.conn.clone();
+        scan_prefixes(
+            max_keys,
+            |commands| {
+                let mut conn = conn.clone();
+                async move { conn.req_packed_commands(&commands, 0, commands.len()).await }
+            },
+            &mut found,
+        )
+        .await?;
+        Ok(found)
+    }
 }
 
 impl ScanFootprint for RedisStore<ClusterConnection> {
     async fn scan_footprint(&self, max_keys: u64) -> Result<Footprint, StoreError> {
         self.cluster_footprint(max_keys).await
+    }
+
+    async fn scan_prefixes(&self, max_keys: u64) -> Result<BTreeSet<String>, StoreError> {
+        let mut conn = self.conn.clone();
+        let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await?;
+        let mut found = BTreeSet::new();
+        for (host, port) in masters(&nodes) {
+            let routing = SingleNodeRoutingInfo::ByAddress { host, port };
+            let run = |commands: redis::Pipeline| {
+                let mut conn = conn.clone();
+                let routing = routing.clone();
+                let count = commands.len();
+                async move { conn.route_pipeline(commands, 0, count, routing).await }
+            };
+            scan_prefixes(max_keys, run, &mut found).await?;
+        }
+        Ok(found)
     }
 }
