@@ -47,9 +47,9 @@ pub struct SchedulerOptions {
     /// The waits between attempts to reach a failing store.
     pub error_backoff: Backoff,
     /// How often the scheduler counts its queue's jobs for the `redefer_queue_jobs` gauges
-    /// (one `stats` call per shard) and puts its queue in the store's registry again (which a
-    /// Redis restart without persistence empties; the command and the dashboard read it); zero
-    /// never does (the queue is registered when the scheduler starts and on pushes).
+    /// (one `stats` call per shard); zero never does. (The scheduler puts its queue in the
+    /// store's registry again every 10 s whatever this says: a Redis restart without
+    /// persistence empties the registry, which the command and the dashboard read.)
     #[serde(with = "humantime_serde")]
     pub stats_every: Duration,
 }

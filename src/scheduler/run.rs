@@ -24,6 +24,9 @@ use crate::metric_names::QueueMetrics;
 use crate::queue::Codec;
 use crate::queue::QueueStore;
 
+/// How often a running scheduler puts its queue in the store's registry again.
+const REGISTER_EVERY: Duration = Duration::from_secs(10);
+
 impl<S, T, St, Enc> Scheduler<S, T, St, Enc>
 where
     S: JobService<T>,
@@ -51,6 +54,7 @@ where
         let metrics = QueueMetrics::new(queue.name());
         let (acker, acker_task) = Acker::start(queue.clone());
         let mut stats_due = Instant::now();
+        let mut registered_again = Instant::now() + REGISTER_EVERY;
         let slots = Arc::new(Semaphore::new(concurrency.clamp(1, Semaphore::MAX_PERMITS)));
         let abandon = CancellationToken::new();
         let store_failures = Arc::new(AtomicU32::new(0));
@@ -72,15 +76,16 @@ where
             if !stats_every.is_zero() && Instant::now() >= stats_due {
                 stats_due = Instant::now() + stats_every;
                 match queue.stats().await {
-                    Ok(stats) => {
-                        metrics.record_stats(stats);
-                        // The registry may have gone with Redis's data (a restart without
-                        // persistence): a queue being drained must not look unknown to the
-                        // operators' tools.
-                        queue.register_as_scheduler().await;
-                    }
+                    Ok(stats) => metrics.record_stats(stats),
                     Err(error) => tracing::debug!(%error, "cannot count the queue's jobs"),
                 }
+            }
+            // The registry may have gone with Redis's data (a restart without persistence): a
+            // queue being drained must not look unknown to the operators' tools, whether or
+            // not its gauges are wanted.
+            if Instant::now() >= registered_again {
+                registered_again = Instant::now() + REGISTER_EVERY;
+                queue.register_as_scheduler().await;
             }
             let mut taken = tokio::select! {
                 biased;
