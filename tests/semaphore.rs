@@ -471,7 +471,60 @@ async fn retrying_callers_share_n_permits<S: Reserving>(store: S) {
     assert!((2..=4).contains(&most), "{most} ran at once with 4 permits");
 }
 
+/// A key whose limit is 0 is closed: under every strategy a request is refused with
+/// `Error::Closed` at once (no invented wait, no job stored); once the limit opens it, it runs.
+async fn a_closed_key_is_refused_under_every_strategy_and_nothing_is_stored<S: Reserving>(store: S) {
+    use redefer::strategy::FailFast;
+
+    let queue = DelayQueue::<u64, _>::new(store.clone(), "closed").unwrap();
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let limit = {
+        let open = Arc::clone(&open);
+        move |_: &LockKey| u32::from(open.load(Ordering::SeqCst))
+    };
+    let layer = LockLayer::new(store.clone(), |_: &u64| Some("tenant:closed".to_string())).permits_by(limit);
+    let handler = service_fn(|n: u64| async move { Ok::<_, std::convert::Infallible>(n) });
+    let fail_fast = layer.clone().on_conflict(FailFast).layer(handler);
+    let retry = layer
+        .clone()
+        .on_conflict(Retry::new(Backoff::default()))
+        .layer(handler);
+    let defer = layer
+        .clone()
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(handler);
+    let started = Instant::now();
+    for outcome in [
+        fail_fast.clone().oneshot(1).await,
+        retry.oneshot(2).await,
+        defer.oneshot(3).await,
+    ] {
+        match outcome {
+            Err(redefer::Error::Closed { key }) => assert_eq!(key.as_str(), "tenant:closed"),
+            other => panic!("a closed key: {other:?}"),
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once, not after retries"
+    );
+    assert_eq!(
+        queue.stats().await.unwrap(),
+        QueueStats::default(),
+        "nothing stored"
+    );
+    open.store(true, Ordering::SeqCst);
+    assert!(matches!(fail_fast.oneshot(4).await, Ok(Outcome::Done(4))));
+}
+
+#[test]
+#[should_panic(expected = "at least one permit")]
+fn a_semaphore_of_no_permits_is_refused_as_config_refuses_it() {
+    let _ = LockLayer::new(MemoryStore::new(), |_: &u64| Some("k".to_string())).permits(0);
+}
+
 for_each_store!(
+    a_closed_key_is_refused_under_every_strategy_and_nothing_is_stored,
     at_most_n_hold_a_key_and_each_permit_gets_a_higher_fence,
     a_resent_acquire_finds_its_own_permit_and_fence,
     release_and_extend_act_only_on_the_callers_permit,

@@ -47,6 +47,13 @@ pub enum Acquisition {
 /// Sealed: the crate's two stores implement it, and operations can be added without breaking
 /// anyone (see [`store`](crate::store)). Its methods are public, for tools of your own.
 pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
+    /// Whether `key` admits no holder now, whoever holds it: a semaphore whose limit for the
+    /// key is 0 ([`permits_by`](crate::LockLayer::permits_by) closed it). A mutex never is.
+    fn is_closed(&self, key: &LockKey) -> bool {
+        let _ = key;
+        false
+    }
+
     /// Takes the lock for `ttl` unless another holder has it or others are in line.
     fn try_acquire(
         &self,

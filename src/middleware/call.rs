@@ -50,6 +50,11 @@ where
 {
     let span = tracing::debug_span!("redefer.lock", %key, fence = tracing::field::Empty);
     async move {
+        // Its own answer: nobody holds a closed key, there is no wait to estimate, and a
+        // deferral would only wait for whoever opens it.
+        if shared.store.is_closed(&key) {
+            return Err(Error::Closed { key });
+        }
         let token = LockToken::random();
         let mut guard = ReleaseOnDrop::new(shared.store.clone(), key.clone(), token);
         // A re-injected job meets the lock as its own waiter: the key may be reserved for it.

@@ -49,6 +49,16 @@ pub enum Error<E> {
         /// hold counts at most the TTL.
         retry_after: Option<Duration>,
     },
+    /// The request's key is closed: its permit limit is 0 (a
+    /// [`permits_by`](crate::LockLayer::permits_by) closure said so). Nobody holds it and
+    /// nothing was stored, whatever the strategy; trying again succeeds once the limit opens
+    /// it. A job that meets a closed key goes back to wait, using no attempt. An HTTP service
+    /// answers `503 Service Unavailable` (or `423 Locked`).
+    #[error("{key:?} is closed (its permit limit is 0)")]
+    Closed {
+        /// The closed key.
+        key: LockKey,
+    },
     /// The request's key is over its [`Rate`](crate::throttle::Rate) and the conflict strategy
     /// refused to wait. `retry_after` is exact: the key's next slot opens then (unless others
     /// take it first). An HTTP service answers `429 Too Many Requests` with `Retry-After`.

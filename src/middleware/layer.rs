@@ -129,16 +129,29 @@ impl<St, X, Strat> LockLayer<St, X, Strat> {
     /// assert_eq!(exports.oneshot(9).await.unwrap().done(), Some(9));
     /// # }
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `permits` is 0, as `[lock] permits = 0` is a configuration error: a semaphore of
+    /// no permits admits nobody, ever. To close keys for a while, give
+    /// [`permits_by`](Self::permits_by) a closure that says 0 for them (a request on such a key
+    /// is refused with [`Error::Closed`](crate::Error::Closed)).
     pub fn permits(self, permits: u32) -> LockLayer<Permits<St, u32>, X, Strat>
     where
         St: SemaphoreStore,
     {
+        assert!(
+            permits > 0,
+            "LockLayer::permits(0): a semaphore needs at least one permit (permits_by closes keys)"
+        );
         self.permits_by(permits)
     }
 
     /// Like [`permits`](Self::permits), with the limit of each key from `limit`: a closure of
     /// the key (for example by customer tier), asked at every acquire and release, so a
-    /// limit may change while the key is held.
+    /// limit may change while the key is held. A limit of 0 closes the key: its requests are
+    /// refused with [`Error::Closed`](crate::Error::Closed) (nothing is stored, whatever the
+    /// strategy), and a job that meets it waits for it to open.
     ///
     /// ```
     /// use std::convert::Infallible;

@@ -206,6 +206,12 @@ where
                         lock_remaining: signals.lock_remaining(),
                     },
                     Ok(Err(Error::Throttled { key, retry_after })) => Ran::Throttled { key, opens_in: retry_after },
+                    // A closed key is waited for, as a held one is: its fallback, no attempt.
+                    Ok(Err(Error::Closed { key })) => Ran::Waiting {
+                        key,
+                        retry_after: None,
+                        lock_remaining: None,
+                    },
                     Ok(Err(error @ (Error::Store(_) | Error::LockLost { reason: LossReason::Unconfirmed, .. }))) => {
                         Ran::StoreFailed(error.to_string())
                     }

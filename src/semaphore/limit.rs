@@ -7,8 +7,11 @@ use crate::key::LockKey;
 ///
 /// The limit is asked at each acquire, release and change of the line, so it may change while
 /// the key is held: holders above a lowered limit finish, and nobody new enters until fewer
-/// than the limit hold it. A limit of 0 closes the key: requests wait, or are deferred, until
-/// it opens.
+/// than the limit hold it. A limit of 0 closes the key: a request is refused with
+/// [`Error::Closed`](crate::Error::Closed) whatever its strategy (nothing is stored), and a job
+/// that meets it goes back to wait for it to open, using no attempt (within its
+/// `max_lock_wait`). A fixed limit is at least 1 ([`permits`](crate::LockLayer::permits) and
+/// `[lock] permits` refuse 0): only a closure closes keys, for as long as it says 0.
 ///
 /// ```
 /// use redefer::LockKey;

@@ -99,6 +99,10 @@ where
     St: SemaphoreStore,
     L: PermitLimit + Clone,
 {
+    fn is_closed(&self, key: &LockKey) -> bool {
+        self.limit.permits(key) == 0
+    }
+
     fn try_acquire_in_line(
         &self,
         key: &LockKey,
