@@ -526,7 +526,71 @@ async fn in_flight_entries_of_redefer_0_2_and_foreign_claim_lists_are_handled(ki
     assert_eq!(left, 0, "every ended lease is gone");
 }
 
+/// A scheduler shut down while a claim of its is on its way hands that claim's jobs back: the
+/// claim's script runs on the server whether or not the scheduler still waits for its answer.
+/// The server is paused (`CLIENT PAUSE`) under a busy scheduler (400 at once, batches of 100,
+/// as a rolling deploy sees it) so that a claim is on its way when `shutdown` is called; once
+/// the pause ends, no job may be left in flight.
+async fn a_claim_on_its_way_at_shutdown_is_handed_back(kind: Server) {
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    let charges: Vec<Charge> = (0..3_000).map(|order| Charge { order }).collect();
+    for chunk in charges.chunks(500) {
+        queue.push_many(chunk, Duration::ZERO).await.unwrap();
+    }
+    let finished = Arc::new(tokio::sync::Notify::new());
+    let service = {
+        let finished = Arc::clone(&finished);
+        LockLayer::new(store.clone(), by_order).layer(service_fn(move |_: Charge| {
+            let finished = Arc::clone(&finished);
+            async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                finished.notify_one();
+                Ok::<_, std::convert::Infallible>(())
+            }
+        }))
+    };
+    let options = SchedulerOptions {
+        concurrency: 400,
+        batch: 100,
+        lease: Duration::from_secs(30),
+        shutdown_grace: Duration::from_secs(1),
+        ..quick()
+    };
+    let scheduler = Scheduler::new(queue.clone(), service).options(options).start();
+    // Under way: handlers finish, their slots free, claims follow.
+    finished.notified().await;
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let mut pauser = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(800)
+        .arg("ALL")
+        .query_async(&mut pauser)
+        .await
+        .unwrap();
+    // Handlers that end during the pause free slots at once; the next claim (within the 1 ms
+    // gathering window) goes out and waits behind the pause.
+    finished.notified().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let report = scheduler.shutdown().await;
+    // Answered only once the pause is over.
+    let _: String = ::redis::cmd("PING").query_async(&mut pauser).await.unwrap();
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(
+        stats.in_flight, 0,
+        "jobs left in flight after shutdown returned: {stats:?}, {report:?}"
+    );
+    assert_eq!(
+        stats.waiting + report.acked,
+        3_000,
+        "every job ran once or waits: {stats:?}, {report:?}"
+    );
+}
+
 for_each_server!(
+    a_claim_on_its_way_at_shutdown_is_handed_back,
     entries_written_by_other_clients_are_buried_with_a_reason_and_the_rest_run,
     keys_of_the_wrong_type_are_store_errors_and_touch_nothing_else,
     the_scheduler_carries_on_after_redis_is_killed_and_restarted_with_aof,

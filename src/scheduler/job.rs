@@ -222,16 +222,7 @@ where
                 () = timed_out => {
                     Ran::Failed(format!("timed out after {}", humantime::format_duration(time_limit)))
                 }
-                () = abandoned => {
-                    return match queue.release(&lease).await {
-                        Ok(true) => JobEnd::Returned,
-                        Ok(false) => JobEnd::LeaseLost,
-                        Err(error) => {
-                            tracing::warn!(%error, "cannot give the job back; it returns after its lease");
-                            JobEnd::Unsettled
-                        }
-                    };
-                }
+                () = abandoned => return hand_back(&queue, &lease).await,
             };
             // The handler is done: another job may run while this one is settled.
             drop(slot);
@@ -409,4 +400,22 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("a non-text panic payload")
+}
+
+/// Gives a claimed job back to the queue, due now, for another claimer (a scheduler shutting
+/// down): how its run ended.
+pub(super) async fn hand_back<T, St, Enc>(queue: &DelayQueue<T, St, Enc>, lease: &Lease) -> JobEnd
+where
+    T: Serialize + DeserializeOwned,
+    St: QueueStore,
+    Enc: Codec,
+{
+    match queue.release(lease).await {
+        Ok(true) => JobEnd::Returned,
+        Ok(false) => JobEnd::LeaseLost,
+        Err(error) => {
+            tracing::warn!(%error, id = %lease.id(), "cannot give the job back; it returns after its lease");
+            JobEnd::Unsettled
+        }
+    }
 }

@@ -17,7 +17,7 @@ use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
 use super::acker::Acker;
-use super::job::{JobRun, JobService};
+use super::job::{JobRun, JobService, hand_back};
 use super::report::{JobEnd, SchedulerReport};
 use super::{Scheduler, SchedulerOptions};
 use crate::metric_names::QueueMetrics;
@@ -93,11 +93,16 @@ where
                 taken = free_slots(&slots, gather, batch) => taken,
             };
             let claimed_at = Instant::now();
-            let claimed = tokio::select! {
-                biased;
-                _ = stop.cancelled() => break,
-                claimed = queue.claim(taken.num_permits(), lease) => claimed,
-            };
+            // A claim on its way is awaited even when the scheduler is stopping: the store may
+            // have taken its jobs already (dropping the call does not undo the script), so they
+            // are handed back here rather than left in flight until their lease runs out.
+            let claimed = queue.claim(taken.num_permits(), lease).await;
+            if stop.is_cancelled() {
+                for job in claimed.map(|claimed| claimed.jobs).unwrap_or_default() {
+                    report.record(hand_back(&queue, &job.lease).await);
+                }
+                break;
+            }
             let pause = match claimed {
                 Ok(claimed) => {
                     failures = 0;
