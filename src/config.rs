@@ -1,5 +1,7 @@
-//! One serde struct for the whole stack: lock, conflict strategy, queue, scheduler.
+//! One serde struct for the whole stack: lock, conflict strategy, queue, scheduler; and for a
+//! service with several, its queues and guards by name.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -63,6 +65,52 @@ pub struct Config {
     pub scheduler: SchedulerOptions,
     /// A rate per key, for [`throttle_layer`](Config::throttle_layer) (none by default).
     pub throttle: Option<ThrottleConfig>,
+    /// A service's queues, by name (`[queues.charges]`): each a [`QueueConfig`] whose name is
+    /// the table's, built by [`queue_named`](Config::queue_named).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub queues: BTreeMap<String, QueueConfig>,
+    /// The schedulers of the named queues (`[schedulers.charges]`), for
+    /// [`scheduler_named`](Config::scheduler_named); a queue without one runs with
+    /// `[scheduler]`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub schedulers: BTreeMap<String, SchedulerOptions>,
+    /// A service's guards, by name (`[guards.exports]`): each a mutex, a semaphore or a
+    /// throttle with its own strategy and queue, built by
+    /// [`lock_layer_named`](Config::lock_layer_named),
+    /// [`semaphore_layer_named`](Config::semaphore_layer_named) or
+    /// [`throttle_layer_named`](Config::throttle_layer_named).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub guards: BTreeMap<String, GuardConfig>,
+}
+
+/// One guard of a service (`[guards.<name>]`): a mutex (the default), a semaphore (`lock`'s
+/// `permits` set) or a throttle (`rate` set), with its own strategy and the named queue it
+/// defers to.
+///
+/// ```toml
+/// [guards.exports]
+/// lock = { permits = 4, ttl = "1m" }
+/// strategy = { then = "defer" }
+/// queue = "exports"
+///
+/// [guards.refunds]
+/// rate = { count = 10, per = "1s", burst = 5 }   # answered 429 by a FailFast
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct GuardConfig {
+    /// The lock's settings; `permits` makes the guard a semaphore.
+    pub lock: LockConfig,
+    /// What a request does when the guard refuses it.
+    pub strategy: StrategyConfig,
+    /// A rate per key: the guard is a throttle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
+    /// The queue (a name in `[queues]`, or `[queue]`'s) its deferrals go to; needed with
+    /// `strategy.then = "defer"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
 }
 
 impl Default for Config {
@@ -74,6 +122,9 @@ impl Default for Config {
             queue: QueueConfig::default(),
             scheduler: SchedulerOptions::default(),
             throttle: None,
+            queues: BTreeMap::new(),
+            schedulers: BTreeMap::new(),
+            guards: BTreeMap::new(),
         }
     }
 }
@@ -253,71 +304,61 @@ impl Config {
         Config::from_toml_str(&text)
     }
 
-    /// Checks what serde cannot: names, and values that would not work.
+    /// Checks what serde cannot: names, values that would not work, and what the named guards
+    /// refer to (every section, named ones included, with its full path in the error).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let out_of_range = |field: &str, problem| {
-            Err(ConfigError::OutOfRange {
-                field: field.to_string(),
-                problem,
-            })
-        };
         Prefix::new(self.prefix.as_str())?;
-        crate::queue::QueueName::new(self.queue.name.as_str())?;
-        if !(1..=crate::queue::MAX_SHARDS).contains(&self.queue.shards) {
-            return out_of_range("queue.shards", "must be within 1 and 1024");
-        }
-        if self.lock.ttl < Duration::from_millis(3) {
-            return out_of_range("lock.ttl", "must be at least 3 ms, to be renewed");
-        }
-        if self.lock.permits == Some(0) {
-            return out_of_range("lock.permits", "must be at least 1 (0 would admit nobody)");
-        }
-        if self.queue.retry.max_attempts == 0 {
-            return out_of_range("queue.retry.max_attempts", "must be at least 1");
-        }
-        if !(1..=MAX_CONCURRENCY).contains(&self.scheduler.concurrency) {
-            return out_of_range("scheduler.concurrency", "must be within 1 and 100000");
-        }
-        if !(1..=MAX_BATCH).contains(&self.scheduler.batch) {
-            return out_of_range("scheduler.batch", "must be within 1 and 10000");
-        }
-        let backoffs = [
-            ("strategy.retry.backoff", self.strategy.retry.backoff),
-            ("queue.retry.backoff", self.queue.retry.backoff),
-            ("scheduler.error_backoff", self.scheduler.error_backoff),
-        ];
-        for (field, backoff) in backoffs {
-            if let Some((part, problem)) = backoff.problem() {
-                return out_of_range(&format!("{field}.{part}"), problem);
+        validate_lock("lock", &self.lock)?;
+        validate_strategy("strategy", &self.strategy)?;
+        validate_queue("queue", &self.queue)?;
+        validate_scheduler("scheduler", &self.scheduler)?;
+        for (name, queue) in &self.queues {
+            let path = format!("queues.{name}");
+            crate::queue::QueueName::new(name.as_str())?;
+            if queue.name != QueueConfig::default().name && queue.name != *name {
+                return out_of_range(
+                    &format!("{path}.name"),
+                    "differs from the table's name, which names the queue",
+                );
             }
+            validate_queue(&path, queue)?;
         }
-        if let Some(retention) = self.queue.retention {
-            if retention.max_count == 0 {
-                return out_of_range("queue.retention.max_count", "must be at least 1");
+        for (name, options) in &self.schedulers {
+            let path = format!("schedulers.{name}");
+            if !self.has_queue(name) {
+                return out_of_range(&path, "names no queue of [queues] or [queue]");
             }
-            if retention.max_age.is_zero() {
-                return out_of_range("queue.retention.max_age", "must be more than zero");
+            validate_scheduler(&path, options)?;
+        }
+        for (name, guard) in &self.guards {
+            let path = format!("guards.{name}");
+            validate_lock(&format!("{path}.lock"), &guard.lock)?;
+            validate_strategy(&format!("{path}.strategy"), &guard.strategy)?;
+            if guard.rate.is_some() && guard.lock.permits.is_some() {
+                return out_of_range(
+                    &path,
+                    "is a semaphore (lock.permits) or a throttle (rate), not both",
+                );
             }
-        }
-        if self.queue.max_payload == 0 {
-            return out_of_range("queue.max_payload", "must be at least 1 byte");
-        }
-        if self.scheduler.max_idle.is_zero() {
-            return out_of_range(
-                "scheduler.max_idle",
-                "must be more than zero (zero would poll without pause)",
-            );
-        }
-        if self.scheduler.lease < Duration::from_millis(3) {
-            return out_of_range("scheduler.lease", "must be at least 3 ms, to be renewed");
-        }
-        if self.scheduler.lease > crate::queue::MAX_LEASE {
-            return out_of_range("scheduler.lease", "must be at most 24 hours (queue::MAX_LEASE)");
-        }
-        if self.scheduler.time_limit.is_zero() {
-            return out_of_range("scheduler.time_limit", "must be more than zero");
+            match &guard.queue {
+                Some(queue) if !self.has_queue(queue) => {
+                    return out_of_range(&format!("{path}.queue"), "names no queue of [queues] or [queue]");
+                }
+                None if guard.strategy.then == FallThrough::Defer => {
+                    return out_of_range(
+                        &format!("{path}.queue"),
+                        "is not set: a guard that defers needs its queue",
+                    );
+                }
+                _ => {}
+            }
         }
         Ok(())
+    }
+
+    /// Whether `name` is a queue this configuration describes: `[queue]`'s, or one of `[queues]`.
+    fn has_queue(&self, name: &str) -> bool {
+        self.queue.name == name || self.queues.contains_key(name)
     }
 
     /// The validated key prefix.
@@ -345,16 +386,184 @@ impl Config {
     /// connected under another prefix is moved to this one: the app, its workers and the
     /// command must look at the same keys).
     pub fn queue<T, St: QueueStore>(&self, store: St) -> Result<DelayQueue<T, St>, ConfigError> {
+        self.build_queue(self.queue.name.as_str(), &self.queue, store)
+    }
+
+    /// The queue `name` of `T`s in `store`: one of `[queues]` (its table's name is the
+    /// queue's), or `[queue]` when that is its name. Under the configured prefix, as
+    /// [`queue`](Config::queue).
+    ///
+    /// ```
+    /// use redefer::{Config, MemoryStore};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = Config::from_toml_str(r#"
+    ///     [queues.charges]
+    ///     shards = 2
+    ///
+    ///     [queues.syncs]
+    ///     retry = { max_attempts = 3 }
+    /// "#)?;
+    /// let charges = config.queue_named::<u64, _>("charges", MemoryStore::new())?;
+    /// assert_eq!(charges.shard_names().len(), 2);
+    /// assert!(config.queue_named::<u64, _>("nope", MemoryStore::new()).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn queue_named<T, St: QueueStore>(
+        &self,
+        name: &str,
+        store: St,
+    ) -> Result<DelayQueue<T, St>, ConfigError> {
+        let queue = match self.queues.get(name) {
+            Some(queue) => queue,
+            None if self.queue.name == name => &self.queue,
+            None => return Err(missing(format!("queues.{name}"), "is not configured")),
+        };
+        self.build_queue(name, queue, store)
+    }
+
+    /// The scheduler options of queue `name`: its `[schedulers.<name>]`, else `[scheduler]`.
+    pub fn scheduler_named(&self, name: &str) -> SchedulerOptions {
+        self.schedulers.get(name).copied().unwrap_or(self.scheduler)
+    }
+
+    /// The queue `name` as `settings` describe it, in `store` under the configured prefix.
+    fn build_queue<T, St: QueueStore>(
+        &self,
+        name: &str,
+        settings: &QueueConfig,
+        store: St,
+    ) -> Result<DelayQueue<T, St>, ConfigError> {
         let store = store.under_prefix(self.prefix()?);
-        let queue = DelayQueue::new(store, self.queue.name.as_str())?
-            .shards(self.queue.shards)?
-            .retry_policy(self.queue.retry)
-            .max_payload(self.queue.max_payload)
-            .count_activity(self.queue.activity);
-        Ok(match self.queue.retention {
+        let queue = DelayQueue::new(store, name)?
+            .shards(settings.shards)?
+            .retry_policy(settings.retry)
+            .max_payload(settings.max_payload)
+            .count_activity(settings.activity);
+        Ok(match settings.retention {
             Some(retention) => queue.retain_finished(retention),
             None => queue,
         })
+    }
+
+    /// The guard `name` of `[guards]`, validated, whose kind is `kind` and whose queue is the
+    /// one given (when it defers).
+    fn guard<Req, Q>(
+        &self,
+        name: &str,
+        kind: GuardKind,
+        queue: &DelayQueue<Req, Q>,
+    ) -> Result<&GuardConfig, ConfigError> {
+        self.validate()?;
+        let path = format!("guards.{name}");
+        let guard = self
+            .guards
+            .get(name)
+            .ok_or_else(|| missing(path.clone(), "is not configured"))?;
+        let found = match (guard.rate, guard.lock.permits) {
+            (Some(_), _) => GuardKind::Throttle,
+            (None, Some(_)) => GuardKind::Semaphore,
+            (None, None) => GuardKind::Mutex,
+        };
+        if found != kind {
+            return Err(missing(path, found.built_by()));
+        }
+        if let Some(wanted) = &guard.queue
+            && wanted.as_str() != queue.name().as_str()
+        {
+            return Err(missing(
+                format!("{path}.queue"),
+                "names another queue than the one given to build it",
+            ));
+        }
+        Ok(guard)
+    }
+
+    /// The mutex `name` of `[guards]` (neither `lock.permits` nor `rate` set), over `store`,
+    /// deferring (if its strategy does) to `queue`, which must be the guard's `queue`.
+    ///
+    /// ```
+    /// use redefer::{Config, MemoryStore};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = Config::from_toml_str(r#"
+    ///     [queues.orders]
+    ///
+    ///     [guards.orders]
+    ///     lock = { ttl = "30s" }
+    ///     strategy = { then = "defer", retry = { max_attempts = 2 } }
+    ///     queue = "orders"
+    ///
+    ///     [guards.exports]
+    ///     lock = { permits = 4 }
+    ///     queue = "orders"
+    ///
+    ///     [guards.refunds]
+    ///     rate = { count = 10, per = "1s", burst = 5 }
+    /// "#)?;
+    /// let store = MemoryStore::new();
+    /// let orders = config.queue_named::<u64, _>("orders", store.clone())?;
+    /// let by_order = |order: &u64| Some(format!("order:{order}"));
+    /// let mutex = config.lock_layer_named("orders", store.clone(), by_order, orders.clone())?;
+    /// let semaphore = config.semaphore_layer_named("exports", store.clone(), by_order, orders.clone())?;
+    /// let throttle = config.throttle_layer_named("refunds", store.clone(), by_order, orders.clone())?;
+    /// // A guard built as what it is not says what builds it.
+    /// assert!(config.lock_layer_named("refunds", store, by_order, orders).is_err());
+    /// # let _ = (mutex, semaphore, throttle);
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_layer_named<St: LockStore, X, Req, Q>(
+        &self,
+        name: &str,
+        store: St,
+        extractor: X,
+        queue: DelayQueue<Req, Q>,
+    ) -> Result<LockLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
+        let guard = self.guard(name, GuardKind::Mutex, &queue)?;
+        Ok(LockLayer::new(store.under_prefix(self.prefix()?), extractor)
+            .ttl(guard.lock.ttl)
+            .fencing(guard.lock.fencing)
+            .on_conflict(strategy_of(&guard.strategy, queue)))
+    }
+
+    /// The semaphore `name` of `[guards]` (its `lock.permits` set); see
+    /// [`lock_layer_named`](Config::lock_layer_named).
+    pub fn semaphore_layer_named<St: SemaphoreStore, X, Req, Q>(
+        &self,
+        name: &str,
+        store: St,
+        extractor: X,
+        queue: DelayQueue<Req, Q>,
+    ) -> Result<ConfiguredSemaphore<St, X, Req, Q>, ConfigError> {
+        let guard = self.guard(name, GuardKind::Semaphore, &queue)?;
+        let permits = guard.lock.permits.unwrap_or(1);
+        Ok(LockLayer::new(store.under_prefix(self.prefix()?), extractor)
+            .ttl(guard.lock.ttl)
+            .fencing(guard.lock.fencing)
+            .permits(permits)
+            .on_conflict(strategy_of(&guard.strategy, queue)))
+    }
+
+    /// The throttle `name` of `[guards]` (its `rate` set); see
+    /// [`lock_layer_named`](Config::lock_layer_named).
+    pub fn throttle_layer_named<St: ThrottleStore, X, Req, Q>(
+        &self,
+        name: &str,
+        store: St,
+        extractor: X,
+        queue: DelayQueue<Req, Q>,
+    ) -> Result<ThrottleLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
+        let guard = self.guard(name, GuardKind::Throttle, &queue)?;
+        let Some(rate) = guard.rate else {
+            return Err(missing(
+                format!("guards.{name}.rate"),
+                "is not set: a throttle needs its rate",
+            ));
+        };
+        Ok(
+            ThrottleLayer::new(store.under_prefix(self.prefix()?), extractor, rate)
+                .on_conflict(strategy_of(&guard.strategy, queue)),
+        )
     }
 
     /// The configured lock layer: `store` holds the locks (under the configured prefix),
@@ -377,7 +586,7 @@ impl Config {
         Ok(LockLayer::new(store, extractor)
             .ttl(self.lock.ttl)
             .fencing(self.lock.fencing)
-            .on_conflict(self.strategy(queue)))
+            .on_conflict(strategy_of(&self.strategy, queue)))
     }
 
     /// The configured semaphore: the lock layer with `[lock] permits` holders per key.
@@ -411,7 +620,7 @@ impl Config {
             .ttl(self.lock.ttl)
             .fencing(self.lock.fencing)
             .permits(permits)
-            .on_conflict(self.strategy(queue)))
+            .on_conflict(strategy_of(&self.strategy, queue)))
     }
 
     /// The configured throttle: each key admitted at `[throttle] rate`, over the rate the
@@ -448,20 +657,135 @@ impl Config {
         };
         self.validate()?;
         let store = store.under_prefix(self.prefix()?);
-        Ok(ThrottleLayer::new(store, extractor, throttle.rate).on_conflict(self.strategy(queue)))
+        Ok(ThrottleLayer::new(store, extractor, throttle.rate)
+            .on_conflict(strategy_of(&self.strategy, queue)))
     }
+}
 
-    /// The configured strategy: retry within the limits, then fail fast or defer to `queue`.
-    fn strategy<Req, Q>(&self, queue: DelayQueue<Req, Q>) -> ConfiguredStrategy<Req, Q> {
-        let then = match self.strategy.then {
-            FallThrough::FailFast => Fallback::FailFast,
-            FallThrough::Defer => Fallback::Defer(match self.strategy.max_waiting {
-                Some(cap) => Defer::new(queue).max_waiting(cap),
-                None => Defer::new(queue),
-            }),
-        };
-        Retry::from_limits(self.strategy.retry).then(then)
+/// A configured strategy: retry within the limits, then fail fast or defer to `queue`.
+fn strategy_of<Req, Q>(strategy: &StrategyConfig, queue: DelayQueue<Req, Q>) -> ConfiguredStrategy<Req, Q> {
+    let then = match strategy.then {
+        FallThrough::FailFast => Fallback::FailFast,
+        FallThrough::Defer => Fallback::Defer(match strategy.max_waiting {
+            Some(cap) => Defer::new(queue).max_waiting(cap),
+            None => Defer::new(queue),
+        }),
+    };
+    Retry::from_limits(strategy.retry).then(then)
+}
+
+/// What a named guard is, by what its table sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GuardKind {
+    Mutex,
+    Semaphore,
+    Throttle,
+}
+
+impl GuardKind {
+    /// Which builder makes a guard of this kind, for the error of building it as another.
+    fn built_by(self) -> &'static str {
+        match self {
+            GuardKind::Mutex => {
+                "is a mutex (no lock.permits, no rate): build it with Config::lock_layer_named"
+            }
+            GuardKind::Semaphore => {
+                "is a semaphore (lock.permits): build it with Config::semaphore_layer_named"
+            }
+            GuardKind::Throttle => "is a throttle (rate): build it with Config::throttle_layer_named",
+        }
     }
+}
+
+/// The error of a named section that is missing, or not what it was asked as.
+fn missing(field: String, problem: &'static str) -> ConfigError {
+    ConfigError::OutOfRange { field, problem }
+}
+
+/// The error of a value out of range at `field`.
+fn out_of_range(field: &str, problem: &'static str) -> Result<(), ConfigError> {
+    Err(ConfigError::OutOfRange {
+        field: field.to_string(),
+        problem,
+    })
+}
+
+/// Checks a lock section (`[lock]`, or a guard's `lock`) at `path`.
+fn validate_lock(path: &str, lock: &LockConfig) -> Result<(), ConfigError> {
+    if lock.ttl < Duration::from_millis(3) {
+        return out_of_range(&format!("{path}.ttl"), "must be at least 3 ms, to be renewed");
+    }
+    if lock.permits == Some(0) {
+        return out_of_range(
+            &format!("{path}.permits"),
+            "must be at least 1 (0 would admit nobody)",
+        );
+    }
+    Ok(())
+}
+
+/// Checks a strategy section (`[strategy]`, or a guard's `strategy`) at `path`.
+fn validate_strategy(path: &str, strategy: &StrategyConfig) -> Result<(), ConfigError> {
+    match strategy.retry.backoff.problem() {
+        Some((part, problem)) => out_of_range(&format!("{path}.retry.backoff.{part}"), problem),
+        None => Ok(()),
+    }
+}
+
+/// Checks a queue section (`[queue]`, or one of `[queues]`) at `path`.
+fn validate_queue(path: &str, queue: &QueueConfig) -> Result<(), ConfigError> {
+    crate::queue::QueueName::new(queue.name.as_str())?;
+    if !(1..=crate::queue::MAX_SHARDS).contains(&queue.shards) {
+        return out_of_range(&format!("{path}.shards"), "must be within 1 and 1024");
+    }
+    if queue.retry.max_attempts == 0 {
+        return out_of_range(&format!("{path}.retry.max_attempts"), "must be at least 1");
+    }
+    if let Some((part, problem)) = queue.retry.backoff.problem() {
+        return out_of_range(&format!("{path}.retry.backoff.{part}"), problem);
+    }
+    if let Some(retention) = queue.retention {
+        if retention.max_count == 0 {
+            return out_of_range(&format!("{path}.retention.max_count"), "must be at least 1");
+        }
+        if retention.max_age.is_zero() {
+            return out_of_range(&format!("{path}.retention.max_age"), "must be more than zero");
+        }
+    }
+    if queue.max_payload == 0 {
+        return out_of_range(&format!("{path}.max_payload"), "must be at least 1 byte");
+    }
+    Ok(())
+}
+
+/// Checks a scheduler section (`[scheduler]`, or one of `[schedulers]`) at `path`.
+fn validate_scheduler(path: &str, scheduler: &SchedulerOptions) -> Result<(), ConfigError> {
+    let field = |name: &str| format!("{path}.{name}");
+    if !(1..=MAX_CONCURRENCY).contains(&scheduler.concurrency) {
+        return out_of_range(&field("concurrency"), "must be within 1 and 100000");
+    }
+    if !(1..=MAX_BATCH).contains(&scheduler.batch) {
+        return out_of_range(&field("batch"), "must be within 1 and 10000");
+    }
+    if let Some((part, problem)) = scheduler.error_backoff.problem() {
+        return out_of_range(&field(&format!("error_backoff.{part}")), problem);
+    }
+    if scheduler.max_idle.is_zero() {
+        return out_of_range(
+            &field("max_idle"),
+            "must be more than zero (zero would poll without pause)",
+        );
+    }
+    if scheduler.lease < Duration::from_millis(3) {
+        return out_of_range(&field("lease"), "must be at least 3 ms, to be renewed");
+    }
+    if scheduler.lease > crate::queue::MAX_LEASE {
+        return out_of_range(&field("lease"), "must be at most 24 hours (queue::MAX_LEASE)");
+    }
+    if scheduler.time_limit.is_zero() {
+        return out_of_range(&field("time_limit"), "must be more than zero");
+    }
+    Ok(())
 }
 
 /// The strategy a [`Config`] describes: retry within limits, then fail fast or defer.
@@ -692,5 +1016,107 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    /// A service with several queues and guards, each with its own strategy, in one file: every
+    /// part is built by name, and what the names refer to is checked.
+    #[test]
+    fn a_whole_service_is_described_and_built_by_name() {
+        let config = Config::from_toml_str(
+            r#"
+            prefix = "shop"
+
+            [queues.exports]
+            shards = 2
+            [queues.syncs]
+            retry = { max_attempts = 3 }
+            [schedulers.syncs]
+            concurrency = 4
+
+            [guards.exports]
+            lock = { permits = 4 }
+            strategy = { then = "defer" }
+            queue = "exports"
+
+            [guards.customers]
+            rate = { count = 10, per = "1s", burst = 5 }
+
+            [guards.syncs]
+            strategy = { then = "defer", max_waiting = { max = 100 } }
+            queue = "syncs"
+            "#,
+        )
+        .unwrap();
+        let store = crate::MemoryStore::new();
+        let exports = config.queue_named::<u64, _>("exports", store.clone()).unwrap();
+        let syncs = config.queue_named::<u64, _>("syncs", store.clone()).unwrap();
+        assert_eq!(exports.shard_names().len(), 2);
+        assert_eq!(syncs.policy().max_attempts, 3);
+        assert_eq!(config.scheduler_named("syncs").concurrency, 4);
+        assert_eq!(config.scheduler_named("exports"), config.scheduler);
+        let by_key = |n: &u64| Some(n.to_string());
+        assert!(
+            config
+                .semaphore_layer_named("exports", store.clone(), by_key, exports.clone())
+                .is_ok()
+        );
+        assert!(
+            config
+                .throttle_layer_named("customers", store.clone(), by_key, syncs.clone())
+                .is_ok()
+        );
+        assert!(
+            config
+                .lock_layer_named("syncs", store.clone(), by_key, syncs.clone())
+                .is_ok()
+        );
+        let error = |result: Result<(), ConfigError>| result.unwrap_err().to_string();
+        assert!(
+            error(
+                config
+                    .lock_layer_named("exports", store.clone(), by_key, exports.clone())
+                    .map(|_| ())
+            )
+            .contains("semaphore_layer_named")
+        );
+        assert!(
+            error(
+                config
+                    .lock_layer_named("syncs", store.clone(), by_key, exports.clone())
+                    .map(|_| ())
+            )
+            .contains("guards.syncs.queue")
+        );
+        assert!(
+            error(
+                config
+                    .lock_layer_named("nope", store, by_key, exports)
+                    .map(|_| ())
+            )
+            .contains("guards.nope")
+        );
+
+        for (text, field) in [
+            ("[guards.a]\nqueue = \"nowhere\"", "guards.a.queue"),
+            ("[guards.a]\nstrategy = { then = \"defer\" }", "guards.a.queue"),
+            (
+                "[guards.a]\nlock = { permits = 2 }\nrate = { count = 1, per = \"1s\" }",
+                "guards.a",
+            ),
+            ("[guards.a]\nlock = { permits = 0 }", "guards.a.lock.permits"),
+            (
+                "[queues.q]\nretry = { max_attempts = 0 }",
+                "queues.q.retry.max_attempts",
+            ),
+            ("[queues.q]\nname = \"other\"", "queues.q.name"),
+            ("[schedulers.nowhere]\nconcurrency = 2", "schedulers.nowhere"),
+            (
+                "[queues.q]\n[schedulers.q]\nconcurrency = 0",
+                "schedulers.q.concurrency",
+            ),
+        ] {
+            let refused = Config::from_toml_str(text).unwrap_err().to_string();
+            assert!(refused.starts_with(field), "{text}: {refused}");
+        }
     }
 }

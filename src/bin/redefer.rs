@@ -184,15 +184,29 @@ struct Target {
 impl Target {
     fn of(cli: &Cli) -> Result<Target, Failure> {
         let config = cli.config.as_deref().map(read_config).transpose()?;
-        let shards = match (cli.shards, &config) {
+        let queue = cli.queue.clone().unwrap_or_else(|| {
+            config
+                .as_ref()
+                .map_or_else(|| Config::default().queue.name, |c| c.queue.name.clone())
+        });
+        // The config file's count for the queue: its `[queues.<name>]`, or `[queue]` by name.
+        let configured = config
+            .as_ref()
+            .and_then(|config| match config.queues.get(&queue) {
+                Some(named) => Some(named.shards),
+                None => (config.queue.name == queue).then_some(config.queue.shards),
+            });
+        let shards = match (cli.shards, configured) {
             (Some(shards), _) => Some((shards, "--shards")),
-            (None, Some(config)) => Some((config.queue.shards, "the config file")),
+            (None, Some(shards)) => Some((shards, "the config file")),
             (None, None) => None,
         };
-        let config = config.unwrap_or_default();
         Ok(Target {
-            prefix: cli.prefix.clone().unwrap_or(config.prefix),
-            queue: cli.queue.clone().unwrap_or(config.queue.name),
+            prefix: cli
+                .prefix
+                .clone()
+                .unwrap_or_else(|| config.map_or_else(|| Config::default().prefix, |c| c.prefix)),
+            queue,
             shards,
         })
     }
