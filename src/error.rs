@@ -28,10 +28,6 @@ pub enum StoreError {
         /// How many were asked for.
         wanted: u32,
     },
-    /// The address given to connect is not a Redis URL (`redis://`, `rediss://` with the `tls`
-    /// feature, `unix://`): nothing was tried.
-    #[error("not a Redis URL (redis://host:port, rediss:// with TLS, unix:///path): {0}")]
-    InvalidUrl(String),
     /// Redis answered with a reply of an unexpected shape (a script of another version, or a key
     /// of ours overwritten by another tool).
     #[error("unexpected reply from the store: {0}")]
@@ -66,7 +62,7 @@ impl StoreError {
                     || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
             }
             StoreError::NotReplicated { .. } => true,
-            StoreError::Protocol(_) | StoreError::EvictionPolicy { .. } | StoreError::InvalidUrl(_) => false,
+            StoreError::Protocol(_) | StoreError::EvictionPolicy { .. } => false,
         }
     }
 

@@ -295,8 +295,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
     let builder = RedisStore::builder().prefix(target.prefix.as_str())?;
     let unreachable = |error: redefer::StoreError| -> Failure {
-        if let redefer::StoreError::InvalidUrl(_) = error {
-            return format!("--url (or REDIS_URL) {}: {error}", without_password(&cli.url)).into();
+        // An address the client cannot read: nothing was tried, the server is not the question.
+        if let redefer::StoreError::Redis(refused) = &error
+            && refused.kind() == redefer::redis::ErrorKind::InvalidClientConfig
+        {
+            return format!(
+                "--url (or REDIS_URL) {} is not a Redis URL (redis://host:port, rediss:// with TLS, unix:///path): {error}",
+                without_password(&cli.url)
+            )
+            .into();
         }
         format!(
             "cannot connect to {}: {error} (is the server running? --url or REDIS_URL says where)",

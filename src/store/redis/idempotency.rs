@@ -12,6 +12,31 @@ use crate::idempotency::{Begun, IdempotencyStore, Seen};
 use crate::queue::{JobId, QueueName};
 use crate::store::time::millis;
 
+impl<Conn> RedisStore<Conn>
+where
+    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// One call of `queue_request.lua` on request `id`'s record: `mode` (`begin`, `extend`,
+    /// `end`) with its milliseconds; what the script answers.
+    async fn request_record(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        mode: &str,
+        ms: u64,
+    ) -> Result<String, StoreError> {
+        self.prepare().await?;
+        Ok(self
+            .queue_script(&QUEUE_REQUEST, queue)
+            .key(QueueKeys::request(&self.prefix, queue, id))
+            .arg(id.as_str())
+            .arg(mode)
+            .arg(ms)
+            .invoke_async(&mut self.conn.clone())
+            .await?)
+    }
+}
+
 impl<Conn> IdempotencyStore for RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
@@ -22,15 +47,7 @@ where
         id: &JobId,
         hold: Duration,
     ) -> Result<Begun, StoreError> {
-        self.prepare().await?;
-        let found: String = self
-            .queue_script(&QUEUE_REQUEST, queue)
-            .key(QueueKeys::request(&self.prefix, queue, id))
-            .arg(id.as_str())
-            .arg("begin")
-            .arg(millis(hold))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let found = self.request_record(queue, id, "begin", millis(hold)).await?;
         Ok(match found.as_str() {
             "" => Begun::New,
             "running" => Begun::Duplicate(Seen::Running),
@@ -53,16 +70,7 @@ where
         id: &JobId,
         hold: Duration,
     ) -> Result<bool, StoreError> {
-        self.prepare().await?;
-        let found: String = self
-            .queue_script(&QUEUE_REQUEST, queue)
-            .key(QueueKeys::request(&self.prefix, queue, id))
-            .arg(id.as_str())
-            .arg("extend")
-            .arg(millis(hold))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(found == "running")
+        Ok(self.request_record(queue, id, "extend", millis(hold)).await? == "running")
     }
 
     async fn end_request(
@@ -71,14 +79,7 @@ where
         id: &JobId,
         keep: Option<Duration>,
     ) -> Result<(), StoreError> {
-        self.prepare().await?;
-        let _: String = self
-            .queue_script(&QUEUE_REQUEST, queue)
-            .key(QueueKeys::request(&self.prefix, queue, id))
-            .arg(id.as_str())
-            .arg("end")
-            .arg(keep.map_or(0, millis))
-            .invoke_async(&mut self.conn.clone())
+        self.request_record(queue, id, "end", keep.map_or(0, millis))
             .await?;
         Ok(())
     }

@@ -368,7 +368,7 @@ impl RedisStoreBuilder {
     /// Connects to the server at `url` (`redis://`, `rediss://` with the `tls` feature,
     /// `redis://user:password@host:port/db`).
     pub async fn connect(self, url: &str) -> Result<RedisStore<ConnectionManager>, StoreError> {
-        let client = redis::Client::open(url).map_err(invalid_url)?;
+        let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.response_timeout))
             .set_connection_timeout(Some(self.connection_timeout))
@@ -396,27 +396,16 @@ impl RedisStoreBuilder {
         let client = ClusterClient::builder(nodes.iter().copied())
             .connection_timeout(self.connection_timeout)
             .response_timeout(self.response_timeout)
-            .build()
-            .map_err(invalid_url)?;
+            .build()?;
         let mut conn = client.get_async_connection().await?;
         // Any node's answer stands for the cluster's: the nodes of one cluster share a config.
         eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
         let pubsub = nodes
             .iter()
             .map(|node| redis::Client::open(*node))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(invalid_url)?;
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(RedisStore::prepared_now(conn, self.prefix)
             .await?
             .with_pubsub_nodes(pubsub))
-    }
-}
-
-/// An address `redis::Client::open` refused, as the typed error that says so (the URL itself is
-/// left out: it may hold a password).
-fn invalid_url(error: redis::RedisError) -> StoreError {
-    match error.kind() {
-        redis::ErrorKind::InvalidClientConfig => StoreError::InvalidUrl(error.to_string()),
-        _ => StoreError::Redis(error),
     }
 }
