@@ -411,3 +411,47 @@ impl HandOver for PermitLine<'_> {
         Ok(self.store.leave_permits_now(key, waiter, self.permits))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::lifetimes::IDLE_KEY_TTL;
+
+    /// The semaphore keeps only what is in use, as the mutex does: the permits, counters and
+    /// last holds of keys idle for a minute are forgotten; a permit of a long TTL is kept.
+    #[tokio::test(start_paused = true)]
+    async fn the_state_of_idle_keys_is_forgotten() {
+        let store = MemoryStore::new();
+        let ttl = Duration::from_secs(5);
+        for n in 0..500 {
+            let key = LockKey::new(format!("tenant:{n}")).unwrap();
+            let token = LockToken::random();
+            let taken = store
+                .try_acquire_permit(&key, token, ttl, 2, None, Fencing::On)
+                .await
+                .unwrap();
+            assert!(matches!(taken, Acquisition::Acquired(Some(_))));
+            assert!(store.release_permit(&key, token, 2, Some(ttl / 2)).await.unwrap());
+        }
+        // A permit that outlives the minute, unextended.
+        let long = LockKey::new("tenant:long").unwrap();
+        let held = store
+            .try_acquire_permit(&long, LockToken::random(), 3 * IDLE_KEY_TTL, 2, None, Fencing::On)
+            .await
+            .unwrap();
+        assert!(matches!(held, Acquisition::Acquired(_)));
+        assert_eq!(store.semaphores().fences.len(), 501);
+
+        tokio::time::advance(2 * IDLE_KEY_TTL).await;
+        let again = LockKey::new("tenant:7").unwrap();
+        store
+            .try_acquire_permit(&again, LockToken::random(), ttl, 2, None, Fencing::On)
+            .await
+            .unwrap();
+        let state = store.semaphores();
+        assert_eq!(state.fences.len(), 1, "only the key used since keeps its counter");
+        assert!(state.holds.is_empty());
+        assert!(state.keys.contains_key(&long), "a live permit is kept");
+        assert_eq!(state.keys.len(), 2);
+    }
+}
