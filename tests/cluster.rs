@@ -293,6 +293,13 @@ async fn the_locks_of_every_master_are_listed(kind: Server) {
         .collect();
     assert_eq!(listed, keys, "a SCAN of one node would see a third");
     assert_eq!(store.cluster_locks(7).await.unwrap().len(), 7, "the limit holds");
+    // The footprint counts every master's keys too: 30 locks and their 30 counters, each to
+    // expire.
+    let footprint = store.cluster_footprint(100_000).await.unwrap();
+    assert!(footprint.complete, "{footprint:?}");
+    assert_eq!(footprint.kinds["lock"].keys, 30, "{footprint:?}");
+    assert_eq!(footprint.kinds["fence"].keys, 30, "{footprint:?}");
+    assert_eq!(footprint.unbounded(), 0, "{footprint:?}");
 
     // The command, with --cluster, lists them too.
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_redefer"))
