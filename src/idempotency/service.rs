@@ -139,9 +139,11 @@ async fn while_renewing<St: IdempotencyStore, F: Future>(
     hold: Duration,
     call: F,
 ) -> F::Output {
+    // A hold too short to be renewed in time is renewed as often as a millisecond allows.
+    let every = (hold / 3).max(Duration::from_millis(1));
     let renewals = async {
         loop {
-            tokio::time::sleep(hold / 3).await;
+            tokio::time::sleep(every).await;
             match store.extend_request(shard, id, hold).await {
                 Ok(true) => {}
                 Ok(false) => return,

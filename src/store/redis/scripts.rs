@@ -214,6 +214,15 @@ mod tests {
         }
     }
 
+    /// The scripts keep a lock key's keys as long as `lifetimes::IDLE_KEY_TTL` says: the
+    /// prelude's `IDLE_MS`, and the one script without the prelude that writes such a key.
+    #[test]
+    fn the_scripts_keep_idle_keys_as_long_as_the_lifetimes_say() {
+        let idle_ms = crate::store::lifetimes::IDLE_KEY_TTL.as_millis();
+        assert!(super::FENCE.contains(&format!("local IDLE_MS = {idle_ms}\n")));
+        assert!(include_str!("lua/lock_release_alone.lua").contains(&format!("'PX', {idle_ms})")));
+    }
+
     #[test]
     fn the_scripts_apply_the_same_limits() {
         assert!(PRELUDE.contains(&format!("local MAX_PAGE = {}\n", rules::MAX_PAGE)));
