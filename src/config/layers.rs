@@ -17,7 +17,9 @@ use crate::strategy::{Conflict, ConflictStrategy, Decision, Defer, FailFast, Ret
 use crate::throttle::{ThrottleLayer, ThrottleStore};
 
 use super::validate::missing;
-use super::{Config, ConfigError, FallThrough, GuardConfig, StrategyConfig};
+use super::{Config, ConfigError, FallThrough, GuardConfig, LockConfig, StrategyConfig};
+use crate::store::Sealed;
+use crate::throttle::Rate;
 
 impl Config {
     /// The guard `name` of `[guards]`, validated, whose kind is `kind` and whose queue is the
@@ -94,10 +96,7 @@ impl Config {
         queue: DelayQueue<Req, Q>,
     ) -> Result<LockLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
         let guard = self.guard(name, GuardKind::Mutex, &queue)?;
-        Ok(LockLayer::new(store.under_prefix(self.prefix()?), extractor)
-            .ttl(guard.lock.ttl)
-            .fencing(guard.lock.fencing)
-            .on_conflict(strategy_of(&guard.strategy, queue)))
+        self.mutex_of(&guard.lock, &guard.strategy, store, extractor, queue)
     }
 
     /// The semaphore `name` of `[guards]` (its `lock.permits` set); see
@@ -111,11 +110,9 @@ impl Config {
     ) -> Result<ConfiguredSemaphore<St, X, Req, Q>, ConfigError> {
         let guard = self.guard(name, GuardKind::Semaphore, &queue)?;
         let permits = guard.lock.permits.unwrap_or(1);
-        Ok(LockLayer::new(store.under_prefix(self.prefix()?), extractor)
-            .ttl(guard.lock.ttl)
-            .fencing(guard.lock.fencing)
-            .permits(permits)
-            .on_conflict(strategy_of(&guard.strategy, queue)))
+        Ok(self
+            .mutex_of(&guard.lock, &guard.strategy, store, extractor, queue)?
+            .permits(permits))
     }
 
     /// The throttle `name` of `[guards]` (its `rate` set); see
@@ -134,10 +131,7 @@ impl Config {
                 "is not set: a throttle needs its rate",
             ));
         };
-        Ok(
-            ThrottleLayer::new(store.under_prefix(self.prefix()?), extractor, rate)
-                .on_conflict(strategy_of(&guard.strategy, queue)),
-        )
+        self.throttle_of(rate, &guard.strategy, store, extractor, queue)
     }
 
     /// The configured lock layer: `store` holds the locks (under the configured prefix),
@@ -156,11 +150,7 @@ impl Config {
             });
         }
         self.validate()?;
-        let store = store.under_prefix(self.prefix()?);
-        Ok(LockLayer::new(store, extractor)
-            .ttl(self.lock.ttl)
-            .fencing(self.lock.fencing)
-            .on_conflict(strategy_of(&self.strategy, queue)))
+        self.mutex_of(&self.lock, &self.strategy, store, extractor, queue)
     }
 
     /// The configured semaphore: the lock layer with `[lock] permits` holders per key.
@@ -189,12 +179,9 @@ impl Config {
             });
         };
         self.validate()?;
-        let store = store.under_prefix(self.prefix()?);
-        Ok(LockLayer::new(store, extractor)
-            .ttl(self.lock.ttl)
-            .fencing(self.lock.fencing)
-            .permits(permits)
-            .on_conflict(strategy_of(&self.strategy, queue)))
+        Ok(self
+            .mutex_of(&self.lock, &self.strategy, store, extractor, queue)?
+            .permits(permits))
     }
 
     /// The configured throttle: each key admitted at `[throttle] rate`, over the rate the
@@ -230,9 +217,38 @@ impl Config {
             });
         };
         self.validate()?;
-        let store = store.under_prefix(self.prefix()?);
-        Ok(ThrottleLayer::new(store, extractor, throttle.rate)
-            .on_conflict(strategy_of(&self.strategy, queue)))
+        self.throttle_of(throttle.rate, &self.strategy, store, extractor, queue)
+    }
+
+    /// A lock layer of `lock`'s settings and `strategy` over `store` (moved under the
+    /// configured prefix): the stack's `[lock]` or a named guard's; a semaphore adds its permits.
+    fn mutex_of<St: Sealed, X, Req, Q>(
+        &self,
+        lock: &LockConfig,
+        strategy: &StrategyConfig,
+        store: St,
+        extractor: X,
+        queue: DelayQueue<Req, Q>,
+    ) -> Result<LockLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
+        Ok(LockLayer::new(store.under_prefix(self.prefix()?), extractor)
+            .ttl(lock.ttl)
+            .fencing(lock.fencing)
+            .on_conflict(strategy_of(strategy, queue)))
+    }
+
+    /// A throttle at `rate` with `strategy` over `store` (moved under the configured prefix).
+    fn throttle_of<St: Sealed, X, Req, Q>(
+        &self,
+        rate: Rate,
+        strategy: &StrategyConfig,
+        store: St,
+        extractor: X,
+        queue: DelayQueue<Req, Q>,
+    ) -> Result<ThrottleLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
+        Ok(
+            ThrottleLayer::new(store.under_prefix(self.prefix()?), extractor, rate)
+                .on_conflict(strategy_of(strategy, queue)),
+        )
     }
 }
 
