@@ -199,9 +199,11 @@ async fn retrying_callers_wait_exactly_for_their_booked_slots<S: Clocked>(store:
     for (i, start) in starts.iter().enumerate() {
         let since = start.duration_since(starts[0]).unwrap();
         // Never early: the i-th start is at least i intervals after the first (to the
-        // microsecond the slots are kept in, less the clock reads' own spread).
+        // microsecond the slots are kept in, less the clock reads' own spread: each start is
+        // read by its handler, and a host busy with the other tests of this binary delayed the
+        // first read by 3 ms once in four full runs, which made the next start look early).
         assert!(
-            since + MS >= rate.interval() * i as u32,
+            since + 5 * MS >= rate.interval() * i as u32,
             "start {i} after {since:?}"
         );
     }
