@@ -57,28 +57,33 @@ impl<Conn> RedisStore<Conn> {
     /// A call of a queue script on `queue`: every queue script takes the same keys, in the
     /// order the prelude names them, and the wake channel as its first argument.
     pub(super) fn queue_script<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptInvocation<'a> {
-        let keys = self.keys(queue);
-        let mut invocation = script.prepare_invoke();
-        for key in keys.in_script_order() {
-            invocation.key(key);
-        }
-        invocation.arg(&keys.wake);
-        invocation
+        invocation(script, &self.keys(queue))
     }
 
     /// A call of a queue script that ends jobs' waits (claim, cancel, burial of a waiting job,
     /// purge): the queue's keys, then its coalesce records (`KEYS[15]`, `KEYS[16]`), which
-    /// the script forgets for the jobs that no longer wait.
+    /// the script forgets for the jobs that no longer wait. The names are built once.
     pub(super) fn waits_ending_script<'a>(
         &self,
         script: &'a Script,
         queue: &QueueName,
     ) -> ScriptInvocation<'a> {
         let keys = self.keys(queue);
-        let mut invocation = self.queue_script(script, queue);
+        let mut invocation = invocation(script, &keys);
         invocation.key(&keys.pending).key(&keys.pending_jobs);
         invocation
     }
+}
+
+/// A call of `script` on the queue of `keys`: its keys in the order the prelude names them,
+/// and the wake channel as its first argument.
+fn invocation<'a>(script: &'a Script, keys: &QueueKeys) -> ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    for key in keys.in_script_order() {
+        invocation.key(key);
+    }
+    invocation.arg(&keys.wake);
+    invocation
 }
 
 /// How a push script reads a due time: `in` a delay, or `at` an epoch time, in ms.
