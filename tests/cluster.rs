@@ -300,26 +300,6 @@ async fn the_locks_of_every_master_are_listed(kind: Server) {
     assert_eq!(footprint.kinds["lock"].keys, 30, "{footprint:?}");
     assert_eq!(footprint.kinds["fence"].keys, 30, "{footprint:?}");
     assert_eq!(footprint.unbounded(), 0, "{footprint:?}");
-
-    // The command, with --cluster, lists them too.
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_redefer"))
-        .args([
-            "--url",
-            &cluster.urls()[0],
-            "--cluster",
-            "--prefix",
-            store.prefix().as_str(),
-        ])
-        .args(["--json", "locks", "--limit", "1000"])
-        .output()
-        .expect("run redefer");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(rows.len(), keys.len());
 }
 
 /// A throttle per customer over a semaphore per order (2 permits), both deferring to one

@@ -1,6 +1,8 @@
 //! The `redefer` command against a real Redis: stats, list (undecodable bytes shown as such),
 //! show, requeue, purge, locks; JSON and tables.
 
+// The library's test harness: real Redis servers on free ports.
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::process::Command;
@@ -614,4 +616,54 @@ async fn a_newcomer_is_told_where_to_look() {
     assert_eq!(footprint["kinds"]["throttle"]["keys"], 1, "{footprint}");
     assert_eq!(footprint["kinds"]["throttle"]["never_expire"], 0, "{footprint}");
     assert_eq!(footprint["kinds"]["queues"]["never_expire"], 1, "{footprint}");
+}
+
+/// With `--cluster`, the command lists the locks of every master, not those of the node its
+/// URL names (a SCAN of one node would see a third of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_locks_of_every_master_are_listed() {
+    let cluster = support::RedisCluster::start_of(support::Server::Redis, 3, 0);
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let store = redefer::RedisStore::builder()
+        .prefix(support::unique_prefix())
+        .unwrap()
+        .connect_cluster(&nodes)
+        .await
+        .expect("connect to the cluster");
+    // Enough keys that every master holds some (the slots spread them).
+    let keys: std::collections::HashSet<String> = (0..30).map(|n| format!("order:{n}")).collect();
+    for key in &keys {
+        let taken = store
+            .try_acquire(
+                &LockKey::new(key.as_str()).unwrap(),
+                LockToken::random(),
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(taken, redefer::lock::Acquisition::Acquired(_)));
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_redefer"))
+        .args([
+            "--url",
+            &urls[0],
+            "--cluster",
+            "--prefix",
+            store.prefix().as_str(),
+        ])
+        .args(["--json", "locks", "--limit", "1000"])
+        .output()
+        .expect("run redefer");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let listed: std::collections::HashSet<String> = rows
+        .iter()
+        .map(|row| row["key"].as_str().expect("a key").to_string())
+        .collect();
+    assert_eq!(listed, keys);
 }

@@ -1,0 +1,126 @@
+//! The command line: the options every command takes, and the commands.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use redefer::queue::JobSet;
+
+#[derive(Parser)]
+#[command(
+    name = "redefer",
+    version,
+    about = "Inspect and operate redefer's locks and delay queues in Redis"
+)]
+// The options before the command may come after it too (`global`): `redefer queues --url URL`.
+pub struct Cli {
+    /// The Redis server (with --cluster: any node of the cluster).
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub url: String,
+    /// Connect to a Redis Cluster.
+    #[arg(long, global = true)]
+    pub cluster: bool,
+    /// The application's configuration (TOML, or JSON by a .json name): the prefix, queue and
+    /// shards to use, unless given below.
+    #[arg(long, global = true, env = "REDEFER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The prefix of redefer's keys [default: the config's, or redefer].
+    #[arg(long, global = true)]
+    pub prefix: Option<String>,
+    /// The queue [default: the config's, or deferred].
+    #[arg(long, global = true)]
+    pub queue: Option<String>,
+    /// How many shards the queue has [default: the config's, or 1].
+    #[arg(long, global = true)]
+    pub shards: Option<usize>,
+    /// Print JSON instead of tables (errors too, on stderr).
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Count the queue's jobs: waiting, due now, in flight, dead, done (kept); paused or not.
+    Stats,
+    /// List one of the queue's sets (waiting, in_flight, dead, done), oldest first.
+    List {
+        set: JobSet,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Start after this entry: `<time>/<id>`, as the last row of the previous page.
+        #[arg(long)]
+        after: Option<String>,
+    },
+    /// Show one job in full.
+    Show { id: String },
+    /// Move dead jobs back to the queue, due now.
+    Requeue {
+        /// The jobs to move.
+        #[arg(required_unless_present = "all")]
+        ids: Vec<String>,
+        /// Move every dead job.
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+    },
+    /// Delete a waiting or dead job.
+    Cancel { id: String },
+    /// Make a waiting job due now.
+    RunNow { id: String },
+    /// Pause the queue: its claims hand out nothing, in every process, until `resume`.
+    Pause,
+    /// Resume a paused queue.
+    Resume,
+    /// Delete every job of one set, for good.
+    Purge {
+        set: JobSet,
+        /// Confirms the deletion.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// List the queues under the prefix (each registers itself when it first pushes, or
+    /// when a scheduler starts on it).
+    Queues,
+    /// List held locks and semaphores with their remaining TTL, fencing token, holders / limit
+    /// and waiters in line, and throttled keys with their next free slot and booked slots.
+    Locks {
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Count the keys under the prefix by kind, and those without an expiry: what Redis keeps
+    /// for redefer (a bounded SCAN, safe on a large production Redis; with --cluster: every
+    /// master).
+    Footprint {
+        /// Stop after looking at this many keys.
+        #[arg(long, default_value_t = 1_000_000)]
+        max_keys: u64,
+    },
+    /// Serve the web dashboard: queues, jobs, locks, and actions.
+    Dashboard {
+        /// Where to listen. Loopback by default; any other address needs a token.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        bind: std::net::SocketAddr,
+        /// The token that signs in: every page and action (requeue, cancel, run now, purge,
+        /// pause, resume) needs it. Without one, the dashboard is read-only and readable by
+        /// anyone who reaches it, so it serves on loopback only.
+        #[arg(long, env = "REDEFER_DASHBOARD_TOKEN")]
+        token: Option<String>,
+        /// Turn the actions off, token or not (the token still guards reading).
+        #[arg(long)]
+        read_only: bool,
+        /// Let anyone read the pages; the actions still need the token.
+        #[arg(long)]
+        public_read: bool,
+        /// The dashboard is reached over HTTPS (a proxy in front): the session cookie is `Secure`.
+        #[arg(long)]
+        https: bool,
+        /// How long a sign-in lasts.
+        #[arg(long, default_value = "12h", value_parser = humantime::parse_duration)]
+        session_ttl: std::time::Duration,
+    },
+}
