@@ -597,7 +597,7 @@ async fn claims_under_one_token_keep_a_lease_each<St: QueueStore>(store: St) {
     for n in 0..3 {
         let id = JobId::new(format!("job-{n}")).unwrap();
         store
-            .push(&name, &id, b"{}".to_vec(), Due::In(Duration::ZERO))
+            .push_many(&name, &[(id, b"{}".to_vec())], Due::In(Duration::ZERO))
             .await
             .unwrap();
     }
@@ -707,15 +707,14 @@ async fn entries_that_cannot_be_jobs_are_buried_with_their_reasons<St: QueueStor
     let big = roomy.push(&"x".repeat(400), Duration::ZERO).await.unwrap().id;
     let empty = JobId::new("empty").unwrap();
     store
-        .push(&name, &empty, Vec::new(), Due::In(Duration::ZERO))
+        .push_many(&name, &[(empty.clone(), Vec::new())], Due::In(Duration::ZERO))
         .await
         .unwrap();
     let garbage = JobId::new("garbage").unwrap();
     store
-        .push(
+        .push_many(
             &name,
-            &garbage,
-            b"\xff not json".to_vec(),
+            &[(garbage.clone(), b"\xff not json".to_vec())],
             Due::In(Duration::ZERO),
         )
         .await
@@ -786,7 +785,7 @@ async fn a_bulk_push_stores_each_job_once<St: QueueStore>(store: St) {
     let name = redefer::queue::QueueName::new("bulk").unwrap();
     let taken = JobId::new("taken").unwrap();
     store
-        .push(&name, &taken, b"x".to_vec(), Due::In(LEASE))
+        .push_many(&name, &[(taken.clone(), b"x".to_vec())], Due::In(LEASE))
         .await
         .unwrap();
     let twice = JobId::new("twice").unwrap();

@@ -468,9 +468,16 @@ where
         due: Due,
     ) -> Result<Scheduled, QueueError> {
         self.register().await;
-        match self.store.push(self.shards.of(&id), &id, bytes, due).await {
-            Ok(Some(due)) => Ok(Scheduled { id, due }),
-            Ok(None) => Err(QueueError::DuplicateId(id)),
+        let job = [(id, bytes)];
+        match self.store.push_many(self.shards.of(&job[0].0), &job, due).await {
+            Ok((due, stored)) if stored.first() == Some(&true) => {
+                let [(id, _)] = job;
+                Ok(Scheduled { id, due })
+            }
+            Ok(_) => {
+                let [(id, _)] = job;
+                Err(QueueError::DuplicateId(id))
+            }
             Err(error) => Err(push_error(error)),
         }
     }

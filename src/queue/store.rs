@@ -239,18 +239,10 @@ pub struct QueueStats {
 /// Sealed: the crate's two stores implement it, and operations can be added without breaking
 /// anyone (see [`store`](crate::store)). Its methods are public, for tools of your own.
 pub trait QueueStore: Sealed + Clone + Send + Sync + 'static {
-    /// Stores a new job; `None` when a job with this id exists (nothing is written).
-    fn push(
-        &self,
-        queue: &QueueName,
-        id: &JobId,
-        envelope: Vec<u8>,
-        due: Due,
-    ) -> impl Future<Output = Result<Option<SystemTime>, StoreError>> + Send;
-
-    /// Stores new jobs (at most [`MAX_PAGE`](super::MAX_PAGE)), all due at `due`, in one round
-    /// trip; for each, in order, whether it was stored (`false`: its id was taken, before or
-    /// earlier in the batch). The due time, by the store's clock.
+    /// Stores new jobs (at most [`MAX_PAGE`](super::MAX_PAGE); one for a single push), all due
+    /// at `due`, in one round trip; for each, in order, whether it was stored (`false`: its id
+    /// was taken, before or earlier in the batch: nothing of it is written). The due time, by
+    /// the store's clock.
     fn push_many(
         &self,
         queue: &QueueName,

@@ -123,7 +123,7 @@ impl QueueState {
         self.jobs.contains_key(id)
     }
 
-    /// Stores a new job due at `due` (ms since the epoch), as `queue_push.lua` does.
+    /// Stores a new job due at `due` (ms since the epoch), as `queue_push_many.lua` does.
     pub(super) fn store_new(&mut self, id: &JobId, envelope: Vec<u8>, due: i64) {
         self.jobs.insert(id.clone(), envelope);
         self.schedule(id.clone(), due);
@@ -264,23 +264,6 @@ impl MemoryStore {
 }
 
 impl QueueStore for MemoryStore {
-    async fn push(
-        &self,
-        queue: &QueueName,
-        id: &JobId,
-        envelope: Vec<u8>,
-        due: Due,
-    ) -> Result<Option<SystemTime>, StoreError> {
-        Ok(self.with_queue(queue, |q| {
-            if q.jobs.contains_key(id) {
-                return None;
-            }
-            let due = due_ms(due);
-            q.store_new(id, envelope, due);
-            Some(from_epoch_ms(due))
-        }))
-    }
-
     async fn push_many(
         &self,
         queue: &QueueName,
@@ -296,8 +279,7 @@ impl QueueStore for MemoryStore {
                     if q.jobs.contains_key(id) {
                         return false;
                     }
-                    q.jobs.insert(id.clone(), envelope.clone());
-                    q.schedule(id.clone(), due);
+                    q.store_new(id, envelope.clone(), due);
                     true
                 })
                 .collect();

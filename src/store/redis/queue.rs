@@ -10,8 +10,8 @@ use super::RedisStore;
 use super::keys::{self, QueueKeys};
 use super::scripts::{
     QUEUE_ACK, QUEUE_BURY, QUEUE_BURY_WAITING, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_INSPECT,
-    QUEUE_LIST, QUEUE_PAUSE, QUEUE_PURGE, QUEUE_PUSH, QUEUE_PUSH_MANY, QUEUE_REQUEUE, QUEUE_RETRY,
-    QUEUE_RUN_NOW, QUEUE_STATS,
+    QUEUE_LIST, QUEUE_PAUSE, QUEUE_PURGE, QUEUE_PUSH_MANY, QUEUE_REQUEUE, QUEUE_RETRY, QUEUE_RUN_NOW,
+    QUEUE_STATS,
 };
 use super::wake::forward_wakeups;
 use crate::error::StoreError;
@@ -135,26 +135,6 @@ impl<Conn> QueueStore for RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn push(
-        &self,
-        queue: &QueueName,
-        id: &JobId,
-        envelope: Vec<u8>,
-        due: Due,
-    ) -> Result<Option<SystemTime>, StoreError> {
-        self.prepare().await?;
-        let (mode, at) = due_args(due);
-        let (stored, due_ms): (i64, i64) = self
-            .queue_script(&QUEUE_PUSH, queue)
-            .arg(id.as_str())
-            .arg(envelope)
-            .arg(mode)
-            .arg(at)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok((stored == 1).then(|| from_epoch_ms(due_ms)))
-    }
-
     async fn push_many(
         &self,
         queue: &QueueName,

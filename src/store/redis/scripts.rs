@@ -70,7 +70,6 @@ script!(PERMIT_LEAVE, PERMIT_PRELUDE, "permit_leave.lua");
 /// The throttle's one script: no prelude (two keys, no line).
 pub(super) static THROTTLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/throttle.lua")));
-script!(QUEUE_PUSH, QUEUE_PRELUDE, "queue_push.lua");
 script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
 script!(QUEUE_PENDING, QUEUE_PRELUDE, "queue_pending.lua");
 script!(QUEUE_REQUEST, QUEUE_PRELUDE, "queue_request.lua");
@@ -91,7 +90,7 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 32] = [
+static ALL: [&LazyLock<Script>; 31] = [
     &LOCK_ACQUIRE,
     &LOCK_ACQUIRE_NEW,
     &LOCK_EXTEND,
@@ -105,7 +104,6 @@ static ALL: [&LazyLock<Script>; 32] = [
     &PERMIT_JOIN,
     &PERMIT_LEAVE,
     &THROTTLE,
-    &QUEUE_PUSH,
     &QUEUE_PUSH_MANY,
     &QUEUE_PENDING,
     &QUEUE_REQUEST,
@@ -146,7 +144,7 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 30] = [
+    const SCRIPTS: [(&str, &str); 29] = [
         ("permit_acquire", include_str!("lua/permit_acquire.lua")),
         ("permit_extend", include_str!("lua/permit_extend.lua")),
         ("permit_release", include_str!("lua/permit_release.lua")),
@@ -162,7 +160,6 @@ mod tests {
         ("lock_leave", include_str!("lua/lock_leave.lua")),
         ("queue_promote", include_str!("lua/queue_promote.lua")),
         ("queue_push_many", include_str!("lua/queue_push_many.lua")),
-        ("queue_push", include_str!("lua/queue_push.lua")),
         ("queue_pending", include_str!("lua/queue_pending.lua")),
         ("queue_request", include_str!("lua/queue_request.lua")),
         ("queue_claim", include_str!("lua/queue_claim.lua")),
@@ -185,7 +182,7 @@ mod tests {
         for (name, text) in SCRIPTS {
             let flags = text.lines().next().unwrap_or_default();
             let expected = match name {
-                "queue_push" | "queue_push_many" | "queue_pending" => "#!lua",
+                "queue_push_many" | "queue_pending" => "#!lua",
                 "queue_inspect" | "queue_stats" | "queue_list" => "#!lua flags=no-writes",
                 _ => "#!lua flags=allow-oom",
             };

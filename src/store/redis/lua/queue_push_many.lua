@@ -1,6 +1,6 @@
 #!lua
--- Stores new jobs, all due at once by the server's clock: push for a batch, in one call.
--- Like queue_push.lua, refused as a whole when Redis is full (no allow-oom).
+-- Stores new jobs (one, for a single push), all due at once by the server's clock, in one call.
+-- Refused as a whole when Redis is full (no allow-oom): a push fails rather than evict.
 -- ARGV[2] 'in' (ARGV[3] = delay ms) or 'at' (ARGV[3] = epoch ms),
 -- ARGV[4..] job id 1, envelope 1, job id 2, envelope 2, ... (at most MAX_PAGE jobs).
 -- A job whose id is taken (stored before, or earlier in this batch) is skipped.
