@@ -147,7 +147,7 @@ async fn run<S: LockStore + QueueStore>(store: S) -> Result<(), Box<dyn std::err
         call.await?;
     }
     // Wait for the deferred requests to be handled.
-    while queue.stats().await? != Default::default() {
+    while queue.operator().stats().await? != Default::default() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let report = scheduler.shutdown().await;

@@ -141,7 +141,7 @@ async fn the_documented_least_privilege_user_runs_everything() {
         Some(2)
     );
     eventually(Duration::from_secs(5), "acked", || async {
-        (queue.stats().await.unwrap() == QueueStats::default()).then_some(())
+        (queue.operator().stats().await.unwrap() == QueueStats::default()).then_some(())
     })
     .await;
     scheduler.shutdown().await;
@@ -177,7 +177,7 @@ async fn the_documented_least_privilege_user_runs_everything() {
         .layer(noop);
     assert!(capped.oneshot(9).await.unwrap().deferred().is_some());
     assert_eq!(
-        syncs.stats().await.unwrap().dead,
+        syncs.operator().stats().await.unwrap().dead,
         1,
         "the coalesced job made room"
     );

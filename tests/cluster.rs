@@ -133,7 +133,7 @@ async fn the_lock_layer_and_a_deferral_work_on_a_cluster(kind: Server) {
     let Ok(Outcome::Deferred(deferred)) = service.clone().oneshot(Charge { order: 2, job: 7 }).await else {
         panic!("expected a deferral");
     };
-    assert!(queue.job(&deferred.job_id).await.unwrap().is_some());
+    assert!(queue.operator().job(&deferred.job_id).await.unwrap().is_some());
     let scheduler = Scheduler::new(queue.clone(), service).options(quick()).start();
     assert!(store.release(&key, holder).await.unwrap());
     assert_eq!(
@@ -143,7 +143,7 @@ async fn the_lock_layer_and_a_deferral_work_on_a_cluster(kind: Server) {
         Some(7)
     );
     eventually(Duration::from_secs(10), "acked", || async {
-        (queue.stats().await.unwrap() == QueueStats::default()).then_some(())
+        (queue.operator().stats().await.unwrap() == QueueStats::default()).then_some(())
     })
     .await;
     assert_eq!(scheduler.shutdown().await.acked, 1);
@@ -165,7 +165,7 @@ async fn the_shards_of_a_queue_land_on_different_masters(kind: Server) {
     for n in 0..300 {
         queue.push(&n, Duration::from_secs(60)).await.unwrap();
     }
-    assert_eq!(queue.stats().await.unwrap().waiting, 300);
+    assert_eq!(queue.operator().stats().await.unwrap().waiting, 300);
 }
 
 async fn concurrent_claimers_on_a_sharded_cluster_queue_receive_each_job_once(kind: Server) {
@@ -204,7 +204,7 @@ async fn concurrent_claimers_on_a_sharded_cluster_queue_receive_each_job_once(ki
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), JOBS, "each job delivered once");
     assert_eq!(seen.into_iter().collect::<HashSet<_>>(), pushed);
-    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 }
 
 async fn a_scheduler_carries_on_through_a_master_failover(kind: Server) {
@@ -363,8 +363,9 @@ async fn the_throttle_and_the_semaphore_work_on_a_cluster(kind: Server) {
         Duration::from_secs(20),
         "every charge handled and acked",
         || async {
-            (handled.lock().unwrap().len() >= 36 && queue.stats().await.unwrap() == QueueStats::default())
-                .then_some(())
+            (handled.lock().unwrap().len() >= 36
+                && queue.operator().stats().await.unwrap() == QueueStats::default())
+            .then_some(())
         },
     )
     .await;
@@ -421,7 +422,7 @@ async fn the_policies_for_what_waits_work_on_a_cluster(kind: Server) {
         assert_eq!(deferred.revision, job / 6 + 1);
         newest.insert(order, job);
     }
-    assert_eq!(queue.stats().await.unwrap().waiting, 6);
+    assert_eq!(queue.operator().stats().await.unwrap().waiting, 6);
     // A capped line on order 0 drops its coalesced job for a newer request.
     let capped = LockLayer::new(store.clone(), by_order)
         .on_conflict(Defer::new(queue.clone()).max_waiting(LineCap::new(1).drop_oldest()))
@@ -434,7 +435,7 @@ async fn the_policies_for_what_waits_work_on_a_cluster(kind: Server) {
             .deferred()
             .is_some()
     );
-    assert_eq!(queue.stats().await.unwrap().dead, 1);
+    assert_eq!(queue.operator().stats().await.unwrap().dead, 1);
     let scheduler = Scheduler::new(queue.clone(), service.clone())
         .options(quick())
         .start();
@@ -442,7 +443,8 @@ async fn the_policies_for_what_waits_work_on_a_cluster(kind: Server) {
         assert!(store.release(key, *token).await.unwrap());
     }
     eventually(Duration::from_secs(20), "every key's job ran", || async {
-        (queue.stats().await.unwrap().waiting == 0 && handled.lock().unwrap().len() >= 6).then_some(())
+        (queue.operator().stats().await.unwrap().waiting == 0 && handled.lock().unwrap().len() >= 6)
+            .then_some(())
     })
     .await;
     scheduler.shutdown().await;

@@ -45,7 +45,7 @@ fn scheduler_options() -> SchedulerOptions {
 }
 
 async fn waiting<S: Store>(queue: &DelayQueue<Sync, S>) -> u64 {
-    queue.stats().await.unwrap().waiting
+    queue.operator().stats().await.unwrap().waiting
 }
 
 /// 1,000 requests deferred at once while their key is held leave one job (on a queue of three
@@ -98,7 +98,7 @@ async fn a_thousand_deferrals_for_a_held_key_leave_one_job_that_runs_once_with_t
         .map(|(n, _)| *n)
         .unwrap();
     assert_eq!(waiting(&queue).await, 1, "more than one job for the key");
-    let stored = queue.job(&job).await.unwrap().unwrap();
+    let stored = queue.operator().job(&job).await.unwrap().unwrap();
     assert_eq!(stored.envelope.unwrap().unwrap().payload.n, last);
 
     let scheduler = Scheduler::new(queue.clone(), service.clone())
@@ -106,7 +106,7 @@ async fn a_thousand_deferrals_for_a_held_key_leave_one_job_that_runs_once_with_t
         .start();
     assert!(store.release(&key, holder).await.unwrap());
     eventually(Duration::from_secs(20), "the job ran", || async {
-        (queue.stats().await.unwrap() == QueueStats::default() && !runs.lock().unwrap().is_empty())
+        (queue.operator().stats().await.unwrap() == QueueStats::default() && !runs.lock().unwrap().is_empty())
             .then_some(())
     })
     .await;
@@ -141,7 +141,7 @@ async fn keep_first_drops_the_later_requests_as_duplicates<S: Store>(store: S) {
     );
     assert!(deferrals.iter().all(|d| d.revision == 1), "{deferrals:?}");
     assert_eq!(waiting(&queue).await, 1);
-    let stored = queue.job(&deferrals[0].job_id).await.unwrap().unwrap();
+    let stored = queue.operator().job(&deferrals[0].job_id).await.unwrap().unwrap();
     assert_eq!(stored.envelope.unwrap().unwrap().payload.n, 0);
     // Another key has a job of its own.
     let other = Keep::First;
@@ -206,7 +206,7 @@ async fn a_request_deferred_while_the_job_runs_starts_a_new_one<S: Store>(store:
     assert_eq!(burst[3].revision, 4);
     gate.add_permits(1);
     eventually(Duration::from_secs(10), "the burst ran", || async {
-        (runs.lock().unwrap().len() == 2 && queue.stats().await.unwrap() == QueueStats::default())
+        (runs.lock().unwrap().len() == 2 && queue.operator().stats().await.unwrap() == QueueStats::default())
             .then_some(())
     })
     .await;
@@ -243,7 +243,7 @@ async fn a_retrying_caller_overtaken_by_a_newer_deferral_is_told_it_was_supersed
         }
         other => panic!("the older caller was told {other:?}"),
     }
-    let job = queue.job(&newer.job_id).await.unwrap().unwrap();
+    let job = queue.operator().job(&newer.job_id).await.unwrap().unwrap();
     assert_eq!(job.envelope.unwrap().unwrap().payload.n, 1);
     assert_eq!(waiting(&queue).await, 1);
 }

@@ -137,7 +137,7 @@ async fn each_burst_runs_with_its_newest_payload_under_sigkills(server: Server) 
         eventually(
             Duration::from_secs(30),
             "the burst's job ran and was acked",
-            || async { (queue.stats().await.unwrap() == QueueStats::default()).then_some(()) },
+            || async { (queue.operator().stats().await.unwrap() == QueueStats::default()).then_some(()) },
         )
         .await;
     }
@@ -177,7 +177,7 @@ async fn each_burst_runs_with_its_newest_payload_under_sigkills(server: Server) 
     // A burst runs again only when a kill cut its run (or its ack) short.
     let extra: u64 = starts.values().map(|n| n - 1).sum();
     assert!(extra <= kills, "{extra} runs again with {kills} kills: {runs:?}");
-    assert_eq!(queue.stats().await.unwrap().dead, 0);
+    assert_eq!(queue.operator().stats().await.unwrap().dead, 0);
 }
 
 for_each_server!(each_burst_runs_with_its_newest_payload_under_sigkills);

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use fantoccini::{Client, ClientBuilder, Locator};
 use redefer::dashboard::{Dashboard, DashboardOptions};
 use redefer::lock::LockStore;
-use redefer::queue::{DelayQueue, JobId, JobSet, RawJobState};
+use redefer::queue::{DelayQueue, JobId, JobSet, QueueCore, RawJobState};
 use redefer::{LockKey, LockToken, RedisStore};
 use serde_json::{Value, json};
 
@@ -312,6 +312,7 @@ async fn an_operator_requeues_a_dead_job_with_a_click() {
 
     // Redis says so too.
     let job = queue
+        .operator()
         .job(&JobId::new(dead.as_str()).unwrap())
         .await
         .unwrap()
@@ -321,7 +322,7 @@ async fn an_operator_requeues_a_dead_job_with_a_click() {
         "{:?}",
         job.state
     );
-    assert_eq!(queue.stats().await.unwrap().dead, 0);
+    assert_eq!(queue.operator().stats().await.unwrap().dead, 0);
 
     client
         .goto(&format!("{url}/queues/orders/jobs/{dead}"))
@@ -336,7 +337,7 @@ async fn an_operator_requeues_a_dead_job_with_a_click() {
     assert!(text(&client, Locator::Id("locks")).await.contains("order:{42}"));
     screenshot(&client, "locks").await;
     assert_eq!(
-        queue.list(JobSet::Done, 10).await.unwrap().len(),
+        queue.operator().list(JobSet::Done, 10).await.unwrap().len(),
         0,
         "no retention: none kept"
     );
@@ -462,7 +463,7 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
     );
     let wrong = sign_in(&http, &url, "guess").await;
     assert_eq!(wrong.status(), 403);
-    assert_eq!(queue.stats().await.unwrap().dead, 1, "nothing moved");
+    assert_eq!(queue.operator().stats().await.unwrap().dead, 1, "nothing moved");
     let bearer = http
         .post(requeue(&url))
         .bearer_auth(TOKEN)
@@ -479,7 +480,7 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         .await
         .unwrap();
     assert_eq!(unconfirmed.status(), 400, "a purge needs its confirmation");
-    assert_eq!(queue.stats().await.unwrap().dead, 0);
+    assert_eq!(queue.operator().stats().await.unwrap().dead, 0);
 
     let read_only = serve(Dashboard::new(store, DashboardOptions::default())).await;
     let page = body(&http, format!("{read_only}/queues/orders")).await;
@@ -492,7 +493,7 @@ async fn actions_need_the_token_and_the_csrf_field_and_read_only_has_none() {
         .await
         .unwrap();
     assert_eq!(refused.status(), 403);
-    assert!(!queue.stats().await.unwrap().paused);
+    assert!(!queue.operator().stats().await.unwrap().paused);
     let unknown = http
         .get(format!("{read_only}/queues/ordres"))
         .send()
@@ -654,6 +655,7 @@ async fn the_json_api_reads_and_acts_with_the_bearer_token() {
         (200, json!(format!("requeued {dead}")))
     );
     let job = queue
+        .operator()
         .job(&JobId::new(dead.as_str()).unwrap())
         .await
         .unwrap()
@@ -795,7 +797,7 @@ async fn the_queue_page_counts_what_was_coalesced_and_superseded() {
         .await
         .unwrap();
     assert!(
-        redefer::queue::QueueStore::bury_waiting(
+        redefer::queue::QueueCore::bury_waiting(
             &store,
             &redefer::queue::QueueName::new("syncs").unwrap(),
             &dropped.id,
@@ -818,7 +820,7 @@ async fn the_queue_page_counts_what_was_coalesced_and_superseded() {
 /// A queue whose scheduler counts no activity gets a note instead of three empty plots.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_whose_counters_are_off_says_so_instead_of_plotting() {
-    use redefer::queue::{Counters, QueueName, QueueStore};
+    use redefer::queue::{Counters, QueueName};
 
     let store = redefer::MemoryStore::new();
     let counted = QueueName::new("counted").unwrap();
@@ -1030,7 +1032,7 @@ async fn public_read_lets_strangers_read_but_not_act() {
         .await
         .unwrap();
     assert_eq!(refused.status(), 403);
-    assert!(!queue.stats().await.unwrap().paused);
+    assert!(!queue.operator().stats().await.unwrap().paused);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -82,7 +82,7 @@ async fn a_continuous_burst_runs_at_most_three_times_at_its_deadlines_with_the_l
     }
     eventually(Duration::from_secs(10), "every job ran", || async {
         let ran = runs.lock().unwrap().len();
-        (ran >= last.len() && queue.stats().await.unwrap() == QueueStats::default()).then_some(())
+        (ran >= last.len() && queue.operator().stats().await.unwrap() == QueueStats::default()).then_some(())
     })
     .await;
     scheduler.shutdown().await;
@@ -134,7 +134,7 @@ async fn a_burst_runs_one_period_after_its_last_request<S: Store>(store: S) {
     }
     assert!(told.iter().all(|d| d.job_id == told[0].job_id));
     assert_eq!(told[2].revision, 3);
-    let job = queue.job(&told[0].job_id).await.unwrap().unwrap();
+    let job = queue.operator().job(&told[0].job_id).await.unwrap().unwrap();
     assert_eq!(job.envelope.unwrap().unwrap().payload.n, 2);
     // Another document has a burst of its own; requests without a key are not debounced.
     let other = service.clone().oneshot(Edit { document: 3, n: 0 }).await.unwrap();

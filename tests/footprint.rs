@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use redefer::debounce::{Debounce, DebounceLayer};
 use redefer::idempotency::IdempotencyLayer;
-use redefer::queue::{DelayQueue, QueueStore, Retention};
+use redefer::queue::QueueRegistry;
+use redefer::queue::{DelayQueue, Retention};
 use redefer::store::footprint::Footprint;
 use redefer::store::lifetimes::{IDLE_KEY_TTL, Lifetime};
 use redefer::strategy::{Coalesce, Defer};
@@ -182,7 +183,7 @@ async fn touch_every_guard(store: &Store, keys: u64) {
     eventually(Duration::from_secs(120), "every deferred job ran", || async {
         for queue in &queues {
             // Finished jobs kept by a retention stay in their queue's keys.
-            let stats = queue.stats().await.unwrap();
+            let stats = queue.operator().stats().await.unwrap();
             if stats.waiting + stats.in_flight + stats.dead > 0 {
                 return None;
             }

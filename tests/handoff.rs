@@ -144,7 +144,7 @@ async fn deferred_waiters_run_in_arrival_order_as_soon_as_the_key_is_released<St
         report.waited <= 10,
         "at most one lost race per waiter: {report:?}"
     );
-    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 }
 
 /// A retrying caller waits in the same line as deferred jobs: served between them, in arrival
@@ -230,7 +230,7 @@ async fn deferring_the_same_delivery_twice_stores_it_once<St: Reserving>(store: 
     assert_eq!(again.job_id, first.job_id);
     assert!(again.duplicate, "marked as the existing deferral");
     assert_eq!(again.due, first.due);
-    assert_eq!(queue.stats().await.unwrap().waiting, 1, "stored once");
+    assert_eq!(queue.operator().stats().await.unwrap().waiting, 1, "stored once");
 }
 
 /// Idempotency keys are any text: with `/`, `+`, `=`, spaces or non-ASCII, each is deferred
@@ -261,7 +261,7 @@ async fn idempotency_keys_of_any_text_dedup_and_too_long_ones_fail<St: Reserving
         assert_eq!(again.job_id, first.job_id, "{key}");
         assert!(ids.insert(first.job_id.clone()), "{key} shares an id");
     }
-    assert_eq!(queue.stats().await.unwrap().waiting, keys.len() as u64);
+    assert_eq!(queue.operator().stats().await.unwrap().waiting, keys.len() as u64);
     let too_long = Edit {
         n: 99,
         delivery: "é".repeat(100),
@@ -269,7 +269,7 @@ async fn idempotency_keys_of_any_text_dedup_and_too_long_ones_fail<St: Reserving
     let refused = service.oneshot(too_long).await;
     assert!(matches!(refused, Err(redefer::Error::Strategy(_))), "{refused:?}");
     assert_eq!(
-        queue.stats().await.unwrap().waiting,
+        queue.operator().stats().await.unwrap().waiting,
         keys.len() as u64,
         "nothing stored"
     );

@@ -96,7 +96,7 @@ async fn twins_delivered_at_once_run_once<S: Store>(store: S) {
     }
     assert_eq!(duplicates, 70, "one of each pair is a duplicate");
     eventually(Duration::from_secs(20), "every delivery ran", || async {
-        (runs.lock().unwrap().len() == 70 && queue.stats().await.unwrap() == QueueStats::default())
+        (runs.lock().unwrap().len() == 70 && queue.operator().stats().await.unwrap() == QueueStats::default())
             .then_some(())
     })
     .await;
@@ -157,7 +157,7 @@ async fn redeliveries_are_duplicates_for_the_records_life<S: Store>(store: S) {
         .start();
     assert!(store.release(&order, holder).await.unwrap());
     eventually(Duration::from_secs(10), "the deferred delivery ran", || async {
-        (queue.stats().await.unwrap().done == 1).then_some(())
+        (queue.operator().stats().await.unwrap().done == 1).then_some(())
     })
     .await;
     scheduler.shutdown().await;

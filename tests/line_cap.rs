@@ -105,7 +105,7 @@ where
         })
         .start();
     eventually(Duration::from_secs(20), "the line ran", || async {
-        let stats = queue.stats().await.unwrap();
+        let stats = queue.operator().stats().await.unwrap();
         (stats.waiting == 0 && stats.in_flight == 0).then_some(())
     })
     .await;
@@ -158,13 +158,13 @@ async fn a_full_line_refuses_the_newest_under_fifty_producers<S: Store>(store: S
         PRODUCERS * PER_PRODUCER - CAP
     );
     assert_eq!(
-        queue.stats().await.unwrap().waiting,
+        queue.operator().stats().await.unwrap().waiting,
         CAP,
         "a refused request was stored"
     );
     assert!(store.release(&key, holder).await.unwrap());
     assert_eq!(drain(&queue, service, &ran).await, CAP);
-    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 }
 
 /// With `drop_oldest`, every request is deferred and the oldest waiting jobs make room: the
@@ -180,16 +180,16 @@ async fn a_full_line_drops_the_oldest_to_the_dead_set<S: Store>(store: S) {
     let total = PRODUCERS * PER_PRODUCER;
     assert!(longest <= CAP, "{longest} waited at once");
     assert_eq!(told.deferred.load(Ordering::SeqCst), total);
-    let stats = queue.stats().await.unwrap();
+    let stats = queue.operator().stats().await.unwrap();
     assert_eq!((stats.waiting, stats.dead), (CAP, total - CAP), "{stats:?}");
-    let dead = queue.list(JobSet::Dead, 1000).await.unwrap();
+    let dead = queue.operator().list(JobSet::Dead, 1000).await.unwrap();
     assert!(
         dead.iter()
             .all(|entry| entry.reason.as_deref() == Some(SUPERSEDED_BY_NEWER))
     );
     assert!(store.release(&key, holder).await.unwrap());
     assert_eq!(drain(&queue, service, &ran).await, CAP);
-    let stats = queue.stats().await.unwrap();
+    let stats = queue.operator().stats().await.unwrap();
     assert_eq!((stats.waiting, stats.in_flight, stats.dead), (0, 0, total - CAP));
 }
 

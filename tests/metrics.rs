@@ -84,7 +84,7 @@ fn the_layer_and_the_scheduler_report_what_they_do() {
             ..SchedulerOptions::default()
         };
         let scheduler = Scheduler::new(queue.clone(), service).options(options).start();
-        while queue.stats().await.unwrap()
+        while queue.operator().stats().await.unwrap()
             != (QueueStats {
                 dead: 1,
                 ..QueueStats::default()

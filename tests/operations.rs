@@ -19,36 +19,49 @@ async fn a_paused_queue_hands_out_nothing_until_resumed<St: QueueStore>(store: S
         .unwrap();
     queue.push_many(&[1, 2, 3], Duration::ZERO).await.unwrap();
     let mut wakeups = queue.wakeups();
-    assert!(!queue.pause().await.unwrap(), "was not paused");
-    assert!(queue.stats().await.unwrap().paused);
+    assert!(!queue.operator().pause().await.unwrap(), "was not paused");
+    assert!(queue.operator().stats().await.unwrap().paused);
     let claimed = queue.claim(10, LEASE).await.unwrap();
     assert!(
         claimed.jobs.is_empty(),
         "a paused queue's claim hands out nothing"
     );
-    assert_eq!(queue.stats().await.unwrap().due, 3, "the jobs wait, due");
+    assert_eq!(
+        queue.operator().stats().await.unwrap().due,
+        3,
+        "the jobs wait, due"
+    );
     // Redis: each shard's subscription signals once when it is in place.
     while tokio::time::timeout(Duration::from_millis(300), wakeups.next())
         .await
         .is_ok()
     {}
-    assert!(queue.resume().await.unwrap(), "was paused");
+    assert!(queue.operator().resume().await.unwrap(), "was paused");
     tokio::time::timeout(Duration::from_secs(5), wakeups.next())
         .await
         .expect("resuming wakes the schedulers");
     assert_eq!(queue.claim(10, LEASE).await.unwrap().jobs.len(), 3);
-    assert!(!queue.stats().await.unwrap().paused);
+    assert!(!queue.operator().stats().await.unwrap().paused);
 }
 
 async fn run_now_makes_a_waiting_job_due<St: QueueStore>(store: St) {
     let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap();
     let later = queue.push(&1, Duration::from_secs(3600)).await.unwrap().id;
     assert!(queue.claim(10, LEASE).await.unwrap().jobs.is_empty());
-    assert!(queue.run_now(&later).await.unwrap());
+    assert!(queue.operator().run_now(&later).await.unwrap());
     let job = queue.claim(10, LEASE).await.unwrap().jobs.remove(0);
     assert_eq!(job.envelope.id, later);
-    assert!(!queue.run_now(&later).await.unwrap(), "in flight: not waiting");
-    assert!(!queue.run_now(&JobId::new("no-such-job").unwrap()).await.unwrap());
+    assert!(
+        !queue.operator().run_now(&later).await.unwrap(),
+        "in flight: not waiting"
+    );
+    assert!(
+        !queue
+            .operator()
+            .run_now(&JobId::new("no-such-job").unwrap())
+            .await
+            .unwrap()
+    );
 }
 
 async fn a_finished_job_s_status_is_kept_within_the_retention<St: QueueStore>(store: St) {
@@ -104,9 +117,9 @@ async fn a_finished_job_s_status_is_kept_within_the_retention<St: QueueStore>(st
         queue.status(&ids[3]).await.unwrap(),
         JobStatus::Dead { reason: Some(ref reason), .. } if reason == "boom"
     ));
-    let stats = queue.stats().await.unwrap();
+    let stats = queue.operator().stats().await.unwrap();
     assert_eq!((stats.done, stats.dead, stats.waiting), (2, 1, 0));
-    let done = queue.list(JobSet::Done, 10).await.unwrap();
+    let done = queue.operator().list(JobSet::Done, 10).await.unwrap();
     let listed: HashSet<String> = done.iter().map(|entry| entry.id.clone()).collect();
     assert_eq!(listed, kept.iter().map(|id| id.to_string()).collect());
     assert!(
@@ -151,7 +164,7 @@ async fn finished_jobs_older_than_the_retention_are_forgotten<St: QueueStore>(st
     let job = queue.claim(1, LEASE).await.unwrap().jobs.remove(0);
     queue.ack(&job.lease).await.unwrap();
     assert_eq!(queue.status(&old).await.unwrap(), JobStatus::Unknown);
-    assert_eq!(queue.stats().await.unwrap().done, 1);
+    assert_eq!(queue.operator().stats().await.unwrap().done, 1);
 }
 
 async fn pages_by_cursor_list_every_entry_once_in_order<St: QueueStore>(store: St) {
@@ -170,6 +183,7 @@ async fn pages_by_cursor_list_every_entry_once_in_order<St: QueueStore>(store: S
     let mut after: Option<ListCursor> = None;
     loop {
         let page = queue
+            .operator()
             .list_after(JobSet::Waiting, after.as_ref(), 7)
             .await
             .unwrap();
@@ -188,13 +202,18 @@ async fn pages_by_cursor_list_every_entry_once_in_order<St: QueueStore>(store: S
     );
 
     // A cursor whose entry left the set (claimed, cancelled) still starts after it.
-    let first_page = queue.list_after(JobSet::Waiting, None, 10).await.unwrap();
+    let first_page = queue
+        .operator()
+        .list_after(JobSet::Waiting, None, 10)
+        .await
+        .unwrap();
     let cursor = first_page[9].cursor();
     queue
         .cancel(&JobId::new(first_page[9].id.as_str()).unwrap())
         .await
         .unwrap();
     let next = queue
+        .operator()
         .list_after(JobSet::Waiting, Some(&cursor), 100)
         .await
         .unwrap();
@@ -204,14 +223,14 @@ async fn pages_by_cursor_list_every_entry_once_in_order<St: QueueStore>(store: S
 
 async fn the_activity_counts_each_minute_s_claims_acks_failures_and_burials<St: QueueStore>(store: St) {
     let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap();
-    assert!(queue.activity().await.unwrap().is_empty());
+    assert!(queue.operator().activity().await.unwrap().is_empty());
     queue.push_many(&[1, 2, 3, 4], Duration::ZERO).await.unwrap();
     let jobs = queue.claim(4, LEASE).await.unwrap().jobs;
     queue.ack(&jobs[0].lease).await.unwrap();
     queue.ack(&jobs[1].lease).await.unwrap();
     queue.fail(&jobs[2].lease, "flaky").await.unwrap();
     queue.bury(&jobs[3].lease, "boom").await.unwrap();
-    let minutes = queue.activity().await.unwrap();
+    let minutes = queue.operator().activity().await.unwrap();
     let total = |f: fn(&redefer::queue::MinuteActivity) -> u64| minutes.iter().map(f).sum::<u64>();
     assert_eq!(total(|m| m.claimed), 4);
     assert_eq!(total(|m| m.done), 2);
@@ -233,7 +252,11 @@ async fn a_queue_with_its_counters_off_counts_nothing_and_its_scheduler_says_so<
     queue.ack_many(&[&jobs[1].lease]).await.unwrap();
     queue.fail(&jobs[2].lease, "flaky").await.unwrap();
     queue.bury(&jobs[3].lease, "boom").await.unwrap();
-    assert_eq!(queue.activity().await.unwrap(), Vec::new(), "nothing counted");
+    assert_eq!(
+        queue.operator().activity().await.unwrap(),
+        Vec::new(),
+        "nothing counted"
+    );
 
     let counters_of = |store: St| async move {
         let registered = store.registered().await.unwrap();
@@ -319,7 +342,7 @@ async fn a_broken_activity_hash_never_fails_a_job_operation() {
         .remove(0);
     assert!(queue.ack(&job.lease).await.unwrap());
     assert!(
-        queue.activity().await.is_err(),
+        queue.operator().activity().await.is_err(),
         "reading it is the one thing that fails"
     );
 }

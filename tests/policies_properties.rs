@@ -161,7 +161,7 @@ async fn check<St: PendingStore + LockStore>(store: St, load: Load) -> Result<()
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let stats = queue.stats().await.map_err(|e| e.to_string())?;
+        let stats = queue.operator().stats().await.map_err(|e| e.to_string())?;
         if stats.waiting == 0 && stats.in_flight == 0 {
             break;
         }
@@ -178,7 +178,12 @@ async fn check<St: PendingStore + LockStore>(store: St, load: Load) -> Result<()
         return Err(format!("a request ran twice: {ran:?}"));
     }
     let mut dead = BTreeSet::new();
-    for entry in queue.list(JobSet::Dead, 1000).await.map_err(|e| e.to_string())? {
+    for entry in queue
+        .operator()
+        .list(JobSet::Dead, 1000)
+        .await
+        .map_err(|e| e.to_string())?
+    {
         if entry.reason.as_deref() != Some(SUPERSEDED_BY_NEWER) {
             return Err(format!("a job died for another reason: {entry:?}"));
         }

@@ -103,7 +103,7 @@ async fn jobs_of_a_sigkilled_worker_are_redelivered_to_another_after_their_lease
     eventually(
         Duration::from_secs(10),
         "the doomed worker holds every job",
-        || async { (queue.stats().await.unwrap().in_flight == 4).then_some(()) },
+        || async { (queue.operator().stats().await.unwrap().in_flight == 4).then_some(()) },
     )
     .await;
     doomed.kill().expect("SIGKILL the worker");
@@ -127,7 +127,7 @@ async fn jobs_of_a_sigkilled_worker_are_redelivered_to_another_after_their_lease
         "every job the dead worker held was handled by the survivor"
     );
     eventually(Duration::from_secs(5), "all acked", || async {
-        (queue.stats().await.unwrap() == redefer::queue::QueueStats::default()).then_some(())
+        (queue.operator().stats().await.unwrap() == redefer::queue::QueueStats::default()).then_some(())
     })
     .await;
     signal(&survivor, "TERM");

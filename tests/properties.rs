@@ -366,7 +366,7 @@ async fn check_workload<St: QueueStore>(
             }
         };
         store
-            .push(&name, &id, bytes, redefer::queue::Due::In(Duration::ZERO))
+            .push_many(&name, &[(id, bytes)], redefer::queue::Due::In(Duration::ZERO))
             .await
             .map_err(|e| e.to_string())?;
     }
@@ -467,7 +467,7 @@ async fn check_workload<St: QueueStore>(
         }
     }
     // Every hostile entry is buried with a reason; nothing else is left.
-    let stats = queue.stats().await.map_err(|e| e.to_string())?;
+    let stats = queue.operator().stats().await.map_err(|e| e.to_string())?;
     let expected = QueueStats {
         dead: hostile_entries as u64,
         ..QueueStats::default()
@@ -476,6 +476,7 @@ async fn check_workload<St: QueueStore>(
         return Err(format!("after the drain: {stats:?}, expected {expected:?}"));
     }
     let dead = queue
+        .operator()
         .list(redefer::queue::JobSet::Dead, 1000)
         .await
         .map_err(|e| e.to_string())?;

@@ -43,7 +43,7 @@ async fn a_pushed_job_is_claimed_once_and_acked<St: QueueStore>(store: St) {
     let q = queue(store);
     let scheduled = q.push(&"hello".to_string(), Duration::ZERO).await.unwrap();
     assert!(scheduled.due <= SystemTime::now() + Duration::from_secs(1));
-    assert_eq!(q.stats().await.unwrap(), stats(1, 1, 0, 0));
+    assert_eq!(q.operator().stats().await.unwrap(), stats(1, 1, 0, 0));
 
     let claimed = q.claim(10, LEASE).await.unwrap();
     assert_eq!(claimed.jobs.len(), 1);
@@ -51,13 +51,13 @@ async fn a_pushed_job_is_claimed_once_and_acked<St: QueueStore>(store: St) {
     assert_eq!(job.envelope.id, scheduled.id);
     assert_eq!(job.envelope.payload, "hello");
     assert_eq!(job.envelope.attempt, 0);
-    assert_eq!(q.stats().await.unwrap(), stats(0, 0, 1, 0));
+    assert_eq!(q.operator().stats().await.unwrap(), stats(0, 0, 1, 0));
     assert!(q.claim(10, LEASE).await.unwrap().jobs.is_empty(), "claimed once");
 
     assert!(q.ack(&job.lease).await.unwrap());
     assert!(!q.ack(&job.lease).await.unwrap(), "acked once");
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
-    assert!(q.job(&scheduled.id).await.unwrap().is_none());
+    assert_eq!(q.operator().stats().await.unwrap(), QueueStats::default());
+    assert!(q.operator().job(&scheduled.id).await.unwrap().is_none());
 }
 
 async fn only_due_jobs_are_claimed_in_due_order<St: QueueStore>(store: St) {
@@ -70,7 +70,7 @@ async fn only_due_jobs_are_claimed_in_due_order<St: QueueStore>(store: St) {
         .await
         .unwrap();
     q.push(&"later".into(), Duration::from_secs(60)).await.unwrap();
-    assert_eq!(q.stats().await.unwrap(), stats(3, 2, 0, 0));
+    assert_eq!(q.operator().stats().await.unwrap(), stats(3, 2, 0, 0));
 
     // A lease longer than the wait, so that the next event is the waiting job, not a lease.
     let claimed = q.claim(10, Duration::from_secs(120)).await.unwrap();
@@ -118,7 +118,7 @@ async fn an_oversized_job_is_refused_and_writes_nothing<St: QueueStore>(store: S
         Err(QueueError::TooLarge { size, max: 1024 }) => assert!(size > 2000),
         other => panic!("expected TooLarge, got {other:?}"),
     }
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.operator().stats().await.unwrap(), QueueStats::default());
     q.push(&"x".repeat(900), Duration::ZERO).await.unwrap();
 }
 
@@ -154,7 +154,7 @@ async fn concurrent_claimers_receive_each_job_exactly_once<St: QueueStore>(store
     assert_eq!(seen.len(), JOBS, "every job delivered, none twice");
     assert_eq!(seen.iter().cloned().collect::<HashSet<_>>(), pushed);
     assert_eq!(
-        q.stats().await.unwrap(),
+        q.operator().stats().await.unwrap(),
         QueueStats::default(),
         "nothing left behind"
     );
@@ -232,7 +232,15 @@ async fn failed_attempts_back_off_then_go_to_the_dead_letter_set<St: QueueStore>
                 );
                 assert!(due > previous_due, "due times grow");
                 previous_due = due;
-                let envelope = q.job(&id).await.unwrap().unwrap().envelope.unwrap().unwrap();
+                let envelope = q
+                    .operator()
+                    .job(&id)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .envelope
+                    .unwrap()
+                    .unwrap();
                 assert_eq!(
                     (envelope.attempt, envelope.last_error.as_deref()),
                     (next, Some("boom"))
@@ -245,7 +253,12 @@ async fn failed_attempts_back_off_then_go_to_the_dead_letter_set<St: QueueStore>
             AfterFailure::LeaseLost => panic!("our lease ran out"),
         }
     }
-    let info = q.job(&id).await.unwrap().expect("kept in the dead-letter set");
+    let info = q
+        .operator()
+        .job(&id)
+        .await
+        .unwrap()
+        .expect("kept in the dead-letter set");
     match info.state {
         RawJobState::Dead { reason, .. } => assert_eq!(reason.as_deref(), Some("boom after 3 attempts")),
         other => panic!("expected dead, got {other:?}"),
@@ -255,7 +268,7 @@ async fn failed_attempts_back_off_then_go_to_the_dead_letter_set<St: QueueStore>
         "flaky",
         "the payload is kept"
     );
-    assert_eq!(q.stats().await.unwrap(), stats(0, 0, 0, 1));
+    assert_eq!(q.operator().stats().await.unwrap(), stats(0, 0, 0, 1));
 }
 
 async fn cancel_deletes_waiting_and_dead_jobs_but_not_running_ones<St: QueueStore>(store: St) {
@@ -269,7 +282,7 @@ async fn cancel_deletes_waiting_and_dead_jobs_but_not_running_ones<St: QueueStor
     assert_eq!(q.cancel(&running).await.unwrap(), Cancelled::InFlight);
     assert!(q.bury(&job.lease, "operator said so").await.unwrap());
     assert_eq!(q.cancel(&running).await.unwrap(), Cancelled::Deleted);
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.operator().stats().await.unwrap(), QueueStats::default());
 }
 
 async fn a_released_job_is_due_at_once_with_its_attempt_unchanged<St: QueueStore>(store: St) {
@@ -342,7 +355,7 @@ async fn a_sharded_queue_serves_every_shard_and_behaves_as_one_queue<St: QueueSt
         pushed.insert(q.push(&n.to_string(), Duration::ZERO).await.unwrap().id);
     }
     assert_eq!(
-        q.stats().await.unwrap(),
+        q.operator().stats().await.unwrap(),
         stats(200, 200, 0, 0),
         "stats add up the shards"
     );
@@ -361,7 +374,7 @@ async fn a_sharded_queue_serves_every_shard_and_behaves_as_one_queue<St: QueueSt
         q.fail(&failed.lease, "again").await.unwrap(),
         redefer::queue::AfterFailure::Retrying { .. }
     ));
-    assert!(q.job(&failed.envelope.id).await.unwrap().is_some());
+    assert!(q.operator().job(&failed.envelope.id).await.unwrap().is_some());
     for job in &first.jobs[1..] {
         q.ack(&job.lease).await.unwrap();
     }
@@ -381,7 +394,7 @@ async fn a_sharded_queue_serves_every_shard_and_behaves_as_one_queue<St: QueueSt
         }
     }
     assert_eq!(seen, pushed);
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.operator().stats().await.unwrap(), QueueStats::default());
 }
 
 async fn operators_can_list_requeue_and_purge<St: QueueStore>(store: St) {
@@ -395,12 +408,12 @@ async fn operators_can_list_requeue_and_purge<St: QueueStore>(store: St) {
     for job in &claimed.jobs {
         assert!(q.bury(&job.lease, "broken").await.unwrap());
     }
-    let waiting = q.list(JobSet::Waiting, 10).await.unwrap();
+    let waiting = q.operator().list(JobSet::Waiting, 10).await.unwrap();
     assert_eq!(
         waiting.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
         [later.as_str()]
     );
-    let dead = q.list(JobSet::Dead, 10).await.unwrap();
+    let dead = q.operator().list(JobSet::Dead, 10).await.unwrap();
     assert_eq!(dead.len(), 3);
     assert!(dead.iter().all(|e| e.reason.as_deref() == Some("broken")));
     assert!(dead.iter().all(|e| {
@@ -412,28 +425,35 @@ async fn operators_can_list_requeue_and_purge<St: QueueStore>(store: St) {
             .payload
             .starts_with("doomed")
     }));
-    assert_eq!(q.list(JobSet::Dead, 2).await.unwrap().len(), 2, "the limit holds");
+    assert_eq!(
+        q.operator().list(JobSet::Dead, 2).await.unwrap().len(),
+        2,
+        "the limit holds"
+    );
 
     let one = JobId::new(dead[0].id.as_str()).unwrap();
-    assert_eq!(q.requeue(std::slice::from_ref(&one)).await.unwrap(), 1);
+    assert_eq!(q.operator().requeue(std::slice::from_ref(&one)).await.unwrap(), 1);
     assert_eq!(
-        q.requeue(std::slice::from_ref(&one)).await.unwrap(),
+        q.operator().requeue(std::slice::from_ref(&one)).await.unwrap(),
         0,
         "no longer dead"
     );
-    assert_eq!(q.stats().await.unwrap(), stats(2, 1, 0, 2));
+    assert_eq!(q.operator().stats().await.unwrap(), stats(2, 1, 0, 2));
     assert_eq!(
         q.claim(10, LEASE).await.unwrap().jobs[0].envelope.id,
         one,
         "requeued jobs are due at once"
     );
-    assert_eq!(q.requeue_dead().await.unwrap(), 2);
-    assert_eq!(q.stats().await.unwrap(), stats(3, 2, 1, 0));
+    assert_eq!(q.operator().requeue_dead().await.unwrap(), 2);
+    assert_eq!(q.operator().stats().await.unwrap(), stats(3, 2, 1, 0));
 
-    assert_eq!(q.purge(JobSet::Waiting).await.unwrap(), 3);
-    assert_eq!(q.purge(JobSet::InFlight).await.unwrap(), 1);
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
-    assert!(q.job(&later).await.unwrap().is_none(), "purged with its bytes");
+    assert_eq!(q.operator().purge(JobSet::Waiting).await.unwrap(), 3);
+    assert_eq!(q.operator().purge(JobSet::InFlight).await.unwrap(), 1);
+    assert_eq!(q.operator().stats().await.unwrap(), QueueStats::default());
+    assert!(
+        q.operator().job(&later).await.unwrap().is_none(),
+        "purged with its bytes"
+    );
 }
 
 async fn a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours<St: QueueStore>(store: St) {
@@ -460,7 +480,7 @@ async fn a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours<St: Queue
         "each answer in its lease's place"
     );
     assert_eq!(
-        q.stats().await.unwrap(),
+        q.operator().stats().await.unwrap(),
         stats(0, 0, 1, 0),
         "the re-claimed job is untouched"
     );
@@ -485,7 +505,7 @@ async fn a_claim_s_lease_returns_only_the_jobs_it_still_holds<St: QueueStore>(st
         q.fail(&retried.lease, "later").await.unwrap(),
         AfterFailure::Retrying { .. }
     ));
-    assert_eq!(q.stats().await.unwrap(), stats(1, 0, 3, 0));
+    assert_eq!(q.operator().stats().await.unwrap(), stats(1, 0, 3, 0));
 
     // They come back together: one lease ended for both.
     let back = eventually(Duration::from_secs(5), "the claim's lease runs out", || {
@@ -510,7 +530,7 @@ async fn a_claim_s_lease_returns_only_the_jobs_it_still_holds<St: QueueStore>(st
         [true, true]
     );
     assert_eq!(
-        q.stats().await.unwrap(),
+        q.operator().stats().await.unwrap(),
         stats(1, 0, 0, 0),
         "only the retried job, waiting"
     );
@@ -525,11 +545,11 @@ async fn an_ack_naming_a_job_twice_leaves_the_rest_of_its_claim_held<St: QueueSt
     let batch = q.claim(10, Duration::from_millis(300)).await.unwrap().jobs;
     let acked = q.ack_many(&[&batch[0].lease, &batch[0].lease]).await.unwrap();
     assert!(acked[0]);
-    assert_eq!(q.stats().await.unwrap(), stats(0, 0, 1, 0));
+    assert_eq!(q.operator().stats().await.unwrap(), stats(0, 0, 1, 0));
     let again = next_claimed(&q, "the other job returns after its lease").await;
     assert_eq!(again.envelope.id, batch[1].envelope.id);
     assert!(q.ack(&again.lease).await.unwrap());
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.operator().stats().await.unwrap(), QueueStats::default());
 }
 
 /// In-flight jobs are listed by lease deadline, ties by id, every one once, whichever lease
@@ -552,7 +572,11 @@ async fn in_flight_jobs_are_listed_by_deadline_across_claims<St: QueueStore>(sto
     let mut seen = Vec::new();
     let mut after = None;
     loop {
-        let page = q.list_after(JobSet::InFlight, after.as_ref(), 5).await.unwrap();
+        let page = q
+            .operator()
+            .list_after(JobSet::InFlight, after.as_ref(), 5)
+            .await
+            .unwrap();
         let Some(last) = page.last() else { break };
         after = Some(last.cursor());
         seen.extend(page.iter().map(|entry| (entry.at, entry.id.clone())));
@@ -567,7 +591,12 @@ async fn in_flight_jobs_are_listed_by_deadline_across_claims<St: QueueStore>(sto
         "the shorter lease first"
     );
     for (at, id) in &seen {
-        let info = q.job(&JobId::new(id.as_str()).unwrap()).await.unwrap().unwrap();
+        let info = q
+            .operator()
+            .job(&JobId::new(id.as_str()).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
         let RawJobState::InFlight { lease_until } = info.state else {
             panic!("{id} is in flight: {:?}", info.state)
         };
@@ -578,8 +607,8 @@ async fn in_flight_jobs_are_listed_by_deadline_across_claims<St: QueueStore>(sto
             .as_millis();
         assert_eq!(listed, inspected, "{id}");
     }
-    assert_eq!(q.purge(JobSet::InFlight).await.unwrap(), 12);
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.operator().purge(JobSet::InFlight).await.unwrap(), 12);
+    assert_eq!(q.operator().stats().await.unwrap(), QueueStats::default());
     assert!(!q.ack(&claimed[0].lease).await.unwrap(), "purged");
 }
 
@@ -679,10 +708,10 @@ async fn a_job_whose_lease_keeps_running_out_is_buried<St: QueueStore>(store: St
                 .is_empty(),
             "not delivered again"
         );
-        (q.stats().await.unwrap() == stats(0, 0, 0, 1)).then_some(())
+        (q.operator().stats().await.unwrap() == stats(0, 0, 0, 1)).then_some(())
     })
     .await;
-    match q.job(&id).await.unwrap().unwrap().state {
+    match q.operator().job(&id).await.unwrap().unwrap().state {
         RawJobState::Dead { reason, .. } => {
             assert_eq!(
                 reason.as_deref(),
@@ -692,7 +721,7 @@ async fn a_job_whose_lease_keeps_running_out_is_buried<St: QueueStore>(store: St
         other => panic!("expected dead, got {other:?}"),
     }
     // Requeued, it gets a fresh count.
-    assert_eq!(q.requeue(std::slice::from_ref(&id)).await.unwrap(), 1);
+    assert_eq!(q.operator().requeue(std::slice::from_ref(&id)).await.unwrap(), 1);
     let again = q.claim(10, LEASE).await.unwrap().jobs.remove(0);
     assert!(q.ack(&again.lease).await.unwrap());
 }
@@ -729,11 +758,11 @@ async fn entries_that_cannot_be_jobs_are_buried_with_their_reasons<St: QueueStor
             .collect::<Vec<_>>(),
         [&good]
     );
-    assert_eq!(q.stats().await.unwrap(), stats(0, 0, 1, 3));
+    assert_eq!(q.operator().stats().await.unwrap(), stats(0, 0, 1, 3));
     let reason = |id: JobId| {
         let q = q.clone();
         async move {
-            match q.job(&id).await.unwrap().unwrap().state {
+            match q.operator().job(&id).await.unwrap().unwrap().state {
                 RawJobState::Dead { reason, .. } => reason.unwrap_or_default(),
                 other => panic!("{id} should be dead, is {other:?}"),
             }
@@ -763,7 +792,7 @@ async fn a_bulk_push_stores_each_job_once<St: QueueStore>(store: St) {
         2500,
         "one id each"
     );
-    assert_eq!(q.stats().await.unwrap(), stats(2500, 2500, 0, 0));
+    assert_eq!(q.operator().stats().await.unwrap(), stats(2500, 2500, 0, 0));
     let mut seen = HashSet::new();
     loop {
         let claimed = q.claim(1000, LEASE).await.unwrap();

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redefer::queue::DelayQueue;
-use redefer::queue::{QueueStats, QueueStore, RawJobState};
+use redefer::queue::QueueRegistry;
+use redefer::queue::{QueueStats, RawJobState};
 use redefer::{LockLayer, RedisStore, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 use tower::{Layer, service_fn};
@@ -106,7 +107,7 @@ async fn entries_written_by_other_clients_are_buried_with_a_reason_and_the_rest_
         Duration::from_secs(10),
         "good jobs handled, hostile ones buried",
         || async {
-            let stats = queue.stats().await.unwrap();
+            let stats = queue.operator().stats().await.unwrap();
             (stats
                 == QueueStats {
                     dead: hostile.len() as u64,
@@ -133,6 +134,7 @@ async fn entries_written_by_other_clients_are_buried_with_a_reason_and_the_rest_
     }
     // The ones with a valid id can be inspected: shown as undecodable, not crashed on.
     let info = queue
+        .operator()
         .job(&redefer::queue::JobId::new("garbage").unwrap())
         .await
         .unwrap()
@@ -475,13 +477,13 @@ async fn in_flight_entries_of_redefer_0_2_and_foreign_claim_lists_are_handled(ki
     }
 
     assert_eq!(
-        queue.stats().await.unwrap(),
+        queue.operator().stats().await.unwrap(),
         QueueStats {
             in_flight: 1,
             ..QueueStats::default()
         }
     );
-    let info = queue.job(&id).await.unwrap().unwrap();
+    let info = queue.operator().job(&id).await.unwrap().unwrap();
     assert_eq!(
         info.state,
         RawJobState::InFlight {
@@ -489,6 +491,7 @@ async fn in_flight_entries_of_redefer_0_2_and_foreign_claim_lists_are_handled(ki
         }
     );
     let listed = queue
+        .operator()
         .list_after(redefer::queue::JobSet::InFlight, None, 10)
         .await
         .unwrap();
@@ -508,13 +511,14 @@ async fn in_flight_entries_of_redefer_0_2_and_foreign_claim_lists_are_handled(ki
     // The entries whose lists are not ours are read as entries of one job each, as 0.2 did:
     // no such job, so they are buried with that reason, where an operator sees them.
     assert_eq!(
-        queue.stats().await.unwrap(),
+        queue.operator().stats().await.unwrap(),
         QueueStats {
             dead: 2,
             ..QueueStats::default()
         }
     );
     let dead = queue
+        .operator()
         .list_after(redefer::queue::JobSet::Dead, None, 10)
         .await
         .unwrap();
@@ -577,7 +581,7 @@ async fn a_claim_on_its_way_at_shutdown_is_handed_back(kind: Server) {
     let report = scheduler.shutdown().await;
     // Answered only once the pause is over.
     let _: String = ::redis::cmd("PING").query_async(&mut pauser).await.unwrap();
-    let stats = queue.stats().await.unwrap();
+    let stats = queue.operator().stats().await.unwrap();
     assert_eq!(
         stats.in_flight, 0,
         "jobs left in flight after shutdown returned: {stats:?}, {report:?}"

@@ -68,7 +68,7 @@ async fn a_store_error_under_a_job_uses_no_attempt_and_buries_nothing<St: QueueS
     )
     .await;
     assert_eq!(
-        queue.stats().await.unwrap().dead,
+        queue.operator().stats().await.unwrap().dead,
         0,
         "nothing buried for a store error"
     );
@@ -76,7 +76,7 @@ async fn a_store_error_under_a_job_uses_no_attempt_and_buries_nothing<St: QueueS
     eventually(
         Duration::from_secs(20),
         "the jobs run once the store is back",
-        || async { (queue.stats().await.unwrap() == QueueStats::default()).then_some(()) },
+        || async { (queue.operator().stats().await.unwrap() == QueueStats::default()).then_some(()) },
     )
     .await;
     let report = scheduler.shutdown().await;
@@ -118,7 +118,7 @@ async fn a_handler_that_never_returns_fails_as_timed_out<St: QueueStore>(store: 
     };
     let scheduler = Scheduler::new(queue.clone(), service).options(options).start();
     let reason = eventually(Duration::from_secs(10), "the job is buried", || async {
-        match queue.job(&id).await.unwrap()?.state {
+        match queue.operator().job(&id).await.unwrap()?.state {
             RawJobState::Dead { reason, .. } => reason,
             _ => None,
         }

@@ -71,7 +71,7 @@ async fn an_entry_with_an_empty_id_is_buried_alone_and_the_rest_of_the_batch_is_
         )
         .await;
     assert_eq!(reason, "not a job id: up to 128 of A-Z a-z 0-9 _ . -");
-    assert_eq!(queue.stats().await.unwrap().dead, 1);
+    assert_eq!(queue.operator().stats().await.unwrap().dead, 1);
     for job in &claimed.jobs {
         assert!(queue.ack(&job.lease).await.unwrap());
     }
@@ -126,7 +126,7 @@ async fn queued_work_drains_behind_locks_when_redis_is_full(kind: Server) {
     }));
     let scheduler = Scheduler::new(queue.clone(), service).options(quick()).start();
     eventually(Duration::from_secs(30), "the full queue drains", || async {
-        (queue.stats().await.unwrap() == QueueStats::default()).then_some(())
+        (queue.operator().stats().await.unwrap() == QueueStats::default()).then_some(())
     })
     .await;
     let report = scheduler.shutdown().await;
@@ -220,7 +220,7 @@ async fn an_in_flight_entry_with_an_infinite_deadline_is_recovered(kind: Server)
     );
     assert!(again.jobs[0].lease.fence() > taken.lease.fence());
     assert!(queue.ack(&again.jobs[0].lease).await.unwrap());
-    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 }
 
 // ------------------------------------------------------------- 3: shutdown and a finished handler
@@ -266,7 +266,7 @@ async fn a_handler_that_returned_is_settled_when_the_grace_runs_out_during_its_r
     assert_eq!((report.acked, report.returned), (1, 0), "{report:?}");
     assert_eq!(runs.load(Ordering::Relaxed), 1);
     assert_eq!(
-        queue.stats().await.unwrap(),
+        queue.operator().stats().await.unwrap(),
         QueueStats::default(),
         "nothing to run again"
     );
@@ -302,8 +302,8 @@ async fn a_push_without_a_reply_is_unconfirmed_and_a_retry_with_its_id_is_safe(k
         matches!(again, Ok(_) | Err(QueueError::DuplicateId(_))),
         "{again:?}"
     );
-    assert_eq!(queue.stats().await.unwrap().waiting, 1);
-    let stored = queue.job(&id).await.unwrap().unwrap();
+    assert_eq!(queue.operator().stats().await.unwrap().waiting, 1);
+    let stored = queue.operator().job(&id).await.unwrap().unwrap();
     assert_eq!(stored.envelope.unwrap().unwrap().payload, 42);
 
     // A server that is down: the first push may find the old connection broken mid-write

@@ -64,7 +64,7 @@ async fn hold<S: LockStore>(store: &S, order: u64) -> LockToken {
 
 async fn wait_for_stats<St: QueueStore>(queue: &DelayQueue<Charge, St>, expected: QueueStats, what: &str) {
     eventually(Duration::from_secs(10), what, || async {
-        (queue.stats().await.unwrap() == expected).then_some(())
+        (queue.operator().stats().await.unwrap() == expected).then_some(())
     })
     .await;
 }
@@ -94,6 +94,7 @@ async fn a_deferred_request_runs_once_after_the_holder_releases<St: LockStore + 
     };
     assert_eq!(deferred.attempt, 0);
     let stored = queue
+        .operator()
         .job(&deferred.job_id)
         .await
         .unwrap()
@@ -144,7 +145,7 @@ async fn a_request_that_keeps_meeting_the_lock_waits_then_is_buried<St: LockStor
         (0, 1, 0),
         "{report:?}"
     );
-    let info = queue.job(&deferred.job_id).await.unwrap().unwrap();
+    let info = queue.operator().job(&deferred.job_id).await.unwrap().unwrap();
     match info.state {
         RawJobState::Dead { reason, .. } => {
             let reason = reason.unwrap_or_default();
@@ -216,7 +217,7 @@ async fn a_job_that_keeps_meeting_its_key_is_buried_after_max_lock_waits<St: Loc
     let report = scheduler.shutdown().await;
     holder.abort();
     assert_eq!((report.retried, report.buried), (0, 1), "{report:?}");
-    let info = queue.job(&deferred.job_id).await.unwrap().unwrap();
+    let info = queue.operator().job(&deferred.job_id).await.unwrap().unwrap();
     let RawJobState::Dead { reason, .. } = info.state else {
         panic!("expected dead, got {:?}", info.state);
     };
@@ -283,9 +284,9 @@ async fn failing_and_panicking_handlers_back_off_and_are_buried<St: LockStore + 
         RawJobState::Dead { reason, .. } => reason.unwrap(),
         other => panic!("expected dead, got {other:?}"),
     };
-    let panicked = queue.job(&ids[0]).await.unwrap().unwrap();
+    let panicked = queue.operator().job(&ids[0]).await.unwrap().unwrap();
     assert_eq!(reason(panicked.state), "handler panicked: boom after 4 attempts");
-    let failed = queue.job(&ids[1]).await.unwrap().unwrap();
+    let failed = queue.operator().job(&ids[1]).await.unwrap().unwrap();
     assert_eq!(
         reason(failed.state),
         "inner service failed: bad input after 4 attempts"
@@ -437,7 +438,7 @@ async fn shutdown_gives_unfinished_jobs_back_for_another_scheduler<St: LockStore
     let report = first.shutdown().await;
     assert_eq!(report.returned, 1);
     assert_eq!(
-        queue.stats().await.unwrap(),
+        queue.operator().stats().await.unwrap(),
         QueueStats {
             waiting: 1,
             due: 1,
@@ -446,7 +447,15 @@ async fn shutdown_gives_unfinished_jobs_back_for_another_scheduler<St: LockStore
             ..QueueStats::default()
         }
     );
-    let returned = queue.job(&id).await.unwrap().unwrap().envelope.unwrap().unwrap();
+    let returned = queue
+        .operator()
+        .job(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .envelope
+        .unwrap()
+        .unwrap();
     assert_eq!(returned.attempt, 0, "giving back is not a failed attempt");
 
     let (done_tx, mut done) = mpsc::unbounded_channel();

@@ -434,7 +434,7 @@ async fn deferred_requests_run_n_at_a_time_in_arrival_order<S: Reserving>(store:
             "export {n} started {at}th: {started:?}"
         );
     }
-    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 }
 
 /// Twenty callers that wait in line (`Retry`) for a key with four permits: never more than four
@@ -509,7 +509,7 @@ async fn a_closed_key_is_refused_under_every_strategy_and_nothing_is_stored<S: R
         "refused at once, not after retries"
     );
     assert_eq!(
-        queue.stats().await.unwrap(),
+        queue.operator().stats().await.unwrap(),
         QueueStats::default(),
         "nothing stored"
     );

@@ -149,7 +149,7 @@ async fn sigkilled_holders_lose_no_deferral_and_never_exceed_n(server: Server) {
     }
     eventually(Duration::from_secs(60), "every job handled and acked", || {
         let queue = queue.clone();
-        async move { (queue.stats().await.unwrap() == QueueStats::default()).then_some(()) }
+        async move { (queue.operator().stats().await.unwrap() == QueueStats::default()).then_some(()) }
     })
     .await;
     for mut worker in workers {
@@ -161,7 +161,7 @@ async fn sigkilled_holders_lose_no_deferral_and_never_exceed_n(server: Server) {
         .cmd(::redis::cmd("GET").arg(format!("{prefix}:test-violations")))
         .await;
     assert_eq!(violations, None, "more than {PERMITS} handlers ran at once");
-    let dead: u64 = queue.stats().await.unwrap().dead;
+    let dead: u64 = queue.operator().stats().await.unwrap().dead;
     assert_eq!(dead, 0);
 }
 

@@ -301,7 +301,7 @@ async fn a_throttle_and_a_lock_compose_in_one_stack<S: Clocked>(store: S) {
     let span = starts[59].duration_since(starts[0]).unwrap();
     // 60 starts at 40/s with a burst of 2: at least 58 intervals.
     assert!(span + MS >= rate.interval() * 58, "60 refunds in {span:?}");
-    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 }
 
 /// The listing shows a throttled key with its next free slot and the slots booked ahead, beside

@@ -126,7 +126,7 @@ where
         (0, 0, 0),
         "deferred again: {report:?}"
     );
-    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 
     let runs = runs.lock().unwrap().clone();
     let mut per_request: HashMap<u32, usize> = HashMap::new();

@@ -177,7 +177,7 @@ async fn a_push_outside_a_trace_stores_no_context_and_its_job_starts_one<S: Lock
     exporter();
     let queue = unique_queue(&store, "untraced");
     let pushed = queue.push(&1, Duration::ZERO).await.unwrap();
-    let stored = queue.job(&pushed.id).await.unwrap().expect("stored");
+    let stored = queue.operator().job(&pushed.id).await.unwrap().expect("stored");
     assert_eq!(stored.envelope.expect("bytes").expect("decodes").trace, None);
 
     let (handler_trace, _) = run_the_job(&queue, &store).await;
@@ -202,7 +202,7 @@ async fn a_direct_push_in_a_traced_span_keeps_that_span<S: LockStore + QueueStor
         )
     };
     let pushed = queue.push(&1, Duration::ZERO).instrument(producer).await.unwrap();
-    let stored = queue.job(&pushed.id).await.unwrap().expect("stored");
+    let stored = queue.operator().job(&pushed.id).await.unwrap().expect("stored");
     let trace = stored
         .envelope
         .expect("bytes")
@@ -226,7 +226,7 @@ async fn a_job_whose_stored_context_is_not_w3c_still_runs<S: LockStore + QueueSt
     });
     let bytes = serde_json::to_vec(&envelope).unwrap();
     store
-        .push(queue.name(), &id, bytes, Due::In(Duration::ZERO))
+        .push_many(queue.name(), &[(id, bytes)], Due::In(Duration::ZERO))
         .await
         .unwrap();
 

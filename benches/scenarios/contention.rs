@@ -89,7 +89,8 @@ pub async fn run(server: &RedisServer, size: Size) {
     table.row(cells("defer", &observed, load));
     // The deferred hot requests are handled afterwards, one at a time under the lock.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while queue.stats().await.expect("stats") != QueueStats::default() && Instant::now() < deadline {
+    while queue.operator().stats().await.expect("stats") != QueueStats::default() && Instant::now() < deadline
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let report = scheduler.shutdown().await;

@@ -186,7 +186,7 @@ async fn deferred_round(store: &RedisStore, round: usize, waiters: u64) -> Round
     }
     let report = scheduler.shutdown().await;
     assert_eq!(
-        queue.stats().await.expect("stats"),
+        queue.operator().stats().await.expect("stats"),
         QueueStats::default(),
         "drained"
     );

@@ -128,7 +128,7 @@ async fn drain(server: &RedisServer, store: &RedisStore, size: Size, rounds: usi
                     }
                     let workers = start_workers(server, store, *setup, &name).await;
                     let emptied = wait_until_empty(|| async {
-                        queue.stats().await.expect("stats") == QueueStats::default()
+                        queue.operator().stats().await.expect("stats") == QueueStats::default()
                     })
                     .await;
                     finish(workers, emptied).await
@@ -240,7 +240,7 @@ async fn steady(server: &RedisServer, store: &RedisStore, size: Size, rounds: us
                         assert!(status.success(), "producer process failed");
                         let queue = DelayQueue::<u64, _>::new(store.clone(), &name).expect("queue");
                         wait_until_empty(|| async {
-                            queue.stats().await.expect("stats") == QueueStats::default()
+                            queue.operator().stats().await.expect("stats") == QueueStats::default()
                         })
                         .await;
                     }

@@ -336,7 +336,7 @@ pub async fn drain_filled(
         .collect();
     loop {
         if handled.load(Ordering::Relaxed) >= jobs
-            && queue.stats().await.expect("stats") == QueueStats::default()
+            && queue.operator().stats().await.expect("stats") == QueueStats::default()
         {
             break;
         }

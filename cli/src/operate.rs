@@ -3,7 +3,9 @@
 use redefer::RedisStore;
 use redefer::dashboard::{Dashboard, DashboardOptions};
 use redefer::queue::QueueStore;
-use redefer::queue::{Cancelled, DelayQueue, JobId, JobSet, ListCursor, RawJobState, attempts_in};
+use redefer::queue::{
+    Cancelled, JobId, JobSet, ListCursor, QueueOperator, QueueRegistry, RawJobState, attempts_in,
+};
 use redefer::redis::aio::ConnectionLike;
 use redefer::store::ListLocks;
 use redefer::store::footprint::ScanFootprint;
@@ -215,7 +217,7 @@ where
 
 /// Where job `id` is, in the set names the command uses.
 async fn where_is<St: QueueStore>(
-    queue: &DelayQueue<Value, St>,
+    queue: &QueueOperator<Value, St>,
     id: &JobId,
 ) -> Result<&'static str, Failure> {
     Ok(queue

@@ -2,7 +2,7 @@
 //! config file and the queue registry.
 
 use redefer::Config;
-use redefer::queue::{DelayQueue, QueueStats, QueueStore};
+use redefer::queue::{DelayQueue, QueueOperator, QueueStats, QueueStore};
 use serde_json::Value;
 
 use crate::Failure;
@@ -69,7 +69,7 @@ fn read_config(path: &std::path::Path) -> Result<Config, Failure> {
 pub async fn known_queue<St: QueueStore>(
     store: &St,
     target: &Target,
-) -> Result<DelayQueue<Value, St>, Failure> {
+) -> Result<QueueOperator<Value, St>, Failure> {
     let known = store.registered().await?;
     let registered = known.iter().find(|known| known.name == target.queue);
     let shards = match (target.shards, registered) {
@@ -84,7 +84,9 @@ pub async fn known_queue<St: QueueStore>(
         (None, Some(registered)) => registered.shards,
         (None, None) => 1,
     };
-    let queue = DelayQueue::<Value, _>::new(store.clone(), target.queue.as_str())?.shards(shards)?;
+    let queue = DelayQueue::<Value, _>::new(store.clone(), target.queue.as_str())?
+        .shards(shards)?
+        .operator();
     if registered.is_some() || queue.stats().await? != QueueStats::default() {
         return Ok(queue);
     }

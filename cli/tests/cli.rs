@@ -205,7 +205,11 @@ async fn requeue_of_a_job_that_is_not_dead_says_so_and_exits_1() {
         error["error"].as_str().unwrap().contains("not in the queue"),
         "{error}"
     );
-    assert_eq!(queue.stats().await.unwrap().waiting, 1, "nothing moved");
+    assert_eq!(
+        queue.operator().stats().await.unwrap().waiting,
+        1,
+        "nothing moved"
+    );
 }
 
 #[test]
@@ -372,9 +376,9 @@ async fn cancel_run_now_pause_and_resume_act_on_the_queue() {
         .id;
 
     json(&server, &prefix, &["run-now", later.as_str()]);
-    assert_eq!(queue.stats().await.unwrap().due, 1);
+    assert_eq!(queue.operator().stats().await.unwrap().due, 1);
     json(&server, &prefix, &["cancel", doomed.as_str()]);
-    assert_eq!(queue.stats().await.unwrap().waiting, 1);
+    assert_eq!(queue.operator().stats().await.unwrap().waiting, 1);
     let gone = redefer(&server, &prefix, &["cancel", doomed.as_str()]).expect_err("exit 1");
     assert!(gone.contains("not in the queue"), "{gone}");
 
@@ -446,7 +450,7 @@ async fn the_dashboard_command_serves_the_pages_on_loopback_read_only_without_a_
         .await
         .unwrap();
     assert_eq!(refused.status(), 403);
-    assert!(!queue.stats().await.unwrap().paused);
+    assert!(!queue.operator().stats().await.unwrap().paused);
     child.kill().unwrap();
     child.wait().unwrap();
     // Anything but loopback needs a token: such a dashboard would show every payload to all.

@@ -16,7 +16,7 @@ use super::attempts::{ClientAddress, bearer_guess, too_many_attempts};
 use super::html::{encode, page};
 use super::pages::{Shared, failure};
 use super::problem::Problem;
-use crate::queue::{Cancelled, DelayQueue, JobId, JobInfo, JobSet, QueueStore, RawJobState};
+use crate::queue::{Cancelled, JobId, JobInfo, JobSet, QueueOperator, QueueStore, RawJobState};
 use crate::store::ListLocks;
 use serde_json::Value;
 
@@ -152,7 +152,7 @@ pub(super) async fn act<St: QueueStore + ListLocks + Sync>(
 
 /// Why an action on job `id` did nothing: 404 when the queue does not have the job, 409 with
 /// where it is when it is elsewhere than the action needs (the command's exit 1 for both).
-async fn not_done<St: QueueStore>(queue: &DelayQueue<Value, St>, id: &JobId, nothing: &str) -> Problem {
+async fn not_done<St: QueueStore>(queue: &QueueOperator<Value, St>, id: &JobId, nothing: &str) -> Problem {
     match queue.job(id).await {
         Ok(
             None

@@ -52,7 +52,7 @@ use serde_json::Value;
 use self::access::Access;
 pub use self::options::DashboardOptions;
 use crate::error::KeyError;
-use crate::queue::{DelayQueue, QueueStore};
+use crate::queue::{DelayQueue, QueueOperator, QueueStore};
 use crate::store::ListLocks;
 
 /// The dashboard over one store: build it, then serve or mount its [`router`](Self::router).
@@ -139,9 +139,11 @@ where
 
     /// The queue `name`, its payloads read as JSON, with the shard count the options give it,
     /// else the one it `registered` with, else 1.
-    fn queue(&self, name: &str, registered: Option<usize>) -> Result<DelayQueue<Value, St>, KeyError> {
+    fn queue(&self, name: &str, registered: Option<usize>) -> Result<QueueOperator<Value, St>, KeyError> {
         let shards = self.options.shards.get(name).copied().or(registered).unwrap_or(1);
-        DelayQueue::new(self.store.clone(), name)?.shards(shards)
+        Ok(DelayQueue::new(self.store.clone(), name)?
+            .shards(shards)?
+            .operator())
     }
 }
 

@@ -16,7 +16,7 @@ use super::html::{encode, escape, page, time};
 use super::plot::{bars, per_minute};
 use super::problem::Problem;
 use crate::queue::{
-    Counters, DelayQueue, JobId, JobSet, JobStatus, ListCursor, ListedEntry, QueueStats, QueueStore,
+    Counters, JobId, JobSet, JobStatus, ListCursor, ListedEntry, QueueOperator, QueueStats, QueueStore,
     attempts_in,
 };
 use crate::store::ListLocks;
@@ -46,7 +46,7 @@ impl<St: QueueStore + ListLocks + Sync> Dashboard<St> {
     pub(super) async fn known_queue(
         &self,
         name: &str,
-    ) -> Result<(DelayQueue<Value, St>, QueueStats), Problem> {
+    ) -> Result<(QueueOperator<Value, St>, QueueStats), Problem> {
         let known = self.store.registered().await.map_err(Problem::store)?;
         let registered = known.iter().find(|known| known.name == name);
         let queue = self

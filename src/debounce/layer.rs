@@ -36,7 +36,7 @@ use crate::queue::{DelayQueue, Json};
 ///     last = outcome.deferred().cloned();
 /// }
 /// assert_eq!(last.unwrap().revision, 5); // one job carries the five edits
-/// assert_eq!(queue.stats().await?.waiting, 1);
+/// assert_eq!(queue.operator().stats().await?.waiting, 1);
 /// let scheduler = Scheduler::new(queue.clone(), reindex).start();
 /// # scheduler.shutdown().await;
 /// # Ok(()) }

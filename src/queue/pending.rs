@@ -164,8 +164,8 @@ where
     /// let first = queue.push_pending(&key, &"v1".to_string(), Due::In(Duration::from_secs(1)), Keep::Latest).await?;
     /// let second = queue.push_pending(&key, &"v2".to_string(), Due::In(Duration::from_secs(1)), Keep::Latest).await?;
     /// assert_eq!((second.id.clone(), second.revision, second.joined), (first.id.clone(), 2, true));
-    /// assert_eq!(queue.job(&first.id).await?.unwrap().envelope.unwrap()?.payload, "v2");
-    /// assert_eq!(queue.stats().await?.waiting, 1);
+    /// assert_eq!(queue.operator().job(&first.id).await?.unwrap().envelope.unwrap()?.payload, "v2");
+    /// assert_eq!(queue.operator().stats().await?.waiting, 1);
     /// # Ok(()) }
     /// ```
     pub async fn push_pending(
@@ -211,7 +211,7 @@ where
                 .store()
                 .push_pending(&shard, key, &id, envelope, due, rules)
                 .await
-                .map_err(super::delay_queue::push_error)?;
+                .map_err(super::push_error)?;
             let coalesced = |id, due, revision, joined, superseded| Coalesced {
                 id,
                 shard: shard.clone(),

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Codec, DelayQueue, JobId, JobInfo, JobSet, QueueError, QueueStore, RawJobState};
+use super::{Codec, DelayQueue, InspectQueue, JobId, JobInfo, JobSet, QueueError, RawJobState};
 
 /// Where a job is, as [`DelayQueue::status`] finds it. `attempts` counts the runs of the job's
 /// handler (for a job in flight, the current one included); `None` when its bytes do not
@@ -105,7 +105,7 @@ impl JobStatus {
 impl<T, St, Enc> DelayQueue<T, St, Enc>
 where
     T: Serialize + DeserializeOwned,
-    St: QueueStore,
+    St: InspectQueue,
     Enc: Codec,
 {
     /// Where the job `id` is. A finished job is [`JobStatus::Done`] only with a
@@ -124,6 +124,19 @@ where
     /// # Ok(()) }
     /// ```
     pub async fn status(&self, id: &JobId) -> Result<JobStatus, QueueError> {
-        Ok(JobStatus::of(self.job(id).await?.as_ref()))
+        Ok(JobStatus::of(self.read_job(id).await?.as_ref()))
+    }
+
+    /// Reads one job, decoded when it decodes; `None` when there is no such job: what
+    /// [`status`](Self::status) and [`QueueOperator::job`](super::QueueOperator::job) tell of it.
+    pub(crate) async fn read_job(&self, id: &JobId) -> Result<Option<JobInfo<T>>, QueueError> {
+        let raw = self.store.inspect(self.shards.of(id), id).await?;
+        if raw.state == RawJobState::Missing && raw.envelope.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(JobInfo {
+            state: raw.state,
+            envelope: raw.envelope.map(|bytes| self.decode(id, &bytes)),
+        }))
     }
 }

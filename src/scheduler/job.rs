@@ -268,7 +268,7 @@ where
     St: QueueStore,
     Enc: Codec,
 {
-    match queue.job(id).await.map(|job| job.map(|job| job.state)) {
+    match queue.read_job(id).await.map(|job| job.map(|job| job.state)) {
         Ok(Some(RawJobState::InFlight { .. })) => {
             tracing::warn!("job lease ran out before it was settled; another claimer has the job")
         }

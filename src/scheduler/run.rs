@@ -75,7 +75,7 @@ where
             }
             if !stats_every.is_zero() && Instant::now() >= stats_due {
                 stats_due = Instant::now() + stats_every;
-                match queue.stats().await {
+                match queue.operator().stats().await {
                     Ok(stats) => metrics.record_stats(stats),
                     Err(error) => tracing::debug!(%error, "cannot count the queue's jobs"),
                 }

@@ -66,9 +66,9 @@ use crate::queue::{Codec, DelayQueue, Due, JobId, Joining, Json, Keep, PendingSt
 /// // One job carries them: the last one's payload, revision 3.
 /// assert!(deferrals.iter().all(|d| d.job_id == deferrals[0].job_id));
 /// assert_eq!(deferrals[2].revision, 3);
-/// let job = queue.job(&deferrals[0].job_id).await?.unwrap();
+/// let job = queue.operator().job(&deferrals[0].job_id).await?.unwrap();
 /// assert_eq!(job.envelope.unwrap()?.payload.version, 3);
-/// assert_eq!(queue.stats().await?.waiting, 1);
+/// assert_eq!(queue.operator().stats().await?.waiting, 1);
 /// # Ok(()) }
 /// ```
 pub struct Coalesce<Req, St, Enc = Json> {

@@ -260,7 +260,7 @@ where
     St: QueueStore,
     Enc: Codec,
 {
-    let job = queue.job(&id).await?;
+    let job = queue.read_job(&id).await?;
     let (due, attempt) = match &job {
         Some(job) => (
             match job.state {

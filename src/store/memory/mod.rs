@@ -7,6 +7,7 @@ mod line;
 mod lock;
 mod pending;
 mod queue;
+mod queue_operator;
 mod semaphore;
 mod throttle;
 

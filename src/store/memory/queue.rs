@@ -13,33 +13,32 @@ use crate::lock::LockToken;
 use crate::queue::rules::{NO_ENVELOPE, lease_ran_out, oversized};
 use crate::queue::{
     ACTIVITY_MINUTES, Cancelled, ClaimBatch, ClaimLimits, Counters, Due, JobId, JobSet, ListCursor,
-    ListedJob, MAX_LEASE, MAX_PAGE, MinuteActivity, QueueName, QueueStats, QueueStore, RawClaim, RawJob,
-    RawJobState, RegisteredQueue, Retention, Wakeups,
+    MAX_LEASE, MAX_PAGE, MinuteActivity, QueueCore, QueueName, RawClaim, Retention, Wakeups,
 };
 use crate::store::handover::Promotion;
 use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
 
 /// One queue: the same sets as in Redis, scores in ms since the epoch.
 pub(super) struct QueueState {
-    delayed: BTreeSet<(i64, JobId)>,
-    due_of: HashMap<JobId, i64>,
-    inflight: BTreeSet<(i64, JobId)>,
-    leases: HashMap<JobId, (i64, LockToken)>,
-    jobs: HashMap<JobId, Vec<u8>>,
-    dead: HashMap<JobId, (i64, String)>,
+    pub(super) delayed: BTreeSet<(i64, JobId)>,
+    pub(super) due_of: HashMap<JobId, i64>,
+    pub(super) inflight: BTreeSet<(i64, JobId)>,
+    pub(super) leases: HashMap<JobId, (i64, LockToken)>,
+    pub(super) jobs: HashMap<JobId, Vec<u8>>,
+    pub(super) dead: HashMap<JobId, (i64, String)>,
     /// How many of a job's leases ran out.
-    expiries: HashMap<JobId, u32>,
+    pub(super) expiries: HashMap<JobId, u32>,
     /// The last job fencing token a claim handed out.
-    fence: u64,
+    pub(super) fence: u64,
     /// Jobs whose lock was handed to them while they were in flight.
-    handed: HashSet<JobId>,
+    pub(super) handed: HashSet<JobId>,
     /// Finished jobs a retention keeps, by time finished, and their envelopes.
-    done: BTreeSet<(i64, JobId)>,
-    finished: HashMap<JobId, (i64, Vec<u8>)>,
+    pub(super) done: BTreeSet<(i64, JobId)>,
+    pub(super) finished: HashMap<JobId, (i64, Vec<u8>)>,
     /// The last hour's activity, by minute (ms since the epoch / 60,000).
-    activity: BTreeMap<u64, MinuteActivity>,
-    paused: bool,
-    wake: watch::Sender<u64>,
+    pub(super) activity: BTreeMap<u64, MinuteActivity>,
+    pub(super) paused: bool,
+    pub(super) wake: watch::Sender<u64>,
     /// The keys' pending jobs (see `PendingStore`).
     pub(super) pending: super::pending::PendingJobs,
     /// The request records of the idempotency guard (see `IdempotencyStore`).
@@ -144,7 +143,7 @@ impl QueueState {
 
     /// Takes `id` out of the waiting set (claimed, cancelled, buried, purged): it is no longer
     /// its key's pending job either.
-    fn unschedule(&mut self, id: &JobId) -> bool {
+    pub(super) fn unschedule(&mut self, id: &JobId) -> bool {
         self.pending.forget_job(id);
         match self.due_of.remove(id) {
             Some(due) => self.delayed.remove(&(due, id.clone())),
@@ -154,7 +153,7 @@ impl QueueState {
 
     /// Up to `limit` entries of `set` in time order (ties by id), as the sorted sets hold them
     /// in Redis, from just after `after`.
-    fn entries(&self, set: JobSet, after: Option<&ListCursor>, limit: usize) -> Vec<(i64, JobId)> {
+    pub(super) fn entries(&self, set: JobSet, after: Option<&ListCursor>, limit: usize) -> Vec<(i64, JobId)> {
         let after = after.map(|cursor| (to_epoch_ms(cursor.at), cursor.id.as_str()));
         let page = |ordered: &BTreeSet<(i64, JobId)>| -> Vec<(i64, JobId)> {
             let start = match after.and_then(|(at, id)| Some((at, JobId::new(id).ok()?))) {
@@ -263,7 +262,7 @@ impl MemoryStore {
     }
 }
 
-impl QueueStore for MemoryStore {
+impl QueueCore for MemoryStore {
     async fn push_many(
         &self,
         queue: &QueueName,
@@ -532,38 +531,6 @@ impl QueueStore for MemoryStore {
         }))
     }
 
-    async fn inspect(&self, queue: &QueueName, id: &JobId) -> Result<RawJob, StoreError> {
-        Ok(self.with_queue(queue, |q| {
-            let state = if let Some(due) = q.due_of.get(id) {
-                RawJobState::Delayed {
-                    due: from_epoch_ms(*due),
-                }
-            } else if let Some((deadline, _)) = q.leases.get(id) {
-                RawJobState::InFlight {
-                    lease_until: from_epoch_ms(*deadline),
-                }
-            } else if let Some((at, reason)) = q.dead.get(id) {
-                RawJobState::Dead {
-                    buried_at: from_epoch_ms(*at),
-                    reason: Some(reason.clone()),
-                }
-            } else if let (Some((at, envelope)), false) = (q.finished.get(id), q.jobs.contains_key(id)) {
-                return RawJob {
-                    state: RawJobState::Done {
-                        finished_at: from_epoch_ms(*at),
-                    },
-                    envelope: Some(envelope.clone()),
-                };
-            } else {
-                RawJobState::Missing
-            };
-            RawJob {
-                state,
-                envelope: q.jobs.get(id).cloned(),
-            }
-        }))
-    }
-
     async fn register(
         &self,
         queue: &QueueName,
@@ -582,138 +549,6 @@ impl QueueStore for MemoryStore {
             entry.1 = counters;
         }
         Ok(())
-    }
-
-    async fn registered(&self) -> Result<Vec<RegisteredQueue>, StoreError> {
-        Ok(self
-            .registered
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .iter()
-            .map(|(name, (shards, counters))| RegisteredQueue {
-                name: name.clone(),
-                shards: *shards,
-                counters: *counters,
-            })
-            .collect())
-    }
-
-    async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
-        Ok(self.with_queue(queue, |q| {
-            let now = now_ms();
-            QueueStats {
-                waiting: q.delayed.len() as u64,
-                due: q.delayed.iter().take_while(|(due, _)| *due <= now).count() as u64,
-                in_flight: q.inflight.len() as u64,
-                dead: q.dead.len() as u64,
-                done: q.done.len() as u64,
-                paused: q.paused,
-            }
-        }))
-    }
-
-    async fn list(
-        &self,
-        queue: &QueueName,
-        set: JobSet,
-        after: Option<&ListCursor>,
-        limit: usize,
-    ) -> Result<Vec<ListedJob>, StoreError> {
-        Ok(self.with_queue(queue, |q| {
-            q.entries(set, after, limit.min(MAX_PAGE))
-                .into_iter()
-                .map(|(at, id)| ListedJob {
-                    envelope: match set {
-                        JobSet::Done => q.finished.get(&id).map(|(_, envelope)| envelope.clone()),
-                        _ => q.jobs.get(&id).cloned(),
-                    },
-                    reason: match set {
-                        JobSet::Dead => q.dead.get(&id).map(|(_, reason)| reason.clone()),
-                        _ => None,
-                    },
-                    id: id.to_string(),
-                    at: from_epoch_ms(at),
-                })
-                .collect()
-        }))
-    }
-
-    async fn requeue(&self, queue: &QueueName, ids: &[JobId]) -> Result<usize, StoreError> {
-        Ok(self.with_queue(queue, |q| {
-            let now = now_ms();
-            let mut moved = 0;
-            for id in ids.iter().take(MAX_PAGE) {
-                if q.dead.remove(id).is_some() {
-                    q.expiries.remove(id);
-                    q.schedule(id.clone(), now);
-                    moved += 1;
-                }
-            }
-            moved
-        }))
-    }
-
-    async fn purge(&self, queue: &QueueName, set: JobSet, limit: usize) -> Result<usize, StoreError> {
-        Ok(self.with_queue(queue, |q| {
-            let ids: Vec<JobId> = q
-                .entries(set, None, limit.clamp(1, MAX_PAGE))
-                .into_iter()
-                .map(|(_, id)| id)
-                .collect();
-            if set == JobSet::Done {
-                // A finished job's id may be in use again by a new job: only its record goes.
-                for id in &ids {
-                    if let Some((at, _)) = q.finished.remove(id) {
-                        q.done.remove(&(at, id.clone()));
-                    }
-                }
-                return ids.len();
-            }
-            for id in &ids {
-                q.unschedule(id);
-                if let Some((deadline, _)) = q.leases.remove(id) {
-                    q.inflight.remove(&(deadline, id.clone()));
-                }
-                q.dead.remove(id);
-                q.jobs.remove(id);
-                q.expiries.remove(id);
-                q.handed.remove(id);
-            }
-            ids.len()
-        }))
-    }
-
-    async fn pause(&self, queue: &QueueName, paused: bool) -> Result<bool, StoreError> {
-        Ok(self.with_queue(queue, |q| {
-            let was = std::mem::replace(&mut q.paused, paused);
-            if was && !paused {
-                q.wake.send_modify(|n| *n = n.wrapping_add(1));
-            }
-            was
-        }))
-    }
-
-    async fn run_now(&self, queue: &QueueName, id: &JobId) -> Result<bool, StoreError> {
-        Ok(self.with_queue(queue, |q| {
-            let Some(due) = q.due_of.get(id).copied() else {
-                return false;
-            };
-            let now = now_ms();
-            if due > now {
-                q.schedule(id.clone(), now);
-            }
-            true
-        }))
-    }
-
-    async fn activity(&self, queue: &QueueName) -> Result<Vec<MinuteActivity>, StoreError> {
-        Ok(self.with_queue(queue, |q| {
-            let now = u64::try_from(now_ms() / 60_000).unwrap_or(0);
-            q.activity
-                .range(now.saturating_sub(ACTIVITY_MINUTES - 1)..)
-                .map(|(_, minute)| *minute)
-                .collect()
-        }))
     }
 
     fn wakeups(&self, queue: &QueueName) -> Wakeups {

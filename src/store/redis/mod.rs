@@ -11,6 +11,7 @@ mod lock;
 mod locks;
 mod pending;
 mod queue;
+mod queue_operator;
 mod scripts;
 mod semaphore;
 mod throttle;
