@@ -56,10 +56,12 @@ pub mod middleware;
 pub mod queue;
 mod renewal;
 pub mod scheduler;
+mod sealed;
 pub mod semaphore;
 pub mod store;
 pub mod strategy;
 pub mod throttle;
+mod token;
 pub mod trace_context;
 
 pub use crate::backoff::Backoff;

@@ -18,7 +18,7 @@ use crate::throttle::{ThrottleLayer, ThrottleStore};
 
 use super::validate::missing;
 use super::{Config, ConfigError, FallThrough, GuardConfig, LockConfig, StrategyConfig};
-use crate::store::Sealed;
+use crate::sealed::Sealed;
 use crate::throttle::Rate;
 
 impl Config {

@@ -101,7 +101,7 @@ impl<St: LockStore> ReleaseOnDrop<St> {
 ///
 /// Should the connection not take the request on the first poll (its queue full), the request
 /// goes out from the task, after whatever the caller sends next: still released, in another
-/// order, which the store makes up for (see [`Releasing`](crate::lock::Releasing)).
+/// order, which the store makes up for (see `Releasing` of the Redis store).
 fn send_then_detach(key: &LockKey, send: impl Future<Output = ()> + Send + 'static) {
     let mut send = Box::pin(send);
     let mut first_poll = Context::from_waker(Waker::noop());

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockToken, Waiter};
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::store::Sealed;
+use crate::sealed::Sealed;
 
 /// What an acquisition attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::{Envelope, JobId, QueueName};
-use crate::lock::{FencingToken, LockToken};
+use crate::token::{FencingToken, LockToken};
 
 /// A claimed job: its envelope, and the lease that settles it.
 #[derive(Debug)]

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use super::operator::{ControlQueue, InspectQueue, QueueRegistry};
 use super::{Counters, JobId, QueueName, Retention, Wakeups};
 use crate::error::StoreError;
-use crate::lock::LockToken;
-use crate::store::Sealed;
+use crate::sealed::Sealed;
+use crate::token::LockToken;
 
 /// When a pushed job becomes due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 
 use super::{ClaimLimits, Claimed, ClaimedJob, Codec, DelayQueue, Envelope, JobId, Lease, MAX_PAGE};
 use super::{QueueCore, QueueError, Wakeups};
-use crate::lock::{FencingToken, LockToken};
+use crate::token::{FencingToken, LockToken};
 
 /// What [`DelayQueue::fail`] did with a failed job.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use crate::error::StoreError;
 use crate::key::{LockKey, Prefix};
 use crate::lock::{Acquisition, Fencing, Handoffs, LineCap, LineJoin, LockStore, LockToken, Waiter};
 use crate::metric_names;
-use crate::store::Sealed;
+use crate::sealed::Sealed;
 
 /// A store whose "lock" of a key is one of the key's permits: what
 /// [`LockLayer::permits`](crate::LockLayer::permits) and

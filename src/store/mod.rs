@@ -23,24 +23,13 @@ pub use self::memory::MemoryStore;
 pub(crate) use self::redis::keys as redis_keys;
 pub use self::redis::{RedisStore, RedisStoreBuilder};
 
-pub(crate) use self::sealed::Sealed;
+pub(crate) use crate::sealed::Sealed;
+
+impl Sealed for MemoryStore {
+    fn under_prefix(self, _prefix: crate::key::Prefix) -> Self {
+        self
+    }
+}
 
 /// How long a released key stays reserved for the first in its line, by default.
 pub const DEFAULT_RESERVATION: std::time::Duration = std::time::Duration::from_secs(2);
-
-mod sealed {
-    use crate::key::Prefix;
-
-    /// The supertrait that seals the store traits: public, so it can bound them, in a private
-    /// module, so no other crate can name it to implement it.
-    pub trait Sealed: Sized {
-        /// The same store with its keys under `prefix` (a store without key names ignores it).
-        fn under_prefix(self, prefix: Prefix) -> Self;
-    }
-
-    impl Sealed for super::MemoryStore {
-        fn under_prefix(self, _prefix: Prefix) -> Self {
-            self
-        }
-    }
-}

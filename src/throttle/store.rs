@@ -7,7 +7,7 @@ use super::Rate;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
-use crate::store::Sealed;
+use crate::sealed::Sealed;
 
 /// What the store said of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,6 +12,7 @@ mod locks;
 mod pending;
 mod queue;
 mod queue_operator;
+mod releasing;
 mod scripts;
 mod semaphore;
 mod throttle;
@@ -27,9 +28,10 @@ use redis::cluster_async::ClusterConnection;
 use self::announcements::Announcements;
 use self::conditional::Conditional;
 use self::counted::CountedKeys;
+use self::releasing::Releasing;
 use crate::error::{KeyError, StoreError};
 use crate::key::Prefix;
-use crate::lock::{Handoffs, Releasing};
+use crate::lock::Handoffs;
 use crate::store::DEFAULT_RESERVATION;
 
 /// A store in Redis, over any async connection of the redis crate that can be cloned cheaply:

@@ -1,0 +1,11 @@
+//! The seal of the store traits: only the crate's own stores implement them, so that
+//! operations can be added without breaking anyone.
+
+use crate::key::Prefix;
+
+/// The supertrait that seals the store traits: public, so it can bound them, in a private
+/// module, so no other crate can name it to implement it.
+pub trait Sealed: Sized {
+    /// The same store with its keys under `prefix` (a store without key names ignores it).
+    fn under_prefix(self, prefix: Prefix) -> Self;
+}
