@@ -1,6 +1,6 @@
 //! Errors of the store boundary and of input validation.
 //!
-//! The middleware's own error, which wraps these, lives in [`crate::middleware::Error`].
+//! The middleware's own error, which wraps these, lives in [`crate::guard::Error`].
 
 use thiserror::Error;
 

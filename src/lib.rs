@@ -48,10 +48,12 @@ pub mod debounce;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod guard;
 pub mod idempotency;
 pub mod key;
 pub mod lock;
 pub mod metric_names;
+#[doc(hidden)]
 pub mod middleware;
 pub mod queue;
 mod renewal;
@@ -67,10 +69,10 @@ pub mod trace_context;
 pub use crate::backoff::Backoff;
 pub use crate::config::{Config, ConfigError};
 pub use crate::error::{BoxError, KeyError, StoreError};
+pub use crate::guard::{Deferred, Duplicate, Error, KeyExtractor, Outcome};
 pub use crate::key::{LockKey, Prefix};
-pub use crate::lock::{Fencing, FencingToken, HeldLock, LockToken, current_lock};
-pub use crate::middleware::{
-    BoxLockService, Deferred, Duplicate, Error, KeyExtractor, LockLayer, LockService, Outcome,
+pub use crate::lock::{
+    BoxLockService, Fencing, FencingToken, HeldLock, LockLayer, LockService, LockToken, current_lock,
 };
 pub use crate::renewal::LossReason;
 pub use crate::scheduler::{Scheduler, SchedulerHandle, SchedulerOptions, SchedulerReport, current_job};

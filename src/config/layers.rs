@@ -8,8 +8,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::BoxError;
+use crate::lock::LockLayer;
 use crate::lock::LockStore;
-use crate::middleware::LockLayer;
 use crate::queue::QueueStore;
 use crate::queue::{DelayQueue, Json};
 use crate::semaphore::{Permits, SemaphoreStore};

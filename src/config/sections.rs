@@ -68,7 +68,7 @@ pub struct LockConfig {
 impl Default for LockConfig {
     fn default() -> Self {
         LockConfig {
-            ttl: crate::middleware::DEFAULT_TTL,
+            ttl: crate::guard::DEFAULT_TTL,
             fencing: Fencing::On,
             permits: None,
         }

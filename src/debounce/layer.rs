@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use tower::Layer;
 
 use super::{Debounce, DebounceService};
-use crate::middleware::{OverGuard, OverHandler};
+use crate::guard::{OverGuard, OverHandler};
 use crate::queue::{DelayQueue, Json};
 
 /// Debounces each request by its key: it is deferred to `queue` as the key's pending job,

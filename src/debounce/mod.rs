@@ -13,8 +13,7 @@
 
 mod layer;
 mod service;
-mod settings;
 
 pub use self::layer::DebounceLayer;
 pub use self::service::DebounceService;
-pub use self::settings::{Debounce, DebounceError};
+pub use crate::queue::{Debounce, DebounceError};

@@ -10,12 +10,12 @@ use serde::de::DeserializeOwned;
 use tower::Service;
 
 use super::Debounce;
-use crate::metric_names;
-use crate::middleware::{
+use crate::guard::current_job;
+use crate::guard::{
     Deferred, Error, KeyExtractor, Nesting, Outcome, ResponseFuture, guarded_key, take_ready,
 };
+use crate::metric_names;
 use crate::queue::{Codec, DelayQueue, Due, JobId, Joining, Keep, PendingStore};
-use crate::scheduler::current_job;
 
 /// Debounces each request by its key; built by [`DebounceLayer`](super::DebounceLayer).
 ///

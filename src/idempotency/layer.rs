@@ -6,7 +6,7 @@ use std::time::Duration;
 use tower::Layer;
 
 use super::IdempotencyService;
-use crate::middleware::{OverGuard, OverHandler};
+use crate::guard::{OverGuard, OverHandler};
 use crate::queue::{DelayQueue, Json};
 
 /// Runs each request id once over its whole life (see [the module](super)).

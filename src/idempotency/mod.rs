@@ -16,11 +16,10 @@
 //! for one hold at most.
 
 mod layer;
-mod request_id;
 mod service;
 mod store;
 
 pub use self::layer::{DEFAULT_HOLD, IdempotencyLayer};
-pub(crate) use self::request_id::{current_request_id, with_request_id};
 pub use self::service::IdempotencyService;
-pub use self::store::{Begun, IdempotencyStore, Seen};
+pub use self::store::{Begun, IdempotencyStore};
+pub use crate::guard::Seen;

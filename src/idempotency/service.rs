@@ -10,10 +10,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tower::Service;
 
-use super::{Begun, IdempotencyStore, with_request_id};
-use crate::middleware::{Duplicate, Error, KeyExtractor, Nesting, Outcome, ResponseFuture, take_ready};
+use super::{Begun, IdempotencyStore};
+use crate::guard::current_job;
+use crate::guard::with_request_id;
+use crate::guard::{Duplicate, Error, KeyExtractor, Nesting, Outcome, ResponseFuture, take_ready};
 use crate::queue::{Codec, DelayQueue, JobId, QueueName};
-use crate::scheduler::current_job;
 
 /// Runs each request id once; built by [`IdempotencyLayer`](super::IdempotencyLayer).
 ///

@@ -5,30 +5,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::StoreError;
+use crate::guard::Seen;
 use crate::queue::{JobId, QueueName, QueueStore};
-
-/// Where the first request of an id is, as a later one finds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Seen {
-    /// It is being handled now, outside the queue: it runs (its key was free), waits in place
-    /// for its key (`Retry`), or is on its way to wait as a job (its key was held; a request
-    /// after that finds the job `Waiting`). Its record lives while it does: a process that
-    /// dies mid-run leaves the id taken for one hold at most
-    /// ([`DEFAULT_HOLD`](super::DEFAULT_HOLD)).
-    Running,
-    /// It ran directly and finished; kept for the queue's retention.
-    Finished,
-    /// It is a job waiting to run (deferred, or waiting for another attempt).
-    Waiting,
-    /// It is a job a scheduler is running.
-    InFlight,
-    /// It is a job in the dead-letter set.
-    Dead,
-    /// It is a finished job the queue's retention keeps.
-    Done,
-}
 
 /// What beginning a request found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

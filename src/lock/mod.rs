@@ -1,22 +1,38 @@
-//! The lock a request runs under: tokens, the [`LockStore`] operations a store provides, the
-//! guard that releases it on every exit path, and the renewal that keeps it alive while a
-//! handler runs.
+//! The lock a request runs under, and its layer: [`LockLayer`] wraps a service in
+//! [`LockService`], which runs each request under the lock of its key (or, with
+//! [`permits`](LockLayer::permits), one of its N permits) and asks a
+//! [`ConflictStrategy`](crate::strategy::ConflictStrategy) what to do when it is held.
+//!
+//! Laid out as tower lays out its own middleware: the layer, the service, the call it makes
+//! (`call.rs`); then the lock itself: the [`LockStore`] operations a store provides, the holding
+//! that releases it on every exit path (`release_on_drop.rs`), the handler's view of it
+//! ([`HeldLock`]), the handoffs of released keys and the requests to stop.
 
-mod guard;
+mod boxed;
+mod call;
 mod handoffs;
 mod held;
+mod holds;
+mod layer;
 mod line;
+mod release_on_drop;
+mod service;
 mod stop;
 mod store;
-mod waiter;
 
-pub(crate) use self::guard::ReleaseOnDrop;
+pub use self::boxed::BoxLockService;
 pub use self::handoffs::Handoffs;
 pub(crate) use self::held::run_holding;
 pub use self::held::{HeldLock, current_lock};
-pub use self::line::{Line, LineCap, LineJoin, Overflow, SUPERSEDED_BY_NEWER};
+pub use self::holds::DEFAULT_TYPICAL_HOLD;
+pub use self::layer::LockLayer;
+pub(crate) use self::line::line_of;
+pub(crate) use self::release_on_drop::ReleaseOnDrop;
+pub use self::service::LockService;
 pub(crate) use self::stop::StopListener;
 pub use self::store::{Acquisition, LockStore};
-pub use self::waiter::Waiter;
+pub use crate::guard::DEFAULT_TTL;
+/// A key's line and its places, kept here for code written for 0.3.
+pub use crate::guard::{Line, LineCap, LineJoin, Overflow, SUPERSEDED_BY_NEWER, Waiter};
 pub(crate) use crate::token::{FENCE_FLOOR, next_fences};
 pub use crate::token::{Fencing, FencingToken, LockToken};

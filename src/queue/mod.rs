@@ -8,6 +8,7 @@
 
 mod activity;
 mod codec;
+mod debounce;
 mod delay_queue;
 mod envelope;
 mod error;
@@ -28,6 +29,7 @@ mod work;
 
 pub use self::activity::{ACTIVITY_MINUTES, Counters, MinuteActivity};
 pub use self::codec::{Codec, Json};
+pub use self::debounce::{Debounce, DebounceError};
 pub use self::delay_queue::{DEFAULT_MAX_PAYLOAD, DelayQueue};
 pub use self::envelope::Envelope;
 pub use self::error::QueueError;

@@ -7,8 +7,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Codec, Counters, DelayQueue, Due, JobId, QueueError, QueueName, QueueStore};
-use crate::debounce::Debounce;
+use super::{Codec, Counters, Debounce, DelayQueue, Due, JobId, QueueError, QueueName, QueueStore};
 use crate::error::StoreError;
 use crate::key::LockKey;
 

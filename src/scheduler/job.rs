@@ -16,12 +16,12 @@ use tower::Service;
 use tracing::Instrument;
 
 use super::acker::Acker;
-use super::current_job::{CurrentJob, RunSignals, run_for_job};
 use super::report::JobEnd;
 use crate::backoff::Backoff;
+use crate::guard::{CurrentJob, RunSignals, run_for_job};
+use crate::guard::{Error, Outcome};
 use crate::key::LockKey;
 use crate::metric_names::QueueMetrics;
-use crate::middleware::{Error, Outcome};
 use crate::queue::QueueStore;
 use crate::queue::{AfterFailure, ClaimedJob, Codec, DelayQueue, JobId, Lease, QueueError, RawJobState};
 use crate::renewal::{LossReason, Renewal, while_valid};

@@ -10,19 +10,17 @@
 //!   itself.
 
 mod acker;
-mod current_job;
 mod handle;
 mod job;
 mod options;
 mod report;
 mod run;
 
-pub use self::current_job::{CurrentJob, current_job};
-pub(crate) use self::current_job::{handler_returned, lock_met};
 pub use self::handle::SchedulerHandle;
 pub use self::job::JobService;
 pub use self::options::SchedulerOptions;
 pub use self::report::SchedulerReport;
+pub use crate::guard::{CurrentJob, current_job};
 
 use std::future::Future;
 

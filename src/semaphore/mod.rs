@@ -21,6 +21,7 @@
 //! # }
 //! ```
 
+mod layer;
 mod limit;
 mod permits;
 mod store;

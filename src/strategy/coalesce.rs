@@ -11,9 +11,9 @@ use super::defer::{back_to_wait, lock_wait_fallback};
 use super::line_cap::take_place;
 use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
-use crate::lock::LineCap;
+use crate::guard::Deferred;
+use crate::guard::LineCap;
 use crate::metric_names;
-use crate::middleware::Deferred;
 use crate::queue::{Codec, DelayQueue, Due, JobId, Joining, Json, Keep, PendingStore};
 
 /// Defers a request whose key is held (or over its [rate](crate::throttle::Rate)) like

@@ -11,12 +11,12 @@ use serde::de::DeserializeOwned;
 use super::line_cap::take_place;
 use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
-use crate::idempotency::current_request_id;
-use crate::lock::LineCap;
-use crate::middleware::Deferred;
+use crate::guard::Deferred;
+use crate::guard::LineCap;
+use crate::guard::current_job;
+use crate::guard::current_request_id;
 use crate::queue::{Codec, DelayQueue, JobId, Json, QueueError, QueueName, RawJobState};
 use crate::queue::{Due, QueueStore};
-use crate::scheduler::current_job;
 
 /// Stores a request whose lock is held (or whose key is over its
 /// [rate](crate::throttle::Rate)) in a delay queue.

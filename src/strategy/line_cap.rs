@@ -3,7 +3,7 @@
 
 use super::{Conflict, Decision};
 use crate::error::BoxError;
-use crate::lock::{LineCap, LineJoin, SUPERSEDED_BY_NEWER, Waiter};
+use crate::guard::{LineCap, LineJoin, SUPERSEDED_BY_NEWER, Waiter};
 use crate::metric_names;
 use crate::queue::{Cancelled, Codec, DelayQueue, JobId, QueueName, QueueStore};
 
@@ -13,7 +13,7 @@ use crate::queue::{Cancelled, Codec, DelayQueue, JobId, QueueName, QueueStore};
 /// then deleted (unless a scheduler claimed it meanwhile: then it runs, and `None`).
 ///
 /// The layer must not put the job in line again
-/// ([`Deferred::already_in_line`](crate::middleware::Deferred::already_in_line)): evicted
+/// ([`Deferred::already_in_line`](crate::guard::Deferred::already_in_line)): evicted
 /// meanwhile by a newer request, it would come back behind it, over the cap. The job is
 /// stored either way, so a store that fails here fails nothing: the job runs at its fallback
 /// due time, and a job it could not bury runs too (at-least-once, never lost).

@@ -31,11 +31,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::BoxError;
+use crate::guard::Deferred;
+use crate::guard::Line;
+use crate::guard::NextSlot;
 use crate::key::LockKey;
-use crate::lock::Line;
-use crate::middleware::Deferred;
 use crate::queue::JobId;
-use crate::throttle::NextSlot;
 
 /// One failed acquisition, as a strategy sees it.
 #[derive(Debug, Clone)]

@@ -63,7 +63,7 @@ impl Supersede<FailFast> {
     /// Supersedes, waiting at most 10 s (the default lock TTL) for the key, then fails fast.
     pub fn new() -> Self {
         Supersede {
-            max_wait: crate::middleware::DEFAULT_TTL,
+            max_wait: crate::guard::DEFAULT_TTL,
             fallback: FailFast,
         }
     }

@@ -7,12 +7,12 @@ use tokio::time::{Instant, sleep};
 use tower::Service;
 use tracing::Instrument;
 
-use super::{Admission, NextSlot, Rate, ThrottleStore};
+use super::{Admission, Rate, ThrottleStore};
+use crate::guard::current_job;
+use crate::guard::{Error, Nesting, Outcome};
 use crate::key::LockKey;
 use crate::lock::{LockToken, Waiter};
 use crate::metric_names;
-use crate::middleware::{Error, Nesting, Outcome};
-use crate::scheduler::current_job;
 use crate::strategy::{Conflict, ConflictStrategy, Decision};
 
 /// What every clone of one [`ThrottleService`](super::ThrottleService) shares.
@@ -57,7 +57,7 @@ where
                 Ok(Admission::Throttled { opens_in }) => opens_in,
                 Err(error) => return Err(Error::Store(error)),
             };
-            let next_slot = NextSlot::new(opens_in, shared.store.clone(), key.clone(), shared.rate);
+            let next_slot = super::book::next_slot(opens_in, shared.store.clone(), key.clone(), shared.rate);
             let conflict = Conflict {
                 key: key.clone(),
                 attempt,

@@ -7,7 +7,7 @@ use tower::Layer;
 
 use super::call::Shared;
 use super::{Rate, ThrottleService};
-use crate::middleware::{OverGuard, OverHandler};
+use crate::guard::{OverGuard, OverHandler};
 use crate::strategy::FailFast;
 
 /// Admits each request at most at `rate` per key, in `store`, with `strategy` deciding what a

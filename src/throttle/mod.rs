@@ -24,16 +24,17 @@
 //! slot is lost); a job's booking waits for its job for an hour past its slot (the job is
 //! stored before the caller hears of it, and runs at least once).
 
+mod book;
 mod call;
 mod layer;
 mod rate;
 mod service;
-mod slot;
 mod store;
 
 pub use self::layer::ThrottleLayer;
 pub use self::rate::{Rate, RateError};
 pub use self::service::ThrottleService;
-pub use self::slot::NextSlot;
 pub(crate) use self::store::BOOKING_RETENTION;
-pub use self::store::{Admission, Booking, ThrottleStore};
+pub use self::store::{Admission, ThrottleStore};
+pub use crate::guard::Booking;
+pub use crate::guard::NextSlot;

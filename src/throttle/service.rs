@@ -8,7 +8,7 @@ use tower::Service;
 
 use super::ThrottleStore;
 use super::call::{Shared, call_throttled};
-use crate::middleware::{Error, KeyExtractor, Nesting, Outcome, ResponseFuture, guarded_key, take_ready};
+use crate::guard::{Error, KeyExtractor, Nesting, Outcome, ResponseFuture, guarded_key, take_ready};
 use crate::strategy::ConflictStrategy;
 
 /// Admits each request at its key's rate; built by [`ThrottleLayer`](super::ThrottleLayer).

@@ -1,10 +1,11 @@
 //! What a throttle needs of its store: the [`ThrottleStore`] operations.
 
 use std::future::Future;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::Rate;
 use crate::error::StoreError;
+use crate::guard::Booking;
 use crate::key::LockKey;
 use crate::lock::Waiter;
 use crate::sealed::Sealed;
@@ -25,15 +26,6 @@ pub enum Admission {
         /// How long until the next slot, by the store's clock.
         opens_in: Duration,
     },
-}
-
-/// A slot taken ahead of time: its request runs at `at` and is counted there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Booking {
-    /// When the slot opens, by the store's clock.
-    pub at: SystemTime,
-    /// How long from now that is (zero when a slot was open at once).
-    pub wait: Duration,
 }
 
 /// Atomic GCRA operations on one key: each decides a request against the key's schedule by

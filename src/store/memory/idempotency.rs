@@ -1,4 +1,4 @@
-//! The request records of the in-memory store: the steps of `lua/queue_request.lua` under the
+//! The request records of the in-memory store: the steps of `lua/request_record.lua` under the
 //! queue's mutex; records run out by tokio's clock, as the locks' TTLs do.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! The request records of the Redis store: `lua/queue_request.lua`.
+//! The request records of the Redis store: `lua/request_record.lua`.
 
 use std::time::Duration;
 
@@ -6,7 +6,7 @@ use redis::aio::ConnectionLike;
 
 use super::RedisStore;
 use super::keys::QueueKeys;
-use super::scripts::QUEUE_REQUEST;
+use super::scripts::REQUEST_RECORD;
 use crate::error::StoreError;
 use crate::idempotency::{Begun, IdempotencyStore, Seen};
 use crate::queue::{JobId, QueueName};
@@ -16,7 +16,7 @@ impl<Conn> RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// One call of `queue_request.lua` on request `id`'s record: `mode` (`begin`, `extend`,
+    /// One call of `request_record.lua` on request `id`'s record: `mode` (`begin`, `extend`,
     /// `end`) with its milliseconds; what the script answers.
     async fn request_record(
         &self,
@@ -27,7 +27,7 @@ where
     ) -> Result<String, StoreError> {
         self.prepare().await?;
         Ok(self
-            .queue_script(&QUEUE_REQUEST, queue)
+            .queue_script(&REQUEST_RECORD, queue)
             .key(QueueKeys::request(&self.prefix, queue, id))
             .arg(id.as_str())
             .arg(mode)

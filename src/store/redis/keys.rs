@@ -367,7 +367,7 @@ impl QueueKeys {
     }
 
     /// string: the record of request `id` on this queue shard (`running` or `finished`, with
-    /// its TTL), for the idempotency guard: `KEYS[15]` of `queue_request.lua`.
+    /// its TTL), for the idempotency guard: `KEYS[15]` of `request_record.lua`.
     pub(crate) fn request(prefix: &Prefix, name: &QueueName, id: &JobId) -> String {
         tagged(prefix, "q", name.as_str(), &format!(":request:{id}"))
     }

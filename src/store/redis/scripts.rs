@@ -72,7 +72,7 @@ pub(super) static THROTTLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/throttle.lua")));
 script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
 script!(QUEUE_PENDING, QUEUE_PRELUDE, "queue_pending.lua");
-script!(QUEUE_REQUEST, QUEUE_PRELUDE, "queue_request.lua");
+script!(REQUEST_RECORD, QUEUE_PRELUDE, "request_record.lua");
 script!(QUEUE_CLAIM, QUEUE_PRELUDE, "queue_claim.lua");
 script!(QUEUE_ACK, QUEUE_PRELUDE, "queue_ack.lua");
 script!(QUEUE_RETRY, QUEUE_PRELUDE, "queue_retry.lua");
@@ -106,7 +106,7 @@ static ALL: [&LazyLock<Script>; 31] = [
     &THROTTLE,
     &QUEUE_PUSH_MANY,
     &QUEUE_PENDING,
-    &QUEUE_REQUEST,
+    &REQUEST_RECORD,
     &QUEUE_CLAIM,
     &QUEUE_ACK,
     &QUEUE_RETRY,
@@ -161,7 +161,7 @@ mod tests {
         ("queue_promote", include_str!("lua/queue_promote.lua")),
         ("queue_push_many", include_str!("lua/queue_push_many.lua")),
         ("queue_pending", include_str!("lua/queue_pending.lua")),
-        ("queue_request", include_str!("lua/queue_request.lua")),
+        ("request_record", include_str!("lua/request_record.lua")),
         ("queue_claim", include_str!("lua/queue_claim.lua")),
         ("queue_ack", include_str!("lua/queue_ack.lua")),
         ("queue_retry", include_str!("lua/queue_retry.lua")),

@@ -6,8 +6,7 @@ use std::task::{Context, Poll};
 use tower::Service;
 
 use super::call::{Shared, call_locked};
-use super::future::ResponseFuture;
-use super::{Error, KeyExtractor, Outcome, guarded_key, take_ready};
+use crate::guard::{Error, KeyExtractor, Outcome, ResponseFuture, guarded_key, take_ready};
 use crate::lock::LockStore;
 use crate::strategy::ConflictStrategy;
 

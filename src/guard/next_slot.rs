@@ -5,17 +5,14 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use super::{Booking, Rate, ThrottleStore};
+use super::Waiter;
 use crate::error::StoreError;
-use crate::key::LockKey;
-use crate::lock::Waiter;
-use crate::metric_names;
 use crate::queue::{JobId, QueueName};
 
 /// When a throttled key's next slot opens, exactly, and the handle that books it: a
-/// [`Conflict`](crate::strategy::Conflict) of a [`ThrottleLayer`](super::ThrottleLayer) carries
+/// [`Conflict`](crate::strategy::Conflict) of a [`ThrottleLayer`](crate::throttle::ThrottleLayer) carries
 /// one, and [`Defer`](crate::strategy::Defer) books the slot for the job it stores, so that the
 /// job runs when its turn comes with nothing to poll.
 #[derive(Clone)]
@@ -25,34 +22,14 @@ pub struct NextSlot {
 }
 
 /// Books a slot of one key; object-safe, so that [`NextSlot`] names no store type.
-trait Book: Send + Sync {
+pub(crate) trait Book: Send + Sync {
     fn book(&self, waiter: Waiter) -> Pin<Box<dyn Future<Output = Result<Booking, StoreError>> + Send>>;
 }
 
-/// The booker of `key` at `rate` in `store`.
-struct StoreBook<St> {
-    store: St,
-    key: LockKey,
-    rate: Rate,
-}
-
-impl<St: ThrottleStore> Book for StoreBook<St> {
-    fn book(&self, waiter: Waiter) -> Pin<Box<dyn Future<Output = Result<Booking, StoreError>> + Send>> {
-        let (store, key, rate) = (self.store.clone(), self.key.clone(), self.rate);
-        Box::pin(async move {
-            let booking = store.book(&key, rate, &waiter).await?;
-            metric_names::throttle_booked(booking.wait);
-            Ok(booking)
-        })
-    }
-}
-
 impl NextSlot {
-    pub(crate) fn new<St: ThrottleStore>(opens_in: Duration, store: St, key: LockKey, rate: Rate) -> Self {
-        NextSlot {
-            opens_in,
-            booker: Arc::new(StoreBook { store, key, rate }),
-        }
+    /// A slot opening in `opens_in`, booked through `booker`.
+    pub(crate) fn new(opens_in: Duration, booker: Arc<dyn Book>) -> Self {
+        NextSlot { opens_in, booker }
     }
 
     /// How long until the key's next slot opens, by the store's clock, as of the refusal.
@@ -88,4 +65,13 @@ impl fmt::Debug for NextSlot {
             .field("opens_in", &self.opens_in)
             .finish_non_exhaustive()
     }
+}
+
+/// A slot taken ahead of time: its request runs at `at` and is counted there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Booking {
+    /// When the slot opens, by the store's clock.
+    pub at: SystemTime,
+    /// How long from now that is (zero when a slot was open at once).
+    pub wait: Duration,
 }

@@ -12,7 +12,8 @@ use tower::Service;
 use tracing::Instrument;
 
 use super::holds::{DEFAULT_TYPICAL_HOLD, LayerHolds};
-use super::{Error, Outcome};
+use crate::guard::current_job;
+use crate::guard::{Error, Outcome};
 use crate::key::LockKey;
 use crate::lock::{
     Acquisition, Fencing, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, StopListener, Waiter,
@@ -20,7 +21,6 @@ use crate::lock::{
 };
 use crate::metric_names;
 use crate::renewal::{Renewal, while_valid};
-use crate::scheduler::current_job;
 use crate::strategy::{Conflict, ConflictStrategy, Decision};
 
 /// What every clone of one [`LockService`](super::LockService) shares.
@@ -62,7 +62,7 @@ where
         // Who this call is, in the key's line and to its holders; built only when needed (a
         // conflict, a superseding strategy): an uncontended call allocates nothing for it.
         let caller = || job_waiter.clone().unwrap_or_else(|| Waiter::caller(token));
-        let mut line = Line::default();
+        let mut line = PlaceInLine::default();
         let mut attempt = 0;
         let started = Instant::now();
         let (fence, acquired_at) = loop {
@@ -106,7 +106,7 @@ where
                     shared.ttl,
                 ),
                 next_slot: None,
-                line: Some(crate::lock::Line::new(
+                line: Some(crate::lock::line_of(
                     shared.store.clone(),
                     key.clone(),
                     line.place.clone(),
@@ -139,7 +139,7 @@ where
                         Some(me) => {
                             // A holder's TTL bounds its lock should it die; a reservation's
                             // runs out into the next handoff, not into a free key.
-                            crate::scheduler::lock_met(remaining.filter(|_| !reserved));
+                            crate::guard::lock_met(remaining.filter(|_| !reserved));
                             if let Err(error) = shared.store.join(&key, me, line.place.as_ref()).await {
                                 return Err(Error::Store(error));
                             }
@@ -248,7 +248,7 @@ where
                 return Err(Error::LockLost { key, reason: lost });
             }
         };
-        crate::scheduler::handler_returned();
+        crate::guard::handler_returned();
         let held = acquired_at.elapsed();
         ::metrics::histogram!(metric_names::LOCK_HOLD).record(held.as_secs_f64());
         shared.holds.record(held);
@@ -271,12 +271,12 @@ const HOLD_SAMPLING: u32 = 8;
 
 /// A call's place in its key's line while it waits in place (the `Retry` strategy).
 #[derive(Default)]
-struct Line {
+struct PlaceInLine {
     place: Option<Waiter>,
     handoffs: Option<Handoffs>,
 }
 
-impl Line {
+impl PlaceInLine {
     /// Joins the line as `me`, once: later retries keep the place.
     async fn join<St: LockStore>(
         &mut self,

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::lock::FencingToken;
 use crate::queue::{JobId, QueueName};
+use crate::token::FencingToken;
 
 tokio::task_local! {
     static CURRENT: JobScope;

@@ -2,7 +2,7 @@
 
 use tower::util::BoxCloneSyncService;
 
-use super::{Error, Outcome};
+use crate::guard::{Error, Outcome};
 
 /// A lock stack (a [`LockLayer`](super::LockLayer) over a handler, with whatever layers around
 /// it) with its type erased: one name for axum state, a struct field, or a

@@ -45,7 +45,7 @@ pub enum Error<E> {
         /// typical hold) plus a typical hold for each request waiting in the key's line. The
         /// typical hold is the key's last sampled hold (one release in eight reports it, kept
         /// an hour), else the average of every hold this layer measured (on any key), else
-        /// [`DEFAULT_TYPICAL_HOLD`](crate::middleware::DEFAULT_TYPICAL_HOLD) (100 ms); each
+        /// [`DEFAULT_TYPICAL_HOLD`](crate::lock::DEFAULT_TYPICAL_HOLD) (100 ms); each
         /// hold counts at most the TTL.
         retry_after: Option<Duration>,
     },

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use super::LockToken;
 use crate::queue::{JobId, QueueName};
+use crate::token::LockToken;
 
 /// One place in the line of a held lock key: a deferred job, or a caller that waits in place
 /// (the [`Retry`](crate::strategy::Retry) strategy). When the holder releases the key, it is

@@ -1,4 +1,6 @@
 //! A debounce's two times: the quiet period that ends a burst, and the longest a burst waits.
+//! The queue keeps them with a key's pending job (a replaced payload makes it due a period
+//! later); the [`DebounceLayer`](crate::debounce::DebounceLayer) sets them.
 
 use std::time::Duration;
 
