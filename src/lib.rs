@@ -35,36 +35,59 @@
 //! assert_eq!(outcome.done().as_deref(), Some("shipped 7"));
 //! # }
 //! ```
+//!
+//! # Where things are
+//!
+//! - The guards, each a tower layer on the shared vocabulary of [`guard`] (outcome, errors, a
+//!   key's line, the job a call runs for): [`lock`] (the mutex, and the layer that runs a
+//!   request under it), [`semaphore`] (N permits per key, through the same layer),
+//!   [`throttle`] (a rate per key). A new guard is a module beside them, on [`guard`].
+//! - The policies in front of a guard: [`debounce`], [`idempotency`].
+//! - What a request does when its key is taken: [`strategy`].
+//! - The delay queue: [`queue`] (producers and workers use [`queue::DelayQueue`], operators
+//!   [`queue::QueueOperator`]), and the [`scheduler`] that runs its jobs through the stack.
+//! - The stores that keep it all: [`store`] ([`RedisStore`], [`MemoryStore`]), each
+//!   implementing the store traits of the modules above.
+//! - The operator surface: the dashboard (`dashboard`, feature `dashboard`), the queue's
+//!   [`queue::QueueOperator`], and the `redefer` command (the `redefer-cli` crate).
+//! - Around them: [`config`] (one file for a whole service), [`key`], [`backoff`], [`error`],
+//!   [`metric_names`], [`trace_context`].
 
 #![warn(missing_docs)]
 
-pub mod backoff;
-pub mod config;
+// The guards, on their shared vocabulary, and the policies in front of them.
+pub mod debounce;
+pub mod guard;
+pub mod idempotency;
+pub mod lock;
+pub mod semaphore;
+pub mod throttle;
+// What a request does on conflict; the queue it may defer to and the scheduler that runs it.
+pub mod queue;
+pub mod scheduler;
+pub mod strategy;
+// The stores.
+pub mod store;
+// The operator surface.
 #[cfg(feature = "dashboard")]
 // A failed page is the error page itself (a `Response`), built at most once per request.
 #[allow(clippy::result_large_err)]
 pub mod dashboard;
-pub mod debounce;
+// Around them.
+pub mod backoff;
+pub mod config;
 pub mod error;
+pub mod key;
+pub mod metric_names;
+pub mod trace_context;
+// Internals, and the paths of 0.3.
 #[doc(hidden)]
 pub mod fuzz;
-pub mod guard;
-pub mod idempotency;
-pub mod key;
-pub mod lock;
-pub mod metric_names;
 #[doc(hidden)]
 pub mod middleware;
-pub mod queue;
 mod renewal;
-pub mod scheduler;
 mod sealed;
-pub mod semaphore;
-pub mod store;
-pub mod strategy;
-pub mod throttle;
 mod token;
-pub mod trace_context;
 
 pub use crate::backoff::Backoff;
 pub use crate::config::{Config, ConfigError};
