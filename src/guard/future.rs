@@ -1,4 +1,4 @@
-//! The response future of [`LockService`](super::LockService) and
+//! The response future of [`LockService`](crate::lock::LockService) and
 //! [`ThrottleService`](crate::throttle::ThrottleService): a boxed guarded call
 //! (see `call.rs`).
 
@@ -11,7 +11,7 @@ use super::{Error, Outcome};
 
 type BoxedCall<R, E> = Pin<Box<dyn Future<Output = Result<Outcome<R>, Error<E>>> + Send>>;
 
-/// The future returned by [`LockService`](super::LockService) and
+/// The future returned by [`LockService`](crate::lock::LockService) and
 /// [`ThrottleService`](crate::throttle::ThrottleService).
 ///
 /// Dropping it mid-call releases the lock in the background.

@@ -13,7 +13,7 @@ pub struct ClaimedJob<T> {
     pub envelope: Envelope<T>,
     /// When it was due, by the store's clock.
     pub due: SystemTime,
-    /// The claim on it: pass it to [`DelayQueue::ack`], [`fail`](DelayQueue::fail) and the rest.
+    /// The claim on it: pass it to [`DelayQueue::ack`](super::DelayQueue::ack), [`fail`](super::DelayQueue::fail) and the rest.
     pub lease: Lease,
 }
 
@@ -37,7 +37,7 @@ impl Lease {
     }
 
     /// The physical queue the job lives on: the queue's own name unless it is
-    /// [sharded](DelayQueue::shards).
+    /// [sharded](super::DelayQueue::shards).
     pub fn shard(&self) -> &QueueName {
         &self.shard
     }

@@ -208,7 +208,7 @@ where
 
     /// Puts a claimed job back to wait `opens_in` for its key's next slot (a throttle's,
     /// booked for it), without using an attempt; once it did that the policy's
-    /// [`max_lock_waits`](RetryPolicy::max_lock_waits) times, it is buried instead.
+    /// [`max_lock_waits`](crate::queue::RetryPolicy::max_lock_waits) times, it is buried instead.
     pub async fn wait_for_slot(
         &self,
         lease: &Lease,
@@ -268,7 +268,7 @@ where
 
     /// Puts a claimed job that met its lock held back to wait for its turn, its attempt
     /// unchanged: due after the policy's
-    /// [`lock_wait_fallback`](RetryPolicy::lock_wait_fallback) for `expected_wait` and the
+    /// [`lock_wait_fallback`](crate::queue::RetryPolicy::lock_wait_fallback) for `expected_wait` and the
     /// lock's `lock_remaining` TTL (its turn
     /// normally comes sooner: the release hands the key to it and makes it due). Once it waited
     /// the policy's `max_lock_wait` since it was first stored, it is buried with

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use super::{InspectQueue, JobSet, ListCursor, QueueOperator, QueueStats, RawJobState};
 use crate::queue::{Codec, Envelope, JobId, MAX_PAGE, MinuteActivity, QueueError};
 
-/// One entry of [`DelayQueue::list`].
+/// One entry of [`QueueOperator::list`].
 #[derive(Debug)]
 pub struct ListedEntry<T> {
     /// The id as found (another client may have written one that is not a valid job id).
@@ -24,7 +24,7 @@ pub struct ListedEntry<T> {
 }
 
 impl<T> ListedEntry<T> {
-    /// Where the page after this entry starts (see [`DelayQueue::list_after`]).
+    /// Where the page after this entry starts (see [`QueueOperator::list_after`]).
     pub fn cursor(&self) -> ListCursor {
         ListCursor {
             at: self.at,
@@ -33,7 +33,7 @@ impl<T> ListedEntry<T> {
     }
 }
 
-/// One job as read by [`DelayQueue::job`].
+/// One job as read by [`QueueOperator::job`].
 #[derive(Debug)]
 pub struct JobInfo<T> {
     /// Where it is.

@@ -28,7 +28,7 @@ pub enum RawJobState {
         /// Why.
         reason: Option<String>,
     },
-    /// Finished, and kept by the queue's [`Retention`].
+    /// Finished, and kept by the queue's [`Retention`](crate::queue::Retention).
     Done {
         /// When it finished.
         finished_at: SystemTime,
@@ -76,7 +76,7 @@ pub enum JobSet {
     InFlight,
     /// In the dead-letter set.
     Dead,
-    /// Finished, and kept by the queue's [`Retention`].
+    /// Finished, and kept by the queue's [`Retention`](crate::queue::Retention).
     Done,
 }
 
@@ -166,7 +166,7 @@ pub struct QueueStats {
     pub in_flight: u64,
     /// Jobs in the dead-letter set.
     pub dead: u64,
-    /// Finished jobs kept by the queue's [`Retention`].
+    /// Finished jobs kept by the queue's [`Retention`](crate::queue::Retention).
     pub done: u64,
     /// Whether the queue is paused: its claims hand out nothing.
     pub paused: bool,
