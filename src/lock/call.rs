@@ -71,7 +71,14 @@ where
             let me = line.place.as_ref().or(job_waiter.as_ref());
             let acquisition = shared
                 .store
-                .try_acquire_in_line(&key, token, shared.ttl, me, shared.fencing)
+                .acquire(
+                    &key,
+                    token,
+                    shared.ttl,
+                    shared.store.holders(&key),
+                    me,
+                    shared.fencing,
+                )
                 .await;
             let (remaining, ahead, typical_hold, reserved) = match acquisition {
                 Ok(Acquisition::Acquired(fence)) => {
@@ -213,7 +220,7 @@ where
             let (store, key, ttl) = (shared.store.clone(), key.clone(), shared.ttl);
             move || {
                 let (store, key) = (store.clone(), key.clone());
-                async move { store.extend(&key, token, ttl).await }
+                async move { store.extend_holding(&key, token, ttl, store.holders(&key)).await }
             }
         });
         let lease = renewal.lease();
@@ -289,7 +296,7 @@ impl PlaceInLine {
             return Ok(());
         }
         // Listen before joining: the key may be handed to us as we join.
-        self.handoffs = Some(store.handoffs(key));
+        self.handoffs = Some(store.line_handoffs(key, store.holders(key)));
         guard.waiting_as(Some(me.clone()));
         store.join(key, &me, None).await?;
         self.place = Some(me);
@@ -321,7 +328,7 @@ impl PlaceInLine {
     async fn leave<St: LockStore>(&mut self, store: &St, key: &LockKey, guard: &mut ReleaseOnDrop<St>) {
         let Some(me) = self.place.take() else { return };
         guard.waiting_as(None);
-        if let Err(error) = store.leave(key, &me).await {
+        if let Err(error) = store.leave_line(key, &me, store.holders(key)).await {
             tracing::warn!(%key, %error, "cannot leave the line; the reservation for us will run out");
         }
     }

@@ -20,7 +20,7 @@ impl<St: LockStore> LineActions for StoreLine<St> {
         let (store, key, replacing) = (self.store.clone(), self.key.clone(), self.replacing.clone());
         Box::pin(async move {
             store
-                .join_within(&key, &waiter, replacing.as_ref(), Some(cap))
+                .join_line(&key, &waiter, replacing.as_ref(), store.holders(&key), Some(cap))
                 .await
         })
     }

@@ -87,7 +87,10 @@ impl<St: LockStore> ReleaseOnDrop<St> {
         self.armed = Armed::Off;
         let (store, key, token) = (self.store.clone(), self.key.clone(), self.token);
         send_then_detach(&self.key, async move {
-            match store.release_after(&key, token, held_for).await {
+            match store
+                .release_holding(&key, token, store.holders(&key), held_for)
+                .await
+            {
                 Ok(true) => tracing::debug!(%key, "lock released"),
                 Ok(false) => tracing::warn!(%key, "lock had expired before its release"),
                 Err(error) => tracing::warn!(%key, %error, "lock release failed; it expires with its TTL"),
@@ -144,7 +147,7 @@ impl<St: LockStore> Drop for ReleaseOnDrop<St> {
                 ),
             }
             if let Some(waiter) = waiting_as
-                && let Err(error) = store.leave(&key, &waiter).await
+                && let Err(error) = store.leave_line(&key, &waiter, store.holders(&key)).await
             {
                 tracing::warn!(%key, %error, "cannot leave the line after cancellation");
             }

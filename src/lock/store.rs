@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockToken, Waiter};
+use super::{Fencing, FencingToken, Handoffs, Holders, LineCap, LineJoin, LockToken, Waiter};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::sealed::Sealed;
@@ -29,7 +29,14 @@ pub enum Acquisition {
     },
 }
 
-/// Atomic lock operations on one key, with a line of waiters per key.
+/// Atomic operations on one key held by one holder (the lock) or by up to N (a semaphore's
+/// permits, [`Holders::Permits`]), with a line of waiters per key. One family: the line, the
+/// handoff at release, the fencing tokens, the renewal and the requests to stop are the same
+/// for both; what differs (one `SET NX PX` key, or a set of leases) is the store's inside.
+///
+/// The operations that take [`Holders`] are the family; the others are their shapes of 0.3,
+/// holding the key as [`holders`](LockStore::holders) says (one holder, unless the store is
+/// [`Permits`](crate::semaphore::Permits)).
 ///
 /// Implementations keep these semantics, which the conformance tests pin for every store:
 /// - `try_acquire` succeeds only when no one holds the key and nobody is in line (or the
@@ -54,89 +61,75 @@ pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
         false
     }
 
-    /// Takes the lock for `ttl` unless another holder has it or others are in line.
-    fn try_acquire(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
-        self.try_acquire_in_line(key, token, ttl, None, Fencing::On)
+    /// How `key` is held through this store: by one holder (a store as it is), or by up to N
+    /// ([`Permits`](crate::semaphore::Permits) says how many, asked at each operation, so a
+    /// limit may change while the key is held).
+    fn holders(&self, key: &LockKey) -> Holders {
+        let _ = key;
+        Holders::One
     }
 
-    /// Takes the lock for `ttl` as `waiter`, if given: when it is first in line, or the key is
-    /// reserved for it; it then leaves the line. With [`Fencing::Off`], no fencing token.
-    fn try_acquire_in_line(
+    /// Takes the key (its lock, or one of its permits) for `ttl` as `waiter`, if given: when
+    /// it is first in line, or the key is reserved for it; it then leaves the line. With
+    /// [`Fencing::Off`], no fencing token.
+    fn acquire(
         &self,
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
+        holders: Holders,
         waiter: Option<&Waiter>,
         fencing: Fencing,
     ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send;
 
-    /// Resets the lock's TTL to `ttl` if `token` still holds it; `false` if it does not.
-    fn extend(
+    /// Resets the TTL of `token`'s holding of `key` to `ttl` if it still holds it; `false` if
+    /// it does not.
+    fn extend_holding(
         &self,
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
+        holders: Holders,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Releases the lock if `token` still holds it, handing it to the first in line; `false`
-    /// if it does not hold it.
-    fn release(
+    /// Releases `token`'s holding of `key`, handing what it frees to the first in line, and,
+    /// with `held_for`, telling the store how long it was held, which it averages into the
+    /// key's typical hold (for `retry_after` estimates). `false` if `token` did not hold it.
+    fn release_holding(
         &self,
         key: &LockKey,
         token: LockToken,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.release_after(key, token, None)
-    }
-
-    /// [`release`](LockStore::release), telling the store how long the lock was held, which
-    /// it averages into the key's typical hold (for `retry_after` estimates).
-    fn release_after(
-        &self,
-        key: &LockKey,
-        token: LockToken,
+        holders: Holders,
         held_for: Option<Duration>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Puts `waiter` in `key`'s line: at the end, or in the place of `replacing` (a caller
-    /// that waited in place, then deferred). Already in line, it keeps its place. If the key
-    /// was released meanwhile, it is handed to the first in line now. Returns how many are in
-    /// line before `waiter`.
-    fn join(
+    /// Puts `waiter` in `key`'s line, within `cap` if given: at the end, or in the place of
+    /// `replacing` (a caller that waited in place, then deferred). Already in line, it keeps
+    /// its place. If the key was released meanwhile, it is handed to the first in line now. A
+    /// line that holds `cap.max` waiters (not counting `replacing`) takes a new one only by
+    /// evicting its oldest jobs ([`Overflow::DropOldest`](super::Overflow::DropOldest), never a
+    /// job the key is being handed to), else answers [`LineJoin::Full`] and changes nothing:
+    /// the check and the join are one step.
+    fn join_line(
         &self,
         key: &LockKey,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
-        async move {
-            match self.join_within(key, waiter, replacing, None).await? {
-                LineJoin::Joined { ahead, .. } => Ok(ahead),
-                LineJoin::Full { waiting } => Ok(waiting),
-            }
-        }
-    }
-
-    /// [`join`](LockStore::join) within `cap`, checked in the same step: a line that holds
-    /// `cap.max` waiters (not counting `replacing`) takes a new one only by evicting its oldest
-    /// jobs ([`Overflow::DropOldest`](super::Overflow::DropOldest), never a job the key is being
-    /// handed to), else answers [`LineJoin::Full`] and changes nothing.
-    fn join_within(
-        &self,
-        key: &LockKey,
-        waiter: &Waiter,
-        replacing: Option<&Waiter>,
+        holders: Holders,
         cap: Option<LineCap>,
     ) -> impl Future<Output = Result<LineJoin, StoreError>> + Send;
 
-    /// Takes `waiter` out of `key`'s line; if the key was reserved for it, hands it on.
-    fn leave(&self, key: &LockKey, waiter: &Waiter) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Takes `waiter` out of `key`'s line; if the key (or a permit) was reserved for it, hands
+    /// it on.
+    fn leave_line(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        holders: Holders,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The announcements of who `key` is handed to, from now on.
-    fn handoffs(&self, key: &LockKey) -> Handoffs;
+    fn line_handoffs(&self, key: &LockKey, holders: Holders) -> Handoffs;
 
     /// Asks whoever holds `key` now to stop, on behalf of `from` (the newer request that wants
     /// the key): announced to the holders' [`stop_requests`](LockStore::stop_requests), in any
@@ -150,4 +143,99 @@ pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
     /// The requests to stop that holders of `key` get from now on, each as the waiter that
     /// asked.
     fn stop_requests(&self, key: &LockKey) -> Handoffs;
+
+    /// Takes `key` for `ttl` unless it is taken or others are in line.
+    fn try_acquire(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
+        self.acquire(key, token, ttl, self.holders(key), None, Fencing::On)
+    }
+
+    /// [`acquire`](LockStore::acquire), held as [`holders`](LockStore::holders) says.
+    fn try_acquire_in_line(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        waiter: Option<&Waiter>,
+        fencing: Fencing,
+    ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
+        self.acquire(key, token, ttl, self.holders(key), waiter, fencing)
+    }
+
+    /// [`extend_holding`](LockStore::extend_holding), held as [`holders`](LockStore::holders)
+    /// says.
+    fn extend(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.extend_holding(key, token, ttl, self.holders(key))
+    }
+
+    /// Releases `token`'s holding of `key`, handing it to the first in line; `false` if it did
+    /// not hold it.
+    fn release(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.release_holding(key, token, self.holders(key), None)
+    }
+
+    /// [`release_holding`](LockStore::release_holding), held as
+    /// [`holders`](LockStore::holders) says.
+    fn release_after(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        held_for: Option<Duration>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.release_holding(key, token, self.holders(key), held_for)
+    }
+
+    /// [`join_line`](LockStore::join_line) without a cap; how many are in line before
+    /// `waiter`.
+    fn join(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        replacing: Option<&Waiter>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        async move {
+            match self
+                .join_line(key, waiter, replacing, self.holders(key), None)
+                .await?
+            {
+                LineJoin::Joined { ahead, .. } => Ok(ahead),
+                LineJoin::Full { waiting } => Ok(waiting),
+            }
+        }
+    }
+
+    /// [`join_line`](LockStore::join_line), held as [`holders`](LockStore::holders) says.
+    fn join_within(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        replacing: Option<&Waiter>,
+        cap: Option<LineCap>,
+    ) -> impl Future<Output = Result<LineJoin, StoreError>> + Send {
+        self.join_line(key, waiter, replacing, self.holders(key), cap)
+    }
+
+    /// [`leave_line`](LockStore::leave_line), held as [`holders`](LockStore::holders) says.
+    fn leave(&self, key: &LockKey, waiter: &Waiter) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.leave_line(key, waiter, self.holders(key))
+    }
+
+    /// [`line_handoffs`](LockStore::line_handoffs), held as [`holders`](LockStore::holders)
+    /// says.
+    fn handoffs(&self, key: &LockKey) -> Handoffs {
+        self.line_handoffs(key, self.holders(key))
+    }
 }

@@ -5,10 +5,10 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::{PermitLimit, SemaphoreStore};
+use super::PermitLimit;
 use crate::error::StoreError;
 use crate::key::{LockKey, Prefix};
-use crate::lock::{Acquisition, Fencing, Handoffs, LineCap, LineJoin, LockStore, LockToken, Waiter};
+use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LineCap, LineJoin, LockStore, LockToken, Waiter};
 use crate::metric_names;
 use crate::sealed::Sealed;
 
@@ -16,8 +16,9 @@ use crate::sealed::Sealed;
 /// [`LockLayer::permits`](crate::LockLayer::permits) and
 /// [`LockLayer::permits_by`](crate::LockLayer::permits_by) guard keys with.
 ///
-/// Every [`LockStore`] operation is the [`SemaphoreStore`] operation of the same name, with the
-/// key's limit from `limit`. With a limit of 1 it behaves as the mutex (on keys of its own).
+/// Every [`LockStore`] operation goes to the store with [`Holders::Permits`] of the key's limit
+/// from `limit` (asked at each operation; whatever holders a caller passes). With a limit of 1
+/// it behaves as the mutex (on keys of its own).
 ///
 /// ```
 /// use std::time::Duration;
@@ -96,25 +97,29 @@ impl<St: Sealed, L> Sealed for Permits<St, L> {
 
 impl<St, L> LockStore for Permits<St, L>
 where
-    St: SemaphoreStore,
+    St: LockStore,
     L: PermitLimit + Clone,
 {
     fn is_closed(&self, key: &LockKey) -> bool {
         self.limit.permits(key) == 0
     }
 
-    fn try_acquire_in_line(
+    fn holders(&self, key: &LockKey) -> Holders {
+        Holders::Permits(self.limit.permits(key))
+    }
+
+    fn acquire(
         &self,
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
+        _holders: Holders,
         waiter: Option<&Waiter>,
         fencing: Fencing,
     ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
-        let permits = self.limit.permits(key);
         let acquired = self
             .store
-            .try_acquire_permit(key, token, ttl, permits, waiter, fencing);
+            .acquire(key, token, ttl, self.holders(key), waiter, fencing);
         let in_use = self.in_use.clone();
         async move {
             let acquisition = acquired.await?;
@@ -125,41 +130,51 @@ where
         }
     }
 
-    fn extend(
+    fn extend_holding(
         &self,
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
+        _holders: Holders,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.store.extend_permit(key, token, ttl)
+        self.store.extend_holding(key, token, ttl, self.holders(key))
     }
 
-    fn release_after(
+    fn release_holding(
         &self,
         key: &LockKey,
         token: LockToken,
+        _holders: Holders,
         held_for: Option<Duration>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        let permits = self.limit.permits(key);
         self.in_use.given_back(token);
-        self.store.release_permit(key, token, permits, held_for)
+        self.store
+            .release_holding(key, token, self.holders(key), held_for)
     }
 
-    fn join_within(
+    fn join_line(
         &self,
         key: &LockKey,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
+        _holders: Holders,
         cap: Option<LineCap>,
     ) -> impl Future<Output = Result<LineJoin, StoreError>> + Send {
-        let permits = self.limit.permits(key);
         self.store
-            .join_permits_within(key, waiter, replacing, permits, cap)
+            .join_line(key, waiter, replacing, self.holders(key), cap)
     }
 
-    fn leave(&self, key: &LockKey, waiter: &Waiter) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let permits = self.limit.permits(key);
-        self.store.leave_permits(key, waiter, permits)
+    fn leave_line(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        _holders: Holders,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.store.leave_line(key, waiter, self.holders(key))
+    }
+
+    fn line_handoffs(&self, key: &LockKey, _holders: Holders) -> Handoffs {
+        self.store.line_handoffs(key, self.holders(key))
     }
 
     fn request_stop(
@@ -173,9 +188,5 @@ where
 
     fn stop_requests(&self, key: &LockKey) -> Handoffs {
         self.store.stop_requests(key)
-    }
-
-    fn handoffs(&self, key: &LockKey) -> Handoffs {
-        self.store.permit_handoffs(key)
     }
 }

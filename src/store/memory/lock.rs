@@ -13,8 +13,7 @@ use super::line::Line;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken, Waiter,
-    next_fences,
+    Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockToken, Waiter, next_fences,
 };
 use crate::metric_names;
 use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_expired};
@@ -30,7 +29,7 @@ pub(super) struct LockState {
     holds: HashMap<LockKey, f64>,
     announcements: HashMap<LockKey, broadcast::Sender<String>>,
     /// Per-key requests to stop, for holders that listen.
-    stops: HashMap<LockKey, broadcast::Sender<String>>,
+    pub(super) stops: HashMap<LockKey, broadcast::Sender<String>>,
     /// When each key was last used: what the maps above forget, once idle.
     last_use: LastUse,
 }
@@ -183,7 +182,11 @@ impl LockState {
 
 impl MemoryStore {
     /// The lock operations' state and the reservation time, for one operation on `key`.
-    fn with_locks<R>(&self, key: &LockKey, f: impl FnOnce(&mut LockState, Instant, Duration) -> R) -> R {
+    pub(super) fn with_locks<R>(
+        &self,
+        key: &LockKey,
+        f: impl FnOnce(&mut LockState, Instant, Duration) -> R,
+    ) -> R {
         let mut state = self.locks();
         let now = Instant::now();
         state.touch(key, now);
@@ -191,8 +194,8 @@ impl MemoryStore {
     }
 }
 
-impl LockStore for MemoryStore {
-    async fn try_acquire_in_line(
+impl MemoryStore {
+    pub(super) async fn acquire_lock(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -245,7 +248,12 @@ impl LockStore for MemoryStore {
         Ok(acquisition)
     }
 
-    async fn extend(&self, key: &LockKey, token: LockToken, ttl: Duration) -> Result<bool, StoreError> {
+    pub(super) async fn extend_lock(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
         Ok(self.with_locks(key, |state, now, _| match state.live(key, now) {
             Some(Holding {
                 holder: Holder::Owner(holder, _),
@@ -258,7 +266,7 @@ impl LockStore for MemoryStore {
         }))
     }
 
-    async fn release_after(
+    pub(super) async fn release_lock(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -294,7 +302,7 @@ impl LockStore for MemoryStore {
         Ok(true)
     }
 
-    async fn join_within(
+    pub(super) async fn join_lock_line(
         &self,
         key: &LockKey,
         waiter: &Waiter,
@@ -334,35 +342,13 @@ impl LockStore for MemoryStore {
         Ok(LineJoin::Joined { ahead, evicted })
     }
 
-    async fn leave(&self, key: &LockKey, waiter: &Waiter) -> Result<(), StoreError> {
+    pub(super) async fn leave_lock_line(&self, key: &LockKey, waiter: &Waiter) -> Result<(), StoreError> {
         let next = self.pass_on_now(key, waiter);
         hand_over(self, key, next).await;
         Ok(())
     }
 
-    async fn request_stop(&self, key: &LockKey, from: &Waiter) -> Result<(), StoreError> {
-        self.with_locks(key, |state, _, _| {
-            if let Some(sender) = state.stops.get(key)
-                && sender.send(from.as_str().to_string()).is_err()
-            {
-                state.stops.remove(key);
-            }
-        });
-        Ok(())
-    }
-
-    fn stop_requests(&self, key: &LockKey) -> Handoffs {
-        let receiver = self.with_locks(key, |state, _, _| {
-            state
-                .stops
-                .entry(key.clone())
-                .or_insert_with(|| broadcast::channel(16).0)
-                .subscribe()
-        });
-        Handoffs::new(receiver, None)
-    }
-
-    fn handoffs(&self, key: &LockKey) -> Handoffs {
+    pub(super) fn lock_handoffs(&self, key: &LockKey) -> Handoffs {
         let receiver = self.with_locks(key, |state, _, _| {
             state
                 .announcements
@@ -455,6 +441,7 @@ impl crate::store::ListLocks for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock::LockStore;
     use crate::store::lifetimes::IDLE_KEY_TTL;
 
     /// A process that locks each of many keys once keeps only the last minute's state: the

@@ -5,6 +5,7 @@ mod idempotency;
 mod idle;
 mod line;
 mod lock;
+mod lock_store;
 mod pending;
 mod queue;
 mod queue_operator;

@@ -17,7 +17,6 @@ use crate::lock::{
 };
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
-use crate::semaphore::SemaphoreStore;
 use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired};
 
 #[derive(Default)]
@@ -247,8 +246,8 @@ impl MemoryStore {
     }
 }
 
-impl SemaphoreStore for MemoryStore {
-    async fn try_acquire_permit(
+impl MemoryStore {
+    pub(super) async fn acquire_permit_in_line(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -297,7 +296,7 @@ impl SemaphoreStore for MemoryStore {
         })
     }
 
-    async fn extend_permit(
+    pub(super) async fn extend_permit_lease(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -320,7 +319,7 @@ impl SemaphoreStore for MemoryStore {
         })
     }
 
-    async fn release_permit(
+    pub(super) async fn release_permit_lease(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -350,7 +349,7 @@ impl SemaphoreStore for MemoryStore {
         Ok(released)
     }
 
-    async fn join_permits_within(
+    pub(super) async fn join_permit_line(
         &self,
         key: &LockKey,
         waiter: &Waiter,
@@ -377,14 +376,19 @@ impl SemaphoreStore for MemoryStore {
         Ok(LineJoin::Joined { ahead, evicted })
     }
 
-    async fn leave_permits(&self, key: &LockKey, waiter: &Waiter, permits: u32) -> Result<(), StoreError> {
+    pub(super) async fn leave_permit_line(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        permits: u32,
+    ) -> Result<(), StoreError> {
         let handed = self.leave_permits_now(key, waiter, permits);
         let line = PermitLine { store: self, permits };
         hand_over(&line, key, handed).await;
         Ok(())
     }
 
-    fn permit_handoffs(&self, key: &LockKey) -> Handoffs {
+    pub(super) fn permit_line_handoffs(&self, key: &LockKey) -> Handoffs {
         let receiver = self
             .semaphores()
             .announcements
@@ -415,6 +419,7 @@ impl HandOver for PermitLine<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::semaphore::SemaphoreStore;
     use crate::store::lifetimes::IDLE_KEY_TTL;
 
     /// The semaphore keeps only what is in use, as the mutex does: the permits, counters and

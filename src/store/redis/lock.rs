@@ -237,11 +237,11 @@ where
     }
 }
 
-impl<Conn> LockStore for RedisStore<Conn>
+impl<Conn> RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn try_acquire_in_line(
+    pub(super) async fn acquire_lock(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -263,7 +263,12 @@ where
         Ok(acquisition)
     }
 
-    async fn extend(&self, key: &LockKey, token: LockToken, ttl: Duration) -> Result<bool, StoreError> {
+    pub(super) async fn extend_lock(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
         // The server's own SET IFEQ, where it has it: resets the TTL of the bare token. Not
         // set (another holder, or the line mark): the script decides.
         if self.conditional().set_ifeq {
@@ -289,7 +294,7 @@ where
         Ok(extended)
     }
 
-    async fn release_after(
+    pub(super) async fn release_lock(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -334,7 +339,7 @@ where
         Ok(released)
     }
 
-    async fn join_within(
+    pub(super) async fn join_lock_line(
         &self,
         key: &LockKey,
         waiter: &Waiter,
@@ -361,27 +366,13 @@ where
         })
     }
 
-    async fn leave(&self, key: &LockKey, waiter: &Waiter) -> Result<(), StoreError> {
+    pub(super) async fn leave_lock_line(&self, key: &LockKey, waiter: &Waiter) -> Result<(), StoreError> {
         let next = self.pass_on(key, waiter).await?;
         hand_over(self, key, next).await;
         Ok(())
     }
 
-    async fn request_stop(&self, key: &LockKey, from: &Waiter) -> Result<(), StoreError> {
-        let channel = LockKeys::new(&self.prefix, key).stop().to_string();
-        let _heard_by: u64 = redis::cmd("PUBLISH")
-            .arg(channel)
-            .arg(from.as_str())
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
-
-    fn stop_requests(&self, key: &LockKey) -> Handoffs {
-        self.announced_on(LockKeys::new(&self.prefix, key).stop().to_string())
-    }
-
-    fn handoffs(&self, key: &LockKey) -> Handoffs {
+    pub(super) fn lock_handoffs(&self, key: &LockKey) -> Handoffs {
         self.announced_on(LockKeys::new(&self.prefix, key).wake().to_string())
     }
 }

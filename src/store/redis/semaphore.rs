@@ -14,7 +14,6 @@ use crate::key::LockKey;
 use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockToken, Waiter};
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
-use crate::semaphore::SemaphoreStore;
 use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired};
 use crate::store::time::{millis, ttl_millis};
 
@@ -85,7 +84,7 @@ where
                     metric_names::handoff_taken(waited);
                 }
                 if let Err(error) = self.replicated().await {
-                    self.release_permit(key, token, permits, None).await?;
+                    self.release_permit_lease(key, token, permits, None).await?;
                     return Err(error);
                 }
                 Ok(Acquisition::Acquired(
@@ -106,11 +105,11 @@ where
     }
 }
 
-impl<Conn> SemaphoreStore for RedisStore<Conn>
+impl<Conn> RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn try_acquire_permit(
+    pub(super) async fn acquire_permit_in_line(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -135,7 +134,7 @@ where
         Ok(acquisition)
     }
 
-    async fn extend_permit(
+    pub(super) async fn extend_permit_lease(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -150,7 +149,7 @@ where
         Ok(extended)
     }
 
-    async fn release_permit(
+    pub(super) async fn release_permit_lease(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -170,7 +169,7 @@ where
         Ok(released)
     }
 
-    async fn join_permits_within(
+    pub(super) async fn join_permit_line(
         &self,
         key: &LockKey,
         waiter: &Waiter,
@@ -198,14 +197,19 @@ where
         })
     }
 
-    async fn leave_permits(&self, key: &LockKey, waiter: &Waiter, permits: u32) -> Result<(), StoreError> {
+    pub(super) async fn leave_permit_line(
+        &self,
+        key: &LockKey,
+        waiter: &Waiter,
+        permits: u32,
+    ) -> Result<(), StoreError> {
         let line = PermitLine { store: self, permits };
         let handed = line.pass_on(key, waiter).await?;
         hand_over(&line, key, handed).await;
         Ok(())
     }
 
-    fn permit_handoffs(&self, key: &LockKey) -> Handoffs {
+    pub(super) fn permit_line_handoffs(&self, key: &LockKey) -> Handoffs {
         self.announced_on(PermitKeys::new(&self.prefix, key).wake)
     }
 }
