@@ -14,6 +14,7 @@ pub mod footprint;
 mod handover;
 pub mod lifetimes;
 mod list_locks;
+mod lock_family;
 mod memory;
 mod redis;
 pub(crate) mod time;

@@ -1,8 +1,5 @@
-//! The Redis store's one [`LockStore`]: the lock's inside (`lock.rs`: `SET NX PX`, its
-//! scripts) or the semaphore's (`semaphore.rs`: a set of leases), by [`Holders`]; the
-//! requests to stop, one channel per key for both.
-
-use std::time::Duration;
+//! The Redis store's one [`LockStore`](crate::lock::LockStore) (see `store/lock_family.rs`),
+//! and its requests to stop: one channel per key, for the lock and the semaphore alike.
 
 use redis::aio::ConnectionLike;
 
@@ -10,85 +7,16 @@ use super::RedisStore;
 use super::keys::LockKeys;
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LineCap, LineJoin, LockStore, LockToken, Waiter};
+use crate::lock::{Handoffs, Waiter};
+use crate::store::lock_family::lock_family;
 
-impl<Conn> LockStore for RedisStore<Conn>
+lock_family!(impl<Conn> for RedisStore<Conn> where Conn: ConnectionLike + Clone + Send + Sync + 'static);
+
+impl<Conn> RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn acquire(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
-        holders: Holders,
-        waiter: Option<&Waiter>,
-        fencing: Fencing,
-    ) -> Result<Acquisition, StoreError> {
-        match holders {
-            Holders::One => self.acquire_lock(key, token, ttl, waiter, fencing).await,
-            Holders::Permits(permits) => {
-                self.acquire_permit_in_line(key, token, ttl, permits, waiter, fencing)
-                    .await
-            }
-        }
-    }
-
-    async fn extend_holding(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
-        holders: Holders,
-    ) -> Result<bool, StoreError> {
-        match holders {
-            Holders::One => self.extend_lock(key, token, ttl).await,
-            Holders::Permits(_) => self.extend_permit_lease(key, token, ttl).await,
-        }
-    }
-
-    async fn release_holding(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        holders: Holders,
-        held_for: Option<Duration>,
-    ) -> Result<bool, StoreError> {
-        match holders {
-            Holders::One => self.release_lock(key, token, held_for).await,
-            Holders::Permits(permits) => self.release_permit_lease(key, token, permits, held_for).await,
-        }
-    }
-
-    async fn join_line(
-        &self,
-        key: &LockKey,
-        waiter: &Waiter,
-        replacing: Option<&Waiter>,
-        holders: Holders,
-        cap: Option<LineCap>,
-    ) -> Result<LineJoin, StoreError> {
-        match holders {
-            Holders::One => self.join_lock_line(key, waiter, replacing, cap).await,
-            Holders::Permits(permits) => self.join_permit_line(key, waiter, replacing, permits, cap).await,
-        }
-    }
-
-    async fn leave_line(&self, key: &LockKey, waiter: &Waiter, holders: Holders) -> Result<(), StoreError> {
-        match holders {
-            Holders::One => self.leave_lock_line(key, waiter).await,
-            Holders::Permits(permits) => self.leave_permit_line(key, waiter, permits).await,
-        }
-    }
-
-    fn line_handoffs(&self, key: &LockKey, holders: Holders) -> Handoffs {
-        match holders {
-            Holders::One => self.lock_handoffs(key),
-            Holders::Permits(_) => self.permit_line_handoffs(key),
-        }
-    }
-
-    async fn request_stop(&self, key: &LockKey, from: &Waiter) -> Result<(), StoreError> {
+    pub(super) async fn ask_holders_to_stop(&self, key: &LockKey, from: &Waiter) -> Result<(), StoreError> {
         let channel = LockKeys::new(&self.prefix, key).stop().to_string();
         let _heard_by: u64 = redis::cmd("PUBLISH")
             .arg(channel)
@@ -98,7 +26,7 @@ where
         Ok(())
     }
 
-    fn stop_requests(&self, key: &LockKey) -> Handoffs {
+    pub(super) fn stop_channel(&self, key: &LockKey) -> Handoffs {
         self.announced_on(LockKeys::new(&self.prefix, key).stop().to_string())
     }
 }
