@@ -84,9 +84,9 @@ pub async fn known_queue<St: QueueStore>(
         (None, Some(registered)) => registered.shards,
         (None, None) => 1,
     };
-    let queue = DelayQueue::<Value, _>::new(store.clone(), target.queue.as_str())?
-        .shards(shards)?
-        .operator();
+    let queue = QueueOperator::new(
+        DelayQueue::<Value, _>::new(store.clone(), target.queue.as_str())?.shards(shards)?,
+    );
     if registered.is_some() || queue.stats().await? != QueueStats::default() {
         return Ok(queue);
     }

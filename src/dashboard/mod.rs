@@ -141,9 +141,9 @@ where
     /// else the one it `registered` with, else 1.
     fn queue(&self, name: &str, registered: Option<usize>) -> Result<QueueOperator<Value, St>, KeyError> {
         let shards = self.options.shards.get(name).copied().or(registered).unwrap_or(1);
-        Ok(DelayQueue::new(self.store.clone(), name)?
-            .shards(shards)?
-            .operator())
+        Ok(QueueOperator::new(
+            DelayQueue::new(self.store.clone(), name)?.shards(shards)?,
+        ))
     }
 }
 

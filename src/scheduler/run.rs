@@ -61,6 +61,8 @@ where
         let mut running = JoinSet::new();
         let mut report = SchedulerReport::default();
         let mut wakeups = queue.wakeups();
+        // The counts the stats tick reads, through the operator's handle made once.
+        let operator = queue.operator();
         let mut failures = 0;
         queue.register_as_scheduler().await;
         tracing::info!(queue = %queue.name(), concurrency, "scheduler started");
@@ -75,7 +77,7 @@ where
             }
             if !stats_every.is_zero() && Instant::now() >= stats_due {
                 stats_due = Instant::now() + stats_every;
-                match queue.operator().stats().await {
+                match operator.stats().await {
                     Ok(stats) => metrics.record_stats(stats),
                     Err(error) => tracing::debug!(%error, "cannot count the queue's jobs"),
                 }
