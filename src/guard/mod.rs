@@ -8,6 +8,7 @@
 //! ([`debounce`](crate::debounce), [`idempotency`](crate::idempotency)). A new guard goes
 //! beside them, on this vocabulary.
 
+mod conflict;
 mod current_job;
 mod error;
 mod extract;
@@ -20,6 +21,7 @@ mod request_id;
 mod ttl;
 mod waiter;
 
+pub use self::conflict::{Conflict, ConflictKind, HeldConflict, ThrottledConflict};
 pub use self::current_job::{CurrentJob, current_job};
 pub(crate) use self::current_job::{RunSignals, handler_returned, lock_met, run_for_job};
 pub use self::error::Error;

@@ -21,7 +21,7 @@ use crate::lock::{
 };
 use crate::metric_names;
 use crate::renewal::{Renewal, while_valid};
-use crate::strategy::{Conflict, ConflictStrategy, Decision};
+use crate::strategy::{Conflict, ConflictKind, ConflictStrategy, Decision, HeldConflict};
 
 /// What every clone of one [`LockService`](super::LockService) shares.
 #[derive(Debug)]
@@ -99,27 +99,28 @@ where
             };
             guard.disarm();
             ::metrics::gauge!(metric_names::LOCK_WAITERS).set(ahead as f64);
-            let conflict = Conflict {
-                key: key.clone(),
+            let conflict = Conflict::new(
+                key.clone(),
                 attempt,
-                waited: started.elapsed(),
-                remaining,
-                reserved,
-                ahead,
-                retry_after: estimate_wait(
+                started.elapsed(),
+                estimate_wait(
                     remaining,
                     ahead,
                     typical_hold.or_else(|| shared.holds.typical()),
                     shared.ttl,
                 ),
-                next_slot: None,
-                line: Some(crate::lock::line_of(
-                    shared.store.clone(),
-                    key.clone(),
-                    line.place.clone(),
-                    caller(),
-                )),
-            };
+                ConflictKind::Held(HeldConflict {
+                    remaining,
+                    reserved,
+                    ahead,
+                    line: crate::lock::line_of(
+                        shared.store.clone(),
+                        key.clone(),
+                        line.place.clone(),
+                        caller(),
+                    ),
+                }),
+            );
             let retry_after = conflict.retry_after;
             let decision = match shared.strategy.on_conflict(conflict, &request).await {
                 Ok(decision) => decision,

@@ -161,7 +161,7 @@ where
         // never announced. Over a throttle's rate it is due at the next slot, which it books once
         // stored: a request that joins a waiting job books nothing (a booking per request would
         // spend a slot each). Claimed before its booked slot, it waits for it (no attempt used).
-        let due = match &conflict.next_slot {
+        let due = match conflict.next_slot() {
             Some(slot) => Due::In(slot.opens_in() + Duration::from_millis(1)),
             None => Due::In(lock_wait_fallback(&queue, &conflict)),
         };
@@ -181,7 +181,7 @@ where
             }
             if pushed.joined {
                 metric_names::coalesced(keep);
-            } else if let Some(slot) = &conflict.next_slot {
+            } else if let Some(slot) = conflict.next_slot() {
                 slot.book_for_job(&pushed.shard, &pushed.id).await?;
             } else if let Some(cap) = line_cap {
                 match take_place(&queue, &conflict, cap, &pushed.shard, &pushed.id).await? {

@@ -180,7 +180,7 @@ where
             let shard = queue.shard_of(&id).clone();
             // Over a throttle's rate, the job is due at the slot booked for it; held by a lock,
             // its turn in line makes it due, and the fallback only if that is never announced.
-            let due = match &conflict.next_slot {
+            let due = match conflict.next_slot() {
                 Some(slot) => Due::At(whole_millis_up(slot.book_for_job(&shard, &id).await?.at)),
                 None => Due::In(fallback),
             };
@@ -210,7 +210,7 @@ pub(super) fn back_to_wait(
     conflict: &Conflict,
 ) -> Option<impl Future<Output = Result<Decision, BoxError>> + Send + use<>> {
     let job = current_job().filter(|job| job.queue == *queue)?;
-    Some(match conflict.next_slot.clone() {
+    Some(match conflict.next_slot().cloned() {
         // Over a throttle's rate: the job books its slot and goes back to wait for it.
         Some(slot) => Either::Right(async move {
             let booking = slot.book_for_job(&job.shard, &job.id).await?;
@@ -233,7 +233,9 @@ pub(super) fn lock_wait_fallback<Req, St, Enc>(
     queue.policy().lock_wait_fallback(
         conflict.retry_after,
         // A reservation's end is the next handoff, not a free key.
-        conflict.remaining.filter(|_| !conflict.reserved),
+        conflict
+            .held()
+            .and_then(|held| held.remaining.filter(|_| !held.reserved)),
         Duration::ZERO,
     )
 }

@@ -29,7 +29,7 @@ where
     Enc: Codec,
 {
     // A throttle has no line: its bookings are its order.
-    let Some(line) = &conflict.line else {
+    let Some(line) = conflict.line() else {
         return Ok(None);
     };
     let joined = match line.join(Waiter::job(shard, id), cap).await {

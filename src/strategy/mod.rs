@@ -32,39 +32,8 @@ use std::time::Duration;
 
 use crate::error::BoxError;
 use crate::guard::Deferred;
-use crate::guard::Line;
-use crate::guard::NextSlot;
-use crate::key::LockKey;
+pub use crate::guard::{Conflict, ConflictKind, HeldConflict, ThrottledConflict};
 use crate::queue::JobId;
-
-/// One failed acquisition, as a strategy sees it.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Conflict {
-    /// The key that is held.
-    pub key: LockKey,
-    /// How many conflicts this call met before this one (0 for the first).
-    pub attempt: u32,
-    /// How long this call has already waited on the lock.
-    pub waited: Duration,
-    /// How long the holder's lock still lives, if it has a TTL (or the reservation, while the
-    /// key is handed to the first in line).
-    pub remaining: Option<Duration>,
-    /// The key is being handed to the first in line (reserved), not held by a holder.
-    pub reserved: bool,
-    /// How many wait in the key's line before this request.
-    pub ahead: u64,
-    /// When the key may be this request's: for a lock, the holder's expected rest and a typical
-    /// hold for each waiter ahead, from the key's recent holds (each at most the TTL); for a
-    /// throttle, exactly when its next slot opens.
-    pub retry_after: Option<Duration>,
-    /// A throttle's next slot, which a strategy may book instead of trying again (`None` for a
-    /// lock): [`Retry`] waits exactly until it, [`Defer`] stores the job due at it.
-    pub next_slot: Option<NextSlot>,
-    /// The key's line (`None` for a throttle): a deferring strategy with a
-    /// [`LineCap`](crate::lock::LineCap) joins it with the job it stored, within the cap.
-    pub line: Option<Line>,
-}
 
 /// A strategy's answer to a conflict.
 #[derive(Debug, Clone, PartialEq)]

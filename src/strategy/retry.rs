@@ -113,7 +113,7 @@ impl<F> Retry<F> {
         if conflict.attempt >= self.limits.max_attempts {
             return None;
         }
-        let delay = match &conflict.next_slot {
+        let delay = match conflict.next_slot() {
             Some(slot) => slot.opens_in(),
             None => self.limits.backoff.delay(conflict.attempt, &mut rand::rng()),
         };

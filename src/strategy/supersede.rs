@@ -103,7 +103,7 @@ where
             .saturating_mul(1 << conflict.attempt.min(16))
             .min(MAX_ASK_INTERVAL)
             .min(self.max_wait.saturating_sub(conflict.waited));
-        let line = match &conflict.line {
+        let line = match conflict.line() {
             Some(line) if !interval.is_zero() => line.clone(),
             _ => return Either::Right(self.fallback.on_conflict(conflict, request)),
         };

@@ -13,7 +13,7 @@ use crate::guard::{Error, Nesting, Outcome};
 use crate::key::LockKey;
 use crate::lock::{LockToken, Waiter};
 use crate::metric_names;
-use crate::strategy::{Conflict, ConflictStrategy, Decision};
+use crate::strategy::{Conflict, ConflictKind, ConflictStrategy, Decision, ThrottledConflict};
 
 /// What every clone of one [`ThrottleService`](super::ThrottleService) shares.
 #[derive(Debug, Clone)]
@@ -58,17 +58,15 @@ where
                 Err(error) => return Err(Error::Store(error)),
             };
             let next_slot = super::book::next_slot(opens_in, shared.store.clone(), key.clone(), shared.rate);
-            let conflict = Conflict {
-                key: key.clone(),
+            let conflict = Conflict::new(
+                key.clone(),
                 attempt,
-                waited: started.elapsed(),
-                remaining: None,
-                reserved: false,
-                ahead: 0,
-                retry_after: Some(opens_in),
-                next_slot: Some(next_slot.clone()),
-                line: None,
-            };
+                started.elapsed(),
+                Some(opens_in),
+                ConflictKind::Throttled(ThrottledConflict {
+                    next_slot: next_slot.clone(),
+                }),
+            );
             let decision = shared
                 .strategy
                 .on_conflict(conflict, &request)
