@@ -9,3 +9,7 @@ pub trait Sealed: Sized {
     /// The same store with its keys under `prefix` (a store without key names ignores it).
     fn under_prefix(self, prefix: Prefix) -> Self;
 }
+
+/// The seal of [`Guard`](crate::guard::Guard): only the crate's layers are guards, so that the
+/// call path can change without breaking anyone.
+pub trait SealedGuard {}

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use tower::Layer;
 
 use super::{Debounce, DebounceService};
-use crate::guard::{OverGuard, OverHandler};
+use crate::guard::{GuardService, OverGuard, OverHandler};
 use crate::queue::{DelayQueue, Json};
 
 /// Debounces each request by its key: it is deferred to `queue` as the key's pending job,
@@ -42,9 +42,9 @@ use crate::queue::{DelayQueue, Json};
 /// # Ok(()) }
 /// ```
 pub struct DebounceLayer<Req, St, X, Enc = Json, N = OverHandler> {
-    queue: DelayQueue<Req, St, Enc>,
-    extractor: X,
-    debounce: Debounce,
+    pub(super) queue: DelayQueue<Req, St, Enc>,
+    pub(super) extractor: X,
+    pub(super) debounce: Debounce,
     nesting: PhantomData<fn() -> N>,
 }
 
@@ -79,7 +79,7 @@ impl<S, Req, St: Clone, X: Clone, Enc: Clone, N> Layer<S> for DebounceLayer<Req,
     type Service = DebounceService<S, Req, St, X, Enc, N>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        DebounceService::new(inner, self.queue.clone(), self.extractor.clone(), self.debounce)
+        GuardService::new(inner, self.clone())
     }
 }
 

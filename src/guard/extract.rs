@@ -37,10 +37,3 @@ where
 {
     extractor.lock_key(request).map(LockKey::new).transpose()
 }
-
-/// The inner service that `poll_ready` made ready, leaving a clone in its place: the ready one
-/// must handle the request (tower's contract), and the future owns it.
-pub(crate) fn take_ready<S: Clone>(inner: &mut S) -> S {
-    let clone = inner.clone();
-    std::mem::replace(inner, clone)
-}

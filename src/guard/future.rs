@@ -1,6 +1,5 @@
-//! The response future of [`LockService`](crate::lock::LockService) and
-//! [`ThrottleService`](crate::throttle::ThrottleService): a boxed guarded call
-//! (see `call.rs`).
+//! The response future of every guard's service ([`GuardService`](super::GuardService)): a
+//! boxed guarded call.
 
 use std::fmt;
 use std::future::Future;
@@ -11,8 +10,9 @@ use super::{Error, Outcome};
 
 type BoxedCall<R, E> = Pin<Box<dyn Future<Output = Result<Outcome<R>, Error<E>>> + Send>>;
 
-/// The future returned by [`LockService`](crate::lock::LockService) and
-/// [`ThrottleService`](crate::throttle::ThrottleService).
+/// The future returned by a guard's service ([`GuardService`](super::GuardService):
+/// [`LockService`](crate::lock::LockService),
+/// [`ThrottleService`](crate::throttle::ThrottleService), ...).
 ///
 /// Dropping it mid-call releases the lock in the background.
 pub struct ResponseFuture<R, E> {

@@ -2,7 +2,8 @@
 //! its key, a held key's line and a throttled key's next slot (what a conflict carries), the
 //! order of a guard and its handler, and the job or request a call runs for.
 //!
-//! The guards are built on it: the lock ([`LockLayer`](crate::LockLayer), and with
+//! Every guard's layer builds a [`GuardService`], which keeps tower's contract and hands each
+//! keyed request to its [`Guard`] (the layer itself). The guards are built on it: the lock ([`LockLayer`](crate::LockLayer), and with
 //! [`permits`](crate::LockLayer::permits) the semaphore), the throttle
 //! ([`ThrottleLayer`](crate::throttle::ThrottleLayer)), and the policies in front of them
 //! ([`debounce`](crate::debounce), [`idempotency`](crate::idempotency)). A new guard goes
@@ -18,6 +19,7 @@ mod nesting;
 mod next_slot;
 mod outcome;
 mod request_id;
+mod service;
 mod ttl;
 mod waiter;
 
@@ -26,7 +28,7 @@ pub use self::current_job::{CurrentJob, current_job};
 pub(crate) use self::current_job::{RunSignals, handler_returned, lock_met, run_for_job};
 pub use self::error::Error;
 pub use self::extract::KeyExtractor;
-pub(crate) use self::extract::{guarded_key, take_ready};
+pub(crate) use self::extract::guarded_key;
 pub use self::future::ResponseFuture;
 pub use self::line::{Line, LineCap, LineJoin, Overflow, SUPERSEDED_BY_NEWER};
 pub(crate) use self::line::{LineActions, LineFuture};
@@ -35,5 +37,6 @@ pub(crate) use self::next_slot::Book;
 pub use self::next_slot::{Booking, NextSlot};
 pub use self::outcome::{Deferred, Duplicate, Outcome, Seen};
 pub(crate) use self::request_id::{current_request_id, with_request_id};
+pub use self::service::{Guard, GuardService, GuardedError, GuardedResponse, GuardedResult};
 pub use self::ttl::DEFAULT_TTL;
 pub use self::waiter::Waiter;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tower::Layer;
 
 use super::IdempotencyService;
-use crate::guard::{OverGuard, OverHandler};
+use crate::guard::{GuardService, OverGuard, OverHandler};
 use crate::queue::{DelayQueue, Json};
 
 /// Runs each request id once over its whole life (see [the module](super)).
@@ -42,9 +42,9 @@ use crate::queue::{DelayQueue, Json};
 /// # Ok(()) }
 /// ```
 pub struct IdempotencyLayer<Req, St, X, Enc = Json, N = OverHandler> {
-    queue: DelayQueue<Req, St, Enc>,
-    key: X,
-    hold: Duration,
+    pub(super) queue: DelayQueue<Req, St, Enc>,
+    pub(super) key: X,
+    pub(super) hold: Duration,
     nesting: PhantomData<fn() -> N>,
 }
 
@@ -90,7 +90,7 @@ impl<S, Req, St: Clone, X: Clone, Enc: Clone, N> Layer<S> for IdempotencyLayer<R
     type Service = IdempotencyService<S, Req, St, X, Enc, N>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        IdempotencyService::new(inner, self.queue.clone(), self.key.clone(), self.hold)
+        GuardService::new(inner, self.clone())
     }
 }
 

@@ -1,75 +1,31 @@
 //! The service that runs each request id once.
 
 use std::future::Future;
-use std::marker::PhantomData;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tower::Service;
 
-use super::{Begun, IdempotencyStore};
-use crate::guard::current_job;
-use crate::guard::with_request_id;
-use crate::guard::{Duplicate, Error, KeyExtractor, Nesting, Outcome, ResponseFuture, take_ready};
-use crate::queue::{Codec, DelayQueue, JobId, QueueName};
+use super::{Begun, IdempotencyLayer, IdempotencyStore};
+use crate::error::KeyError;
+use crate::guard::{Duplicate, Error, Guard, GuardService, KeyExtractor, Nesting, Outcome};
+use crate::guard::{current_job, with_request_id};
+use crate::queue::{Codec, JobId, QueueName};
+use crate::sealed::SealedGuard;
 
-/// Runs each request id once; built by [`IdempotencyLayer`](super::IdempotencyLayer).
+/// Runs each request id once; built by [`IdempotencyLayer`].
 ///
 /// A request with an id costs two store round trips (the record, then its end); a duplicate,
 /// one.
-pub struct IdempotencyService<S, Req, St, X, Enc, N> {
-    inner: S,
-    shared: Arc<Shared<Req, St, X, Enc>>,
-    nesting: PhantomData<fn() -> N>,
-}
+pub type IdempotencyService<S, Req, St, X, Enc, N> = GuardService<S, IdempotencyLayer<Req, St, X, Enc, N>>;
 
-struct Shared<Req, St, X, Enc> {
-    queue: DelayQueue<Req, St, Enc>,
-    key: X,
-    hold: Duration,
-}
+impl<Req, St, X, Enc, N> SealedGuard for IdempotencyLayer<Req, St, X, Enc, N> {}
 
-impl<S, Req, St, X, Enc, N> IdempotencyService<S, Req, St, X, Enc, N> {
-    pub(super) fn new(inner: S, queue: DelayQueue<Req, St, Enc>, key: X, hold: Duration) -> Self {
-        IdempotencyService {
-            inner,
-            shared: Arc::new(Shared { queue, key, hold }),
-            nesting: PhantomData,
-        }
-    }
-
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-}
-
-impl<S: Clone, Req, St, X, Enc, N> Clone for IdempotencyService<S, Req, St, X, Enc, N> {
-    fn clone(&self) -> Self {
-        IdempotencyService {
-            inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
-            nesting: PhantomData,
-        }
-    }
-}
-
-impl<S: std::fmt::Debug, Req, St, X, Enc, N> std::fmt::Debug for IdempotencyService<S, Req, St, X, Enc, N> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IdempotencyService")
-            .field("inner", &self.inner)
-            .field("queue", &self.shared.queue)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S, Req, St, X, Enc, N> Service<Req> for IdempotencyService<S, Req, St, X, Enc, N>
+impl<S, Req, St, X, Enc, N> Guard<S, Req> for IdempotencyLayer<Req, St, X, Enc, N>
 where
-    S: Service<Req> + Clone + Send + 'static,
-    S::Future: Send,
+    S: Service<Req> + Send + 'static,
     Req: Serialize + DeserializeOwned + Send + 'static,
     St: IdempotencyStore,
     X: KeyExtractor<Req> + Send + Sync + 'static,
@@ -78,54 +34,45 @@ where
     N::Response: Send + 'static,
     N::Error: Send + 'static,
 {
-    type Response = Outcome<N::Response>;
-    type Error = Error<N::Error>;
-    type Future = ResponseFuture<N::Response, N::Error>;
+    type Over = N;
+    type Key = JobId;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(N::ready_error)
+    fn key(&self, request: &Req) -> Result<Option<JobId>, KeyError> {
+        // A job of the queue is the id's record itself: its run goes ahead.
+        if current_job().is_some_and(|job| job.queue == *self.queue.name()) {
+            return Ok(None);
+        }
+        self.key
+            .lock_key(request)
+            .map(|key| JobId::from_key(&key))
+            .transpose()
     }
 
-    fn call(&mut self, request: Req) -> Self::Future {
-        let ready = take_ready(&mut self.inner);
-        // A job of the queue is the id's record itself: its run goes ahead.
-        if current_job().is_some_and(|job| job.queue == *self.shared.queue.name()) {
-            return ResponseFuture::new(N::call(ready, request));
+    async fn call(
+        self: Arc<Self>,
+        id: JobId,
+        inner: S,
+        request: Req,
+    ) -> Result<Outcome<N::Response>, Error<N::Error>> {
+        let shard = self.queue.shard_of(&id).clone();
+        let store = self.queue.store();
+        match store.begin_request(&shard, &id, self.hold).await {
+            Ok(Begun::New) => {}
+            Ok(Begun::Duplicate(seen)) => return Ok(Outcome::Duplicate(Duplicate::new(id, seen))),
+            Err(error) => return Err(Error::Store(error)),
         }
-        let id = match self
-            .shared
-            .key
-            .lock_key(&request)
-            .map(|key| JobId::from_key(&key))
-        {
-            None => return ResponseFuture::new(N::call(ready, request)),
-            Some(Ok(id)) => id,
-            Some(Err(invalid)) => {
-                return ResponseFuture::new(std::future::ready(Err(Error::InvalidKey(invalid))));
-            }
+        let call = with_request_id(id.clone(), N::call(inner, request));
+        let result = while_renewing(store, &shard, &id, self.hold, call).await;
+        // Ran: kept as a finished job would be. Deferred: its job (of this id) is its
+        // record now. Failed: forgotten, so that a retry runs.
+        let keep = match &result {
+            Ok(Outcome::Done(_)) => self.queue.retention().map(|retention| retention.max_age),
+            _ => None,
         };
-        let shared = Arc::clone(&self.shared);
-        ResponseFuture::new(async move {
-            let shard = shared.queue.shard_of(&id).clone();
-            let store = shared.queue.store();
-            match store.begin_request(&shard, &id, shared.hold).await {
-                Ok(Begun::New) => {}
-                Ok(Begun::Duplicate(seen)) => return Ok(Outcome::Duplicate(Duplicate::new(id, seen))),
-                Err(error) => return Err(Error::Store(error)),
-            }
-            let call = with_request_id(id.clone(), N::call(ready, request));
-            let result = while_renewing(store, &shard, &id, shared.hold, call).await;
-            // Ran: kept as a finished job would be. Deferred: its job (of this id) is its
-            // record now. Failed: forgotten, so that a retry runs.
-            let keep = match &result {
-                Ok(Outcome::Done(_)) => shared.queue.retention().map(|retention| retention.max_age),
-                _ => None,
-            };
-            if let Err(error) = store.end_request(&shard, &id, keep).await {
-                tracing::warn!(%id, %error, "cannot record the request's end; its record runs out with its hold");
-            }
-            result
-        })
+        if let Err(error) = store.end_request(&shard, &id, keep).await {
+            tracing::warn!(%id, %error, "cannot record the request's end; its record runs out with its hold");
+        }
+        result
     }
 }
 

@@ -11,34 +11,22 @@ use tokio::time::{Instant, sleep};
 use tower::Service;
 use tracing::Instrument;
 
-use super::holds::{DEFAULT_TYPICAL_HOLD, LayerHolds};
+use super::LockLayer;
+use super::holds::DEFAULT_TYPICAL_HOLD;
 use crate::guard::current_job;
 use crate::guard::{Error, Outcome};
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, Fencing, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, StopListener, Waiter,
-    run_holding,
+    Acquisition, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, StopListener, Waiter, run_holding,
 };
 use crate::metric_names;
 use crate::renewal::{Renewal, while_valid};
 use crate::strategy::{Conflict, ConflictKind, ConflictStrategy, Decision, HeldConflict};
 
-/// What every clone of one [`LockService`](super::LockService) shares.
-#[derive(Debug)]
-pub(super) struct Shared<St, X, Strat> {
-    pub(super) store: St,
-    pub(super) extractor: X,
-    pub(super) strategy: Strat,
-    pub(super) ttl: Duration,
-    pub(super) fencing: Fencing,
-    /// The holds this layer measured, on every key: for a key whose own were never sampled.
-    pub(super) holds: LayerHolds,
-}
-
 /// The whole locked call. The lock is released on success, inner error and panic before the
 /// caller sees the result; on cancellation by [`ReleaseOnDrop`].
 pub(super) async fn call_locked<S, St, X, Strat, Req>(
-    shared: Arc<Shared<St, X, Strat>>,
+    shared: Arc<LockLayer<St, X, Strat>>,
     key: LockKey,
     mut inner: S,
     request: Req,

@@ -10,7 +10,7 @@ pub const DEFAULT_TYPICAL_HOLD: Duration = Duration::from_millis(100);
 /// A moving average of the holds one layer measured (its releases), in microseconds; 0 before
 /// the first. Lock-free: one atomic read and one compare-and-swap per release.
 #[derive(Debug, Default)]
-pub(super) struct LayerHolds {
+pub(crate) struct LayerHolds {
     average_us: AtomicU64,
 }
 

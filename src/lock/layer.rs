@@ -6,8 +6,8 @@ use std::time::Duration;
 use tower::Layer;
 
 use super::LockService;
-use super::call::Shared;
-use crate::guard::DEFAULT_TTL;
+use super::holds::LayerHolds;
+use crate::guard::{DEFAULT_TTL, GuardService};
 use crate::lock::Fencing;
 use crate::strategy::FailFast;
 
@@ -42,6 +42,9 @@ pub struct LockLayer<St, X, Strat = FailFast> {
     pub(crate) strategy: Strat,
     pub(crate) ttl: Duration,
     pub(crate) fencing: Fencing,
+    /// The holds this layer's services measured, on every key: for a key whose own were never
+    /// sampled.
+    pub(crate) holds: Arc<LayerHolds>,
 }
 
 impl<St, X> LockLayer<St, X, FailFast> {
@@ -54,6 +57,7 @@ impl<St, X> LockLayer<St, X, FailFast> {
             strategy: FailFast,
             ttl: DEFAULT_TTL,
             fencing: Fencing::On,
+            holds: Arc::default(),
         }
     }
 }
@@ -103,29 +107,15 @@ impl<St, X, Strat> LockLayer<St, X, Strat> {
             strategy,
             ttl: self.ttl,
             fencing: self.fencing,
+            holds: self.holds,
         }
     }
 }
 
-impl<S, St, X, Strat> Layer<S> for LockLayer<St, X, Strat>
-where
-    St: Clone,
-    X: Clone,
-    Strat: Clone,
-{
+impl<S, St: Clone, X: Clone, Strat: Clone> Layer<S> for LockLayer<St, X, Strat> {
     type Service = LockService<S, St, X, Strat>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        LockService::new(
-            inner,
-            Arc::new(Shared {
-                store: self.store.clone(),
-                extractor: self.extractor.clone(),
-                strategy: self.strategy.clone(),
-                ttl: self.ttl,
-                fencing: self.fencing,
-                holds: super::holds::LayerHolds::default(),
-            }),
-        )
+        GuardService::new(inner, self.clone())
     }
 }

@@ -71,6 +71,7 @@ impl<St, X, Strat> LockLayer<St, X, Strat> {
             strategy: self.strategy,
             ttl: self.ttl,
             fencing: self.fencing,
+            holds: self.holds,
         }
     }
 }

@@ -7,7 +7,7 @@ use tokio::time::{Instant, sleep};
 use tower::Service;
 use tracing::Instrument;
 
-use super::{Admission, Rate, ThrottleStore};
+use super::{Admission, ThrottleLayer, ThrottleStore};
 use crate::guard::current_job;
 use crate::guard::{Error, Nesting, Outcome};
 use crate::key::LockKey;
@@ -15,19 +15,10 @@ use crate::lock::{LockToken, Waiter};
 use crate::metric_names;
 use crate::strategy::{Conflict, ConflictKind, ConflictStrategy, Decision, ThrottledConflict};
 
-/// What every clone of one [`ThrottleService`](super::ThrottleService) shares.
-#[derive(Debug, Clone)]
-pub(super) struct Shared<St, X, Strat> {
-    pub(super) store: St,
-    pub(super) extractor: X,
-    pub(super) strategy: Strat,
-    pub(super) rate: Rate,
-}
-
 /// The whole throttled call. The request is owned here and only lent to the strategy for the
 /// synchronous part of its decision, so requests need not be `Sync`.
 pub(super) async fn call_throttled<S, St, X, Strat, N, Req>(
-    shared: Arc<Shared<St, X, Strat>>,
+    shared: Arc<ThrottleLayer<St, X, Strat, N>>,
     key: LockKey,
     inner: S,
     request: Req,

@@ -1,13 +1,11 @@
 //! The layer that builds [`ThrottleService`]s.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
 
 use tower::Layer;
 
-use super::call::Shared;
 use super::{Rate, ThrottleService};
-use crate::guard::{OverGuard, OverHandler};
+use crate::guard::{GuardService, OverGuard, OverHandler};
 use crate::strategy::FailFast;
 
 /// Admits each request at most at `rate` per key, in `store`, with `strategy` deciding what a
@@ -60,7 +58,10 @@ use crate::strategy::FailFast;
 /// # Ok(()) }
 /// ```
 pub struct ThrottleLayer<St, X, Strat = FailFast, N = OverHandler> {
-    shared: Shared<St, X, Strat>,
+    pub(super) store: St,
+    pub(super) extractor: X,
+    pub(super) strategy: Strat,
+    pub(super) rate: Rate,
     nesting: PhantomData<fn() -> N>,
 }
 
@@ -69,12 +70,10 @@ impl<St, X> ThrottleLayer<St, X, FailFast, OverHandler> {
     /// schedule), failing fast when over it.
     pub fn new(store: St, extractor: X, rate: Rate) -> Self {
         ThrottleLayer {
-            shared: Shared {
-                store,
-                extractor,
-                strategy: FailFast,
-                rate,
-            },
+            store,
+            extractor,
+            strategy: FailFast,
+            rate,
             nesting: PhantomData,
         }
     }
@@ -83,19 +82,11 @@ impl<St, X> ThrottleLayer<St, X, FailFast, OverHandler> {
 impl<St, X, Strat, N> ThrottleLayer<St, X, Strat, N> {
     /// What a request over the rate does.
     pub fn on_conflict<S2>(self, strategy: S2) -> ThrottleLayer<St, X, S2, N> {
-        let Shared {
-            store,
-            extractor,
-            rate,
-            ..
-        } = self.shared;
         ThrottleLayer {
-            shared: Shared {
-                store,
-                extractor,
-                strategy,
-                rate,
-            },
+            store: self.store,
+            extractor: self.extractor,
+            strategy,
+            rate: self.rate,
             nesting: PhantomData,
         }
     }
@@ -104,7 +95,10 @@ impl<St, X, Strat, N> ThrottleLayer<St, X, Strat, N> {
     /// [`Outcome`](crate::Outcome) and [`Error`](crate::Error) pass through as the stack's.
     pub fn over_guard(self) -> ThrottleLayer<St, X, Strat, OverGuard> {
         ThrottleLayer {
-            shared: self.shared,
+            store: self.store,
+            extractor: self.extractor,
+            strategy: self.strategy,
+            rate: self.rate,
             nesting: PhantomData,
         }
     }
@@ -114,14 +108,17 @@ impl<S, St: Clone, X: Clone, Strat: Clone, N> Layer<S> for ThrottleLayer<St, X, 
     type Service = ThrottleService<S, St, X, Strat, N>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ThrottleService::new(inner, Arc::new(self.shared.clone()))
+        GuardService::new(inner, self.clone())
     }
 }
 
 impl<St: Clone, X: Clone, Strat: Clone, N> Clone for ThrottleLayer<St, X, Strat, N> {
     fn clone(&self) -> Self {
         ThrottleLayer {
-            shared: self.shared.clone(),
+            store: self.store.clone(),
+            extractor: self.extractor.clone(),
+            strategy: self.strategy.clone(),
+            rate: self.rate,
             nesting: PhantomData,
         }
     }
@@ -130,9 +127,9 @@ impl<St: Clone, X: Clone, Strat: Clone, N> Clone for ThrottleLayer<St, X, Strat,
 impl<St: std::fmt::Debug, X, Strat: std::fmt::Debug, N> std::fmt::Debug for ThrottleLayer<St, X, Strat, N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ThrottleLayer")
-            .field("store", &self.shared.store)
-            .field("strategy", &self.shared.strategy)
-            .field("rate", &self.shared.rate)
+            .field("store", &self.store)
+            .field("strategy", &self.strategy)
+            .field("rate", &self.rate)
             .finish_non_exhaustive()
     }
 }
