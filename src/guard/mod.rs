@@ -3,12 +3,16 @@
 //! order of a guard and its handler, and the job or request a call runs for.
 //!
 //! Every guard's layer builds a [`GuardService`], which keeps tower's contract and hands each
-//! keyed request to its [`Guard`] (the layer itself). The guards are built on it: the lock ([`LockLayer`](crate::LockLayer), and with
+//! keyed request to its [`Guard`] (the layer itself). A guard whose key a request can meet taken
+//! (the lock, the throttle) runs the one call path of `call.rs` and supplies what differs: how
+//! it takes its key, what its [`Conflict`] says, how it waits and gives the key back. The
+//! guards are built on it: the lock ([`LockLayer`](crate::LockLayer), and with
 //! [`permits`](crate::LockLayer::permits) the semaphore), the throttle
 //! ([`ThrottleLayer`](crate::throttle::ThrottleLayer)), and the policies in front of them
 //! ([`debounce`](crate::debounce), [`idempotency`](crate::idempotency)). A new guard goes
 //! beside them, on this vocabulary.
 
+mod call;
 mod conflict;
 mod current_job;
 mod error;
@@ -23,6 +27,7 @@ mod service;
 mod ttl;
 mod waiter;
 
+pub(crate) use self::call::{Attempt, CallResult, Contended, call_contended};
 pub use self::conflict::{Conflict, ConflictKind, HeldConflict, ThrottledConflict};
 pub use self::current_job::{CurrentJob, current_job};
 pub(crate) use self::current_job::{RunSignals, handler_returned, lock_met, run_for_job};

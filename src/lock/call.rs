@@ -1,212 +1,238 @@
-//! The locked call, the algorithm of the middleware: acquire (asking the strategy on
-//! conflict), run the handler with the lock renewed, release.
+//! The lock's part of the one call path (`guard/call.rs`): an attempt acquires the key (in the
+//! caller's place in line, if it has one), a conflict says who holds it and who waits; waiting
+//! is in line, told of the handoff; the request runs with the lock renewed, and the lock is
+//! released on every exit path.
 
 use std::panic::{AssertUnwindSafe, resume_unwind};
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use rand::RngExt;
 use tokio::time::{Instant, sleep};
 use tower::Service;
-use tracing::Instrument;
 
 use super::LockLayer;
 use super::holds::DEFAULT_TYPICAL_HOLD;
-use crate::guard::current_job;
-use crate::guard::{Error, Outcome};
+use crate::error::StoreError;
+use crate::guard::{Attempt, CallResult, Contended, current_job};
+use crate::guard::{ConflictKind, Error, HeldConflict, Nesting, OverHandler};
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, StopListener, Waiter, run_holding,
+    Acquisition, FencingToken, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, StopListener, Waiter,
+    run_holding,
 };
 use crate::metric_names;
 use crate::renewal::{Renewal, while_valid};
-use crate::strategy::{Conflict, ConflictKind, ConflictStrategy, Decision, HeldConflict};
+use crate::strategy::{ConflictStrategy, Decision};
 
-/// The whole locked call. The lock is released on success, inner error and panic before the
-/// caller sees the result; on cancellation by [`ReleaseOnDrop`].
-pub(super) async fn call_locked<S, St, X, Strat, Req>(
-    shared: Arc<LockLayer<St, X, Strat>>,
-    key: LockKey,
-    mut inner: S,
-    request: Req,
-) -> Result<Outcome<S::Response>, Error<S::Error>>
+/// What one locked call keeps from attempt to attempt.
+pub(crate) struct LockAttempts<St: LockStore> {
+    token: LockToken,
+    /// Releases the key (and leaves the line) on every exit path, cancellation included.
+    release: ReleaseOnDrop<St>,
+    /// A re-injected job meets the lock as its own waiter: the key may be reserved for it.
+    job: Option<Waiter>,
+    line: PlaceInLine,
+    /// The last conflict's holder: how long it still lives, and whether it is a reservation.
+    holder: (Option<Duration>, bool),
+}
+
+impl<St: LockStore> LockAttempts<St> {
+    /// Who this call is, in the key's line and to its holders; built only when needed (a
+    /// conflict, a superseding strategy): an uncontended call allocates nothing for it.
+    fn caller(&self) -> Waiter {
+        self.job.clone().unwrap_or_else(|| Waiter::caller(self.token))
+    }
+}
+
+/// The key acquired: its fencing token, and when the acquire was sent (the lease runs from
+/// there).
+pub(crate) struct Acquired {
+    fence: Option<FencingToken>,
+    at: Instant,
+}
+
+impl<S, Req, St, X, Strat> Contended<S, Req> for LockLayer<St, X, Strat>
 where
-    S: Service<Req>,
+    S: Service<Req> + Send + 'static,
+    S::Future: Send,
+    S::Response: Send + 'static,
+    S::Error: Send + 'static,
+    Req: Send + 'static,
     St: LockStore,
+    X: Send + Sync + 'static,
     Strat: ConflictStrategy<Req>,
 {
-    let span = tracing::debug_span!("redefer.lock", %key, fence = tracing::field::Empty);
-    async move {
+    type Over = OverHandler;
+    type Strategy = Strat;
+    type Attempts = LockAttempts<St>;
+    type Holding = Acquired;
+
+    fn strategy(&self) -> &Strat {
+        &self.strategy
+    }
+
+    fn span(&self, key: &LockKey) -> tracing::Span {
+        tracing::debug_span!("redefer.lock", %key, fence = tracing::field::Empty)
+    }
+
+    fn count_conflict(&self, decision: &'static str) {
+        metric_names::conflict(decision);
+    }
+
+    fn start<E>(&self, key: &LockKey) -> Result<LockAttempts<St>, Error<E>> {
         // Its own answer: nobody holds a closed key, there is no wait to estimate, and a
         // deferral would only wait for whoever opens it.
-        if shared.store.is_closed(&key) {
-            return Err(Error::Closed { key });
+        if self.store.is_closed(key) {
+            return Err(Error::Closed { key: key.clone() });
         }
         let token = LockToken::random();
-        let mut guard = ReleaseOnDrop::new(shared.store.clone(), key.clone(), token);
-        // A re-injected job meets the lock as its own waiter: the key may be reserved for it.
-        let job_waiter = current_job().map(|job| Waiter::job(&job.shard, &job.id));
-        // Who this call is, in the key's line and to its holders; built only when needed (a
-        // conflict, a superseding strategy): an uncontended call allocates nothing for it.
-        let caller = || job_waiter.clone().unwrap_or_else(|| Waiter::caller(token));
-        let mut line = PlaceInLine::default();
-        let mut attempt = 0;
-        let started = Instant::now();
-        let (fence, acquired_at) = loop {
-            let sent = Instant::now();
-            guard.arm();
-            let me = line.place.as_ref().or(job_waiter.as_ref());
-            let acquisition = shared
-                .store
-                .acquire(
-                    &key,
-                    token,
-                    shared.ttl,
-                    shared.store.holders(&key),
-                    me,
-                    shared.fencing,
-                )
-                .await;
-            let (remaining, ahead, typical_hold, reserved) = match acquisition {
-                Ok(Acquisition::Acquired(fence)) => {
-                    guard.holding();
-                    break (fence, sent);
-                }
-                Ok(Acquisition::Held {
-                    remaining,
-                    ahead,
-                    typical_hold,
-                    reserved,
-                }) => (remaining, ahead, typical_hold, reserved),
-                Err(error) => {
-                    // Not knowing whether the acquire took effect, the guard stays armed and
-                    // releases by token on its way out (and leaves the line).
-                    return Err(Error::Store(error));
-                }
-            };
-            guard.disarm();
-            ::metrics::gauge!(metric_names::LOCK_WAITERS).set(ahead as f64);
-            let conflict = Conflict::new(
-                key.clone(),
-                attempt,
-                started.elapsed(),
-                estimate_wait(
-                    remaining,
-                    ahead,
-                    typical_hold.or_else(|| shared.holds.typical()),
-                    shared.ttl,
-                ),
-                ConflictKind::Held(HeldConflict {
-                    remaining,
-                    reserved,
-                    ahead,
-                    line: crate::lock::line_of(
-                        shared.store.clone(),
-                        key.clone(),
-                        line.place.clone(),
-                        caller(),
-                    ),
-                }),
-            );
-            let retry_after = conflict.retry_after;
-            let decision = match shared.strategy.on_conflict(conflict, &request).await {
-                Ok(decision) => decision,
-                Err(error) => {
-                    line.leave(&shared.store, &key, &mut guard).await;
-                    return Err(Error::Strategy(error));
-                }
-            };
-            match decision {
-                Decision::RetryAfter(delay) => {
-                    tracing::debug!(attempt, ?remaining, ahead, ?delay, "lock held: waiting in line");
-                    metric_names::conflict("retry");
-                    if let Err(error) = line.join(&shared.store, &key, caller(), &mut guard).await {
-                        return Err(Error::Store(error));
-                    }
-                    line.wait_turn(delay).await;
-                    attempt += 1;
-                }
-                Decision::Reject { retry_after: hint } => {
-                    tracing::debug!(attempt, ?hint, "lock held: rejected");
-                    metric_names::conflict("reject");
-                    match &job_waiter {
-                        // A job waits in line: its scheduler puts it back to wait for its turn.
-                        Some(me) => {
-                            // A holder's TTL bounds its lock should it die; a reservation's
-                            // runs out into the next handoff, not into a free key.
-                            crate::guard::lock_met(remaining.filter(|_| !reserved));
-                            if let Err(error) = shared.store.join(&key, me, line.place.as_ref()).await {
-                                return Err(Error::Store(error));
-                            }
-                            guard.waiting_as(None);
-                        }
-                        None => line.leave(&shared.store, &key, &mut guard).await,
-                    }
-                    return Err(Error::Locked {
-                        key,
-                        retry_after: hint.or(retry_after),
-                    });
-                }
-                Decision::Superseded { by } => {
-                    tracing::debug!(attempt, job_id = %by, "lock held: a newer request waits");
-                    metric_names::conflict("superseded");
-                    line.leave(&shared.store, &key, &mut guard).await;
-                    return Err(Error::Superseded { key, by });
-                }
-                Decision::LineFull {
-                    waiting,
-                    retry_after: hint,
-                } => {
-                    tracing::debug!(attempt, waiting, "lock held: its line is full");
-                    metric_names::conflict("line_full");
-                    line.leave(&shared.store, &key, &mut guard).await;
-                    return Err(Error::LineFull {
-                        key,
-                        waiting,
-                        retry_after: hint.or(retry_after),
-                    });
-                }
-                Decision::Deferred(deferred) => {
-                    tracing::debug!(attempt, job_id = %deferred.job_id, "lock held: deferred");
-                    metric_names::conflict("defer");
-                    match &deferred.queue {
-                        // The strategy put it in line (in the caller's place, if it had one).
-                        Some(_) if deferred.in_line => guard.waiting_as(None),
-                        // The job takes the caller's place in line, or the end of it.
-                        Some(queue) => {
-                            let job = Waiter::job(queue, &deferred.job_id);
-                            if let Err(error) = shared.store.join(&key, &job, line.place.as_ref()).await {
-                                // Stored, but not in line: it runs at its fallback due time.
-                                tracing::warn!(%error, "the deferred job could not join the line");
-                                line.leave(&shared.store, &key, &mut guard).await;
-                            }
-                            guard.waiting_as(None);
-                        }
-                        None => line.leave(&shared.store, &key, &mut guard).await,
-                    }
-                    return Ok(Outcome::Deferred(deferred));
-                }
+        Ok(LockAttempts {
+            token,
+            release: ReleaseOnDrop::new(self.store.clone(), key.clone(), token),
+            job: current_job().map(|job| Waiter::job(&job.shard, &job.id)),
+            line: PlaceInLine::default(),
+            holder: (None, false),
+        })
+    }
+
+    async fn attempt(
+        &self,
+        key: &LockKey,
+        attempts: &mut LockAttempts<St>,
+    ) -> Result<Attempt<Acquired>, StoreError> {
+        let sent = Instant::now();
+        attempts.release.arm();
+        let me = attempts.line.place.as_ref().or(attempts.job.as_ref());
+        let holders = self.store.holders(key);
+        // An error leaves the release armed: not knowing whether the acquire took effect, it
+        // releases by token on its way out (and leaves the line).
+        let acquisition = self
+            .store
+            .acquire(key, attempts.token, self.ttl, holders, me, self.fencing)
+            .await?;
+        let (remaining, ahead, typical_hold, reserved) = match acquisition {
+            Acquisition::Acquired(fence) => {
+                attempts.release.holding();
+                return Ok(Attempt::Taken(Acquired { fence, at: sent }));
             }
+            Acquisition::Held {
+                remaining,
+                ahead,
+                typical_hold,
+                reserved,
+            } => (remaining, ahead, typical_hold, reserved),
         };
+        attempts.release.disarm();
+        attempts.holder = (remaining, reserved);
+        ::metrics::gauge!(metric_names::LOCK_WAITERS).set(ahead as f64);
+        let typical_hold = typical_hold.or_else(|| self.holds.typical());
+        let line = super::line_of(
+            self.store.clone(),
+            key.clone(),
+            attempts.line.place.clone(),
+            attempts.caller(),
+        );
+        Ok(Attempt::Met {
+            retry_after: estimate_wait(remaining, ahead, typical_hold, self.ttl),
+            kind: ConflictKind::Held(HeldConflict {
+                remaining,
+                reserved,
+                ahead,
+                line,
+            }),
+        })
+    }
+
+    async fn wait(
+        &self,
+        key: &LockKey,
+        attempts: &mut LockAttempts<St>,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
+        let me = attempts.caller();
+        attempts
+            .line
+            .join(&self.store, key, me, &mut attempts.release)
+            .await?;
+        attempts.line.wait_turn(delay).await;
+        Ok(())
+    }
+
+    async fn stop_trying(
+        &self,
+        key: &LockKey,
+        attempts: &mut LockAttempts<St>,
+        decision: Option<&Decision>,
+    ) -> Result<(), StoreError> {
+        let LockAttempts {
+            release, job, line, ..
+        } = attempts;
+        match (decision, &*job) {
+            // A job waits in line: its scheduler puts it back to wait for its turn.
+            (Some(Decision::Reject { .. }), Some(me)) => {
+                // A holder's TTL bounds its lock should it die; a reservation's runs out into
+                // the next handoff, not into a free key.
+                let (remaining, reserved) = attempts.holder;
+                crate::guard::lock_met(remaining.filter(|_| !reserved));
+                self.store.join(key, me, line.place.as_ref()).await?;
+                release.waiting_as(None);
+            }
+            (Some(Decision::Deferred(deferred)), _) => match &deferred.queue {
+                // The strategy put it in line (in the caller's place, if it had one).
+                Some(_) if deferred.in_line => release.waiting_as(None),
+                // The job takes the caller's place in line, or the end of it.
+                Some(queue) => {
+                    let job = Waiter::job(queue, &deferred.job_id);
+                    if let Err(error) = self.store.join(key, &job, line.place.as_ref()).await {
+                        // Stored, but not in line: it runs at its fallback due time.
+                        tracing::warn!(%error, "the deferred job could not join the line");
+                        line.leave(&self.store, key, release).await;
+                    }
+                    release.waiting_as(None);
+                }
+                None => line.leave(&self.store, key, release).await,
+            },
+            // A caller that stops waiting must not hold up the others.
+            _ => line.leave(&self.store, key, release).await,
+        }
+        Ok(())
+    }
+
+    fn refused<E>(&self, key: LockKey, _: &LockAttempts<St>, retry_after: Option<Duration>) -> Error<E> {
+        Error::Locked { key, retry_after }
+    }
+
+    async fn run(
+        &self,
+        key: LockKey,
+        mut attempts: LockAttempts<St>,
+        acquired: Acquired,
+        inner: S,
+        request: Req,
+    ) -> CallResult<S, Req, OverHandler> {
+        let Acquired {
+            fence,
+            at: acquired_at,
+        } = acquired;
         if let Some(fence) = fence {
             tracing::Span::current().record("fence", fence.0);
         }
-        tracing::debug!(attempt, "lock acquired");
         ::metrics::counter!(metric_names::LOCK_ACQUIRED).increment(1);
 
         // Under a strategy that supersedes, holders hear newer requests that want the key.
-        let stop = shared
+        let stop = self
             .strategy
             .supersedes()
-            .then(|| StopListener::start(&shared.store, &key, caller()));
+            .then(|| StopListener::start(&self.store, &key, attempts.caller()));
         let held = HeldLock::new(
             key.clone(),
             fence,
             stop.as_ref().map(StopListener::signal).unwrap_or_default(),
         );
-        let renewal = Renewal::start("lock", shared.ttl, acquired_at, {
-            let (store, key, ttl) = (shared.store.clone(), key.clone(), shared.ttl);
+        let token = attempts.token;
+        let renewal = Renewal::start("lock", self.ttl, acquired_at, {
+            let (store, key, ttl) = (self.store.clone(), key.clone(), self.ttl);
             move || {
                 let (store, key) = (store.clone(), key.clone());
                 async move { store.extend_holding(&key, token, ttl, store.holders(&key)).await }
@@ -217,7 +243,7 @@ where
             &lease,
             run_holding(
                 held,
-                AssertUnwindSafe(async move { inner.call(request).await }).catch_unwind(),
+                AssertUnwindSafe(<OverHandler as Nesting<S, Req>>::call(inner, request)).catch_unwind(),
             ),
         );
         let ended = tokio::select! {
@@ -231,14 +257,14 @@ where
         // A handler that blocked its thread returns in the poll that blocked: if the renewal
         // gave up meanwhile, its work overlapped a lock that was no longer ours.
         let ended = match ended {
-            Ok(Ok(response)) => lease.lost().map_or(Ok(Ok(response)), Err),
+            Ok(Ok(result)) => lease.lost().map_or(Ok(Ok(result)), Err),
             other => other,
         };
         let finished = match ended {
             Ok(finished) => finished,
             Err(lost) => {
                 ::metrics::counter!(metric_names::LOCK_LOST).increment(1);
-                // The handler's future is dropped: it stops here. The guard, still armed,
+                // The handler's future is dropped: it stops here. The release, still armed,
                 // releases by token in the background, in case the store comes back while the
                 // lock still holds our token; the caller does not wait for that.
                 return Err(Error::LockLost { key, reason: lost });
@@ -247,19 +273,16 @@ where
         crate::guard::handler_returned();
         let held = acquired_at.elapsed();
         ::metrics::histogram!(metric_names::LOCK_HOLD).record(held.as_secs_f64());
-        shared.holds.record(held);
+        self.holds.record(held);
         // One release in `HOLD_SAMPLING` reports its hold: the key's last hold, for the
         // `retry_after` of callers that meet it, at a fraction of the cost of a write per release.
         let held_for = rand::rng().random_ratio(1, HOLD_SAMPLING).then_some(held);
-        guard.release_after(held_for);
+        attempts.release.release_after(held_for);
         match finished {
-            Ok(Ok(response)) => Ok(Outcome::Done(response)),
-            Ok(Err(error)) => Err(Error::Inner(error)),
+            Ok(result) => result,
             Err(panic) => resume_unwind(panic),
         }
     }
-    .instrument(span)
-    .await
 }
 
 /// One release in this many tells the store how long the lock was held.
@@ -280,7 +303,7 @@ impl PlaceInLine {
         key: &LockKey,
         me: Waiter,
         guard: &mut ReleaseOnDrop<St>,
-    ) -> Result<(), crate::error::StoreError> {
+    ) -> Result<(), StoreError> {
         if self.place.is_some() {
             return Ok(());
         }

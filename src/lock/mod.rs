@@ -4,7 +4,7 @@
 //! [`ConflictStrategy`](crate::strategy::ConflictStrategy) what to do when it is held.
 //!
 //! Laid out as tower lays out its own middleware: the layer, the service, the call it makes
-//! (`call.rs`); then the lock itself: the [`LockStore`] operations a store provides, the holding
+//! (`call.rs`: the lock's part of the call path every guard shares, `guard/call.rs`); then the lock itself: the [`LockStore`] operations a store provides, the holding
 //! that releases it on every exit path (`release_on_drop.rs`), the handler's view of it
 //! ([`HeldLock`]), the handoffs of released keys and the requests to stop.
 

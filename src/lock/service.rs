@@ -5,9 +5,8 @@ use std::sync::Arc;
 use tower::Service;
 
 use super::LockLayer;
-use super::call::call_locked;
 use crate::error::KeyError;
-use crate::guard::{Guard, GuardService, KeyExtractor, OverHandler, guarded_key};
+use crate::guard::{Guard, GuardService, KeyExtractor, OverHandler, call_contended, guarded_key};
 use crate::key::LockKey;
 use crate::lock::LockStore;
 use crate::sealed::SealedGuard;
@@ -50,6 +49,6 @@ where
         request: Req,
     ) -> impl Future<Output = Result<crate::Outcome<S::Response>, crate::Error<S::Error>>> + Send + 'static
     {
-        call_locked(self, key, inner, request)
+        call_contended(self, key, inner, request)
     }
 }

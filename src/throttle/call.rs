@@ -1,112 +1,153 @@
-//! The throttled call: decide the request against its key's rate (asking the strategy when
-//! over it), wait for a booked slot, run the inner service.
+//! The throttle's part of the one call path (`guard/call.rs`): an attempt decides the request
+//! against its key's rate (a booked slot is redeemed), a conflict says when the next slot
+//! opens; waiting as long as the slot takes books it; the request then runs, and nothing is
+//! given back (a slot is spent once taken).
 
-use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::time::{Instant, sleep};
+use tokio::time::sleep;
 use tower::Service;
-use tracing::Instrument;
 
 use super::{Admission, ThrottleLayer, ThrottleStore};
-use crate::guard::current_job;
-use crate::guard::{Error, Nesting, Outcome};
+use crate::error::StoreError;
+use crate::guard::{Attempt, CallResult, Contended, current_job};
+use crate::guard::{ConflictKind, Error, Nesting, NextSlot, ThrottledConflict, Waiter};
 use crate::key::LockKey;
-use crate::lock::{LockToken, Waiter};
+use crate::lock::LockToken;
 use crate::metric_names;
-use crate::strategy::{Conflict, ConflictKind, ConflictStrategy, Decision, ThrottledConflict};
+use crate::strategy::{ConflictStrategy, Decision};
 
-/// The whole throttled call. The request is owned here and only lent to the strategy for the
-/// synchronous part of its decision, so requests need not be `Sync`.
-pub(super) async fn call_throttled<S, St, X, Strat, N, Req>(
-    shared: Arc<ThrottleLayer<St, X, Strat, N>>,
-    key: LockKey,
-    inner: S,
-    request: Req,
-) -> Result<Outcome<N::Response>, Error<N::Error>>
+/// What one throttled call keeps from attempt to attempt.
+pub(crate) struct ThrottleAttempts {
+    /// The booked slot the call holds, as whom: a re-injected job may hold one.
+    booked_as: Option<Waiter>,
+    /// The last conflict's next slot.
+    next_slot: Option<NextSlot>,
+}
+
+impl ThrottleAttempts {
+    /// When the last conflict's next slot opens.
+    fn opens_in(&self) -> Duration {
+        self.next_slot
+            .as_ref()
+            .map(NextSlot::opens_in)
+            .unwrap_or_default()
+    }
+}
+
+impl<S, Req, St, X, Strat, N> Contended<S, Req> for ThrottleLayer<St, X, Strat, N>
 where
-    S: Service<Req>,
+    S: Service<Req> + Send + 'static,
+    Req: Send + 'static,
     St: ThrottleStore,
+    X: Send + Sync + 'static,
     Strat: ConflictStrategy<Req>,
     N: Nesting<S, Req>,
 {
-    let span = tracing::debug_span!("redefer.throttle", %key);
-    async move {
-        // A re-injected job may hold a booked slot: the throttle admits it there.
-        let mut booked_as = current_job().map(|job| Waiter::job(&job.shard, &job.id));
-        let started = Instant::now();
-        let mut attempt = 0;
-        loop {
-            let opens_in = match shared.store.admit(&key, shared.rate, booked_as.as_ref()).await {
-                Ok(Admission::Admitted) => break,
-                Ok(Admission::Redeemed { wait }) => {
-                    // Its slot not yet come (due in whole milliseconds), or runs before it late.
-                    if !wait.is_zero() {
-                        sleep(wait).await;
-                    }
-                    break;
+    type Over = N;
+    type Strategy = Strat;
+    type Attempts = ThrottleAttempts;
+    type Holding = ();
+
+    fn strategy(&self) -> &Strat {
+        &self.strategy
+    }
+
+    fn span(&self, key: &LockKey) -> tracing::Span {
+        tracing::debug_span!("redefer.throttle", %key)
+    }
+
+    fn count_conflict(&self, decision: &'static str) {
+        metric_names::throttle_conflict(decision);
+    }
+
+    fn start<E>(&self, _: &LockKey) -> Result<ThrottleAttempts, Error<E>> {
+        Ok(ThrottleAttempts {
+            // A re-injected job may hold a booked slot: the throttle admits it there.
+            booked_as: current_job().map(|job| Waiter::job(&job.shard, &job.id)),
+            next_slot: None,
+        })
+    }
+
+    async fn attempt(
+        &self,
+        key: &LockKey,
+        attempts: &mut ThrottleAttempts,
+    ) -> Result<Attempt<()>, StoreError> {
+        let opens_in = match self
+            .store
+            .admit(key, self.rate, attempts.booked_as.as_ref())
+            .await?
+        {
+            Admission::Admitted => return Ok(Attempt::Taken(())),
+            Admission::Redeemed { wait } => {
+                // Its slot not yet come (due in whole milliseconds), or runs before it late.
+                if !wait.is_zero() {
+                    sleep(wait).await;
                 }
-                Ok(Admission::Throttled { opens_in }) => opens_in,
-                Err(error) => return Err(Error::Store(error)),
-            };
-            let next_slot = super::book::next_slot(opens_in, shared.store.clone(), key.clone(), shared.rate);
-            let conflict = Conflict::new(
-                key.clone(),
-                attempt,
-                started.elapsed(),
-                Some(opens_in),
-                ConflictKind::Throttled(ThrottledConflict {
-                    next_slot: next_slot.clone(),
-                }),
-            );
-            let decision = shared
-                .strategy
-                .on_conflict(conflict, &request)
-                .await
-                .map_err(Error::Strategy)?;
-            attempt += 1;
-            match decision {
-                // Waiting as long as the slot takes: book it, so that nobody takes it meanwhile,
-                // and come back as its holder when it opens.
-                Decision::RetryAfter(delay) if delay >= opens_in => {
-                    metric_names::throttle_conflict("retry");
-                    let me = Waiter::caller(LockToken::random());
-                    let booking = next_slot.book_for(me.clone()).await.map_err(Error::Store)?;
-                    tracing::debug!(wait = ?booking.wait, "over the rate: waiting for the booked slot");
-                    booked_as = Some(me);
-                    sleep(booking.wait).await;
-                }
-                Decision::RetryAfter(delay) => {
-                    metric_names::throttle_conflict("retry");
-                    sleep(delay).await;
-                }
-                Decision::Reject { retry_after } => {
-                    metric_names::throttle_conflict("reject");
-                    return Err(Error::Throttled {
-                        key,
-                        retry_after: retry_after.unwrap_or(opens_in),
-                    });
-                }
-                Decision::Superseded { by } => {
-                    metric_names::throttle_conflict("superseded");
-                    return Err(Error::Superseded { key, by });
-                }
-                Decision::LineFull { waiting, retry_after } => {
-                    metric_names::throttle_conflict("line_full");
-                    return Err(Error::LineFull {
-                        key,
-                        waiting,
-                        retry_after: retry_after.or(Some(opens_in)),
-                    });
-                }
-                Decision::Deferred(deferred) => {
-                    metric_names::throttle_conflict("defer");
-                    tracing::debug!(job_id = %deferred.job_id, "over the rate: deferred to a booked slot");
-                    return Ok(Outcome::Deferred(deferred));
-                }
+                return Ok(Attempt::Taken(()));
             }
+            Admission::Throttled { opens_in } => opens_in,
+        };
+        let next_slot = super::book::next_slot(opens_in, self.store.clone(), key.clone(), self.rate);
+        attempts.next_slot = Some(next_slot.clone());
+        Ok(Attempt::Met {
+            kind: ConflictKind::Throttled(ThrottledConflict { next_slot }),
+            retry_after: Some(opens_in),
+        })
+    }
+
+    async fn wait(
+        &self,
+        _: &LockKey,
+        attempts: &mut ThrottleAttempts,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
+        match &attempts.next_slot {
+            // Waiting as long as the slot takes: book it, so that nobody takes it meanwhile,
+            // and come back as its holder when it opens.
+            Some(next_slot) if delay >= next_slot.opens_in() => {
+                let me = Waiter::caller(LockToken::random());
+                let booking = next_slot.book_for(me.clone()).await?;
+                tracing::debug!(wait = ?booking.wait, "over the rate: waiting for the booked slot");
+                attempts.booked_as = Some(me);
+                sleep(booking.wait).await;
+            }
+            _ => sleep(delay).await,
         }
+        Ok(())
+    }
+
+    async fn stop_trying(
+        &self,
+        _: &LockKey,
+        _: &mut ThrottleAttempts,
+        _: Option<&Decision>,
+    ) -> Result<(), StoreError> {
+        // A throttle keeps no place: its bookings are its order, and a booking is the job's.
+        Ok(())
+    }
+
+    fn refused<E>(
+        &self,
+        key: LockKey,
+        attempts: &ThrottleAttempts,
+        retry_after: Option<Duration>,
+    ) -> Error<E> {
+        Error::Throttled {
+            key,
+            retry_after: retry_after.unwrap_or_else(|| attempts.opens_in()),
+        }
+    }
+
+    async fn run(
+        &self,
+        _: LockKey,
+        _: ThrottleAttempts,
+        (): (),
+        inner: S,
+        request: Req,
+    ) -> CallResult<S, Req, N> {
         N::call(inner, request).await
     }
-    .instrument(span)
-    .await
 }

@@ -5,10 +5,9 @@ use std::sync::Arc;
 
 use tower::Service;
 
-use super::call::call_throttled;
 use super::{ThrottleLayer, ThrottleStore};
 use crate::error::KeyError;
-use crate::guard::{Error, Guard, GuardService, KeyExtractor, Nesting, Outcome, guarded_key};
+use crate::guard::{Error, Guard, GuardService, KeyExtractor, Nesting, Outcome, call_contended, guarded_key};
 use crate::key::LockKey;
 use crate::sealed::SealedGuard;
 use crate::strategy::ConflictStrategy;
@@ -45,6 +44,6 @@ where
         inner: S,
         request: Req,
     ) -> impl Future<Output = Result<Outcome<N::Response>, Error<N::Error>>> + Send + 'static {
-        call_throttled::<S, St, X, Strat, N, Req>(self, key, inner, request)
+        call_contended(self, key, inner, request)
     }
 }

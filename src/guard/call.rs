@@ -1,0 +1,221 @@
+//! The one call path of every guard whose key a request can meet taken (a lock held, a
+//! throttle over its rate): take the key, or meet it taken and ask the strategy; wait as it
+//! says and try again, or stop trying (refused, superseded, the line full, deferred); run the
+//! request under the key. Written once, as the states of one call; each guard supplies what
+//! differs ([`Contended`]): how it takes its key and what its conflict says, how it waits, what
+//! stopping leaves behind, how it runs the request and gives the key back.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower::Service;
+use tracing::Instrument;
+
+use super::{Conflict, ConflictKind, Error, Nesting, Outcome};
+use crate::error::StoreError;
+use crate::key::LockKey;
+use crate::strategy::{ConflictStrategy, Decision};
+
+/// The result of a guarded call over `S` whose guard wraps it as `N` says.
+pub(crate) type CallResult<S, Req, N> =
+    Result<Outcome<<N as Nesting<S, Req>>::Response>, Error<<N as Nesting<S, Req>>::Error>>;
+
+/// One attempt at the key.
+pub(crate) enum Attempt<H> {
+    /// The key is the call's, as `H` says (a lock's fence, say).
+    Taken(H),
+    /// The key is taken: what the guard's kind says about it, and when it may be free.
+    Met {
+        kind: ConflictKind,
+        retry_after: Option<Duration>,
+    },
+}
+
+/// What a guard supplies to the call path ([`call_contended`]).
+pub(crate) trait Contended<S: Service<Req>, Req>: Send + Sync + 'static {
+    /// What the guard wraps: a handler, or another guard's service.
+    type Over: Nesting<S, Req>;
+    /// What decides about a conflict.
+    type Strategy: ConflictStrategy<Req>;
+    /// What one call keeps from attempt to attempt: its place in line or its booking, and the
+    /// release of a key it may hold on every exit path.
+    type Attempts: Send;
+    /// What a call that took the key holds.
+    type Holding: Send;
+
+    /// The guard's strategy.
+    fn strategy(&self) -> &Self::Strategy;
+
+    /// The span of one call on `key`.
+    fn span(&self, key: &LockKey) -> tracing::Span;
+
+    /// Counts a conflict that ended in `decision` (`retry`, `reject`, ...).
+    fn count_conflict(&self, decision: &'static str);
+
+    /// Starts a call on `key`, or refuses it before any attempt (a closed key).
+    fn start<E>(&self, key: &LockKey) -> Result<Self::Attempts, Error<E>>;
+
+    /// One attempt at `key`.
+    fn attempt(
+        &self,
+        key: &LockKey,
+        attempts: &mut Self::Attempts,
+    ) -> impl Future<Output = Result<Attempt<Self::Holding>, StoreError>> + Send;
+
+    /// Waits (the strategy said [`Decision::RetryAfter`] `delay`) before the next attempt.
+    fn wait(
+        &self,
+        key: &LockKey,
+        attempts: &mut Self::Attempts,
+        delay: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The call stops trying: because of `decision`, or (`None`) because the strategy failed.
+    /// What the call leaves behind is the guard's to settle (a place in line is left, or kept
+    /// for the job that now waits in it).
+    fn stop_trying(
+        &self,
+        key: &LockKey,
+        attempts: &mut Self::Attempts,
+        decision: Option<&Decision>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The error of a call the strategy refused, with the strategy's hint, else the conflict's.
+    fn refused<E>(&self, key: LockKey, attempts: &Self::Attempts, retry_after: Option<Duration>) -> Error<E>;
+
+    /// Runs `request` by `inner` under the key the call took, and gives the key back.
+    fn run(
+        &self,
+        key: LockKey,
+        attempts: Self::Attempts,
+        holding: Self::Holding,
+        inner: S,
+        request: Req,
+    ) -> impl Future<Output = CallResult<S, Req, Self::Over>> + Send;
+}
+
+/// Where one call is.
+enum State<H> {
+    /// About to try the key.
+    Attempt,
+    /// The key is the call's: the request runs.
+    Run(H),
+    /// The key was taken: the strategy decides.
+    Conflict(Conflict),
+    /// The strategy decided; `retry_after` is the conflict's estimate.
+    Decided {
+        decision: Decision,
+        retry_after: Option<Duration>,
+    },
+}
+
+/// The whole guarded call of `request` on `key`. The request is owned here and only lent to the
+/// strategy for the synchronous part of its decision, so requests need not be `Sync`.
+pub(crate) async fn call_contended<G, S, Req>(
+    guard: Arc<G>,
+    key: LockKey,
+    inner: S,
+    request: Req,
+) -> CallResult<S, Req, G::Over>
+where
+    G: Contended<S, Req>,
+    S: Service<Req>,
+{
+    let span = guard.span(&key);
+    async move {
+        let mut attempts = guard.start(&key)?;
+        let started = Instant::now();
+        let mut attempt = 0;
+        let mut state = State::Attempt;
+        loop {
+            state = match state {
+                State::Attempt => match guard.attempt(&key, &mut attempts).await {
+                    Ok(Attempt::Taken(holding)) => State::Run(holding),
+                    Ok(Attempt::Met { kind, retry_after }) => State::Conflict(Conflict::new(
+                        key.clone(),
+                        attempt,
+                        started.elapsed(),
+                        retry_after,
+                        kind,
+                    )),
+                    // Not knowing whether the attempt took effect, the call's release stays
+                    // armed and runs on its way out.
+                    Err(error) => return Err(Error::Store(error)),
+                },
+                State::Run(holding) => {
+                    tracing::debug!(attempt, "key taken by this call");
+                    return guard.run(key, attempts, holding, inner, request).await;
+                }
+                State::Conflict(conflict) => {
+                    let retry_after = conflict.retry_after;
+                    match guard.strategy().on_conflict(conflict, &request).await {
+                        Ok(decision) => State::Decided {
+                            decision,
+                            retry_after,
+                        },
+                        Err(error) => {
+                            guard
+                                .stop_trying(&key, &mut attempts, None)
+                                .await
+                                .map_err(Error::Store)?;
+                            return Err(Error::Strategy(error));
+                        }
+                    }
+                }
+                State::Decided {
+                    decision,
+                    retry_after,
+                } => {
+                    tracing::debug!(attempt, ?decision, "key taken");
+                    guard.count_conflict(label(&decision));
+                    if !matches!(decision, Decision::RetryAfter(_)) {
+                        guard
+                            .stop_trying(&key, &mut attempts, Some(&decision))
+                            .await
+                            .map_err(Error::Store)?;
+                    }
+                    match decision {
+                        Decision::RetryAfter(delay) => {
+                            guard
+                                .wait(&key, &mut attempts, delay)
+                                .await
+                                .map_err(Error::Store)?;
+                            attempt += 1;
+                            State::Attempt
+                        }
+                        Decision::Reject { retry_after: hint } => {
+                            return Err(guard.refused(key, &attempts, hint.or(retry_after)));
+                        }
+                        Decision::Superseded { by } => return Err(Error::Superseded { key, by }),
+                        Decision::LineFull {
+                            waiting,
+                            retry_after: hint,
+                        } => {
+                            return Err(Error::LineFull {
+                                key,
+                                waiting,
+                                retry_after: hint.or(retry_after),
+                            });
+                        }
+                        Decision::Deferred(deferred) => return Ok(Outcome::Deferred(deferred)),
+                    }
+                }
+            };
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// The metric label of a decision.
+fn label(decision: &Decision) -> &'static str {
+    match decision {
+        Decision::RetryAfter(_) => "retry",
+        Decision::Reject { .. } => "reject",
+        Decision::Superseded { .. } => "superseded",
+        Decision::LineFull { .. } => "line_full",
+        Decision::Deferred(_) => "defer",
+    }
+}
