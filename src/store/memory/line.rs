@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::lock::{LineCap, Overflow, Waiter};
 
 /// The most line entries one join looks at for jobs to drop (`MAX_EVICTION_SCAN` of
-/// `line_cap.lua`).
+/// `line_join.lua`).
 const MAX_EVICTION_SCAN: usize = 1000;
 
 /// One key's line: waiters by arrival order.
@@ -49,7 +49,7 @@ impl Line {
         self.place.insert(waiter.clone(), place);
     }
 
-    /// Makes room for `waiter` within `cap`, as `make_room` in `line_cap.lua`: the waiters
+    /// Makes room for `waiter` within `cap`, as `make_room` in `line_join.lua`: the waiters
     /// evicted (the oldest jobs, none that `reserved` protects), or `Err` with how many wait
     /// when it is refused (nothing changed).
     pub(super) fn make_room(

@@ -6,10 +6,12 @@
 //! on the connection only as one request); the redis crate loads the text again when a
 //! server answers `NOSCRIPT` (after a restart or failover).
 //! Every script of a family starts with `fence.lua` (the fencing counters' steps), then its
-//! family's prelude. Every queue script's prelude is `queue_prelude.lua`, which names the queue's keys in the
-//! order [`QueueKeys::in_script_order`](super::keys::QueueKeys::in_script_order) passes them;
-//! every lock script with `lock_prelude.lua`, for
-//! [`LockKeys::in_script_order`](super::keys::LockKeys::in_script_order).
+//! family's prelude. Every queue script's prelude is `queue_prelude.lua`, which names the
+//! queue's keys in the order [`QueueKeys::in_script_order`](super::keys::QueueKeys::in_script_order)
+//! passes them; every lock script's is `lock_prelude.lua` (for
+//! [`LockKeys::in_script_order`](super::keys::LockKeys::in_script_order)) and every permit
+//! script's `permit_prelude.lua`, each followed by `line.lua`, the key's line, which the two
+//! families share (their join scripts also share `line_join.lua`: a place in line, its cap).
 //!
 //! Each script's first line declares its flags (Redis 7 and Valkey): reads are `no-writes`;
 //! every write runs under `allow-oom` except the push, so that when Redis is full (with
@@ -34,12 +36,17 @@ macro_rules! script {
 }
 
 const QUEUE_PRELUDE: &str = include_str!("lua/queue_prelude.lua");
-const LOCK_PRELUDE: &str = include_str!("lua/lock_prelude.lua");
-const PERMIT_PRELUDE: &str = include_str!("lua/permit_prelude.lua");
+/// Every lock script's prelude: the lock's keys and steps, then the line's.
+const LOCK_PRELUDE: &str = concat!(include_str!("lua/lock_prelude.lua"), include_str!("lua/line.lua"));
+/// Every permit script's prelude: the semaphore's keys and steps, then the line's.
+const PERMIT_PRELUDE: &str = concat!(
+    include_str!("lua/permit_prelude.lua"),
+    include_str!("lua/line.lua")
+);
 /// The fencing counters' steps, before every family's prelude (`lua/fence.lua`).
 const FENCE: &str = include_str!("lua/fence.lua");
-/// The line's cap, shared by the two join scripts after their family's prelude.
-const LINE_CAP: &str = include_str!("lua/line_cap.lua");
+/// Joining a line (a place in it, its cap), shared by the two join scripts after the line.
+const LINE_JOIN: &str = include_str!("lua/line_join.lua");
 
 /// A script with the fence steps and `prelude` after its first line, which must stay first:
 /// the flags.
@@ -53,7 +60,7 @@ script!(LOCK_ACQUIRE, LOCK_PRELUDE, "lock_acquire.lua");
 script!(LOCK_ACQUIRE_NEW, "", "lock_acquire_new.lua");
 script!(LOCK_EXTEND, LOCK_PRELUDE, "lock_extend.lua");
 script!(LOCK_RELEASE, LOCK_PRELUDE, "lock_release.lua");
-script!(LOCK_JOIN, &[LOCK_PRELUDE, LINE_CAP].concat(), "lock_join.lua");
+script!(LOCK_JOIN, &[LOCK_PRELUDE, LINE_JOIN].concat(), "lock_join.lua");
 /// The release of a lock nobody waits for: two keys, no prelude (its cost is per key and argument).
 pub(super) static LOCK_RELEASE_ALONE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_release_alone.lua")));
@@ -63,7 +70,7 @@ script!(PERMIT_EXTEND, PERMIT_PRELUDE, "permit_extend.lua");
 script!(PERMIT_RELEASE, PERMIT_PRELUDE, "permit_release.lua");
 script!(
     PERMIT_JOIN,
-    &[PERMIT_PRELUDE, LINE_CAP].concat(),
+    &[PERMIT_PRELUDE, LINE_JOIN].concat(),
     "permit_join.lua"
 );
 script!(PERMIT_LEAVE, PERMIT_PRELUDE, "permit_leave.lua");

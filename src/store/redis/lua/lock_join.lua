@@ -2,7 +2,7 @@
 -- Puts a waiter in the key's line: at the end, or in the place of the waiter it replaces (a
 -- caller that retried, then deferred). Already in line, it keeps its place.
 -- ARGV[3] the waiter, ARGV[4] the waiter it replaces ('' none), ARGV[5] the line's cap ('-1'
--- none), ARGV[6] what a full line does ('refuse' or 'drop'; see line_cap.lua).
+-- none), ARGV[6] what a full line does ('refuse' or 'drop'; see line_join.lua).
 -- The key may have been released since the caller found it held, with nobody in line to hand
 -- it to: then it is handed over now.
 -- Returns {waiter the key was just handed to (''), waiter dropped (''), waiters ahead (all of
@@ -14,17 +14,7 @@ end)
 if refused then
   return {'', '', waiting, 1, {}}
 end
-local place = nil
-if replacing ~= '' then
-  place = redis.call('ZSCORE', WAITERS, replacing)
-  redis.call('ZREM', WAITERS, replacing)
-end
-if not place then
-  local last = redis.call('ZRANGE', WAITERS, -1, -1, 'WITHSCORES')[2]
-  place = (tonumber(last) or 0) + 1
-end
-redis.call('ZADD', WAITERS, 'NX', place, waiter)
-redis.call('PEXPIRE', WAITERS, IDLE_MS)
+take_place(waiter, replacing)
 local reserved, dropped = '', ''
 local current = redis.call('GET', LOCK)
 if not current then

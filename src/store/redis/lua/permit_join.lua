@@ -4,7 +4,7 @@
 -- since the caller found them taken go to the line now.
 -- ARGV[3] the waiter, ARGV[4] the waiter it replaces ('' none), ARGV[5] the limit, ARGV[6]
 -- the line's cap ('-1' none), ARGV[7] what a full line does ('refuse' or 'drop'; see
--- line_cap.lua).
+-- line_join.lua).
 -- Returns {the waiters permits were reserved for, the waiters dropped, waiters ahead (all of
 -- them when refused), 1 when refused for a full line, waiters evicted to make room}.
 local waiter, replacing, limit = ARGV[3], ARGV[4], tonumber(ARGV[5])
@@ -14,17 +14,7 @@ end)
 if refused then
   return {{}, {}, waiting, 1, {}}
 end
-local place = nil
-if replacing ~= '' then
-  place = redis.call('ZSCORE', WAITERS, replacing)
-  redis.call('ZREM', WAITERS, replacing)
-end
-if not place then
-  local last = redis.call('ZRANGE', WAITERS, -1, -1, 'WITHSCORES')[2]
-  place = (tonumber(last) or 0) + 1
-end
-redis.call('ZADD', WAITERS, 'NX', place, waiter)
-redis.call('PEXPIRE', WAITERS, IDLE_MS)
+take_place(waiter, replacing)
 local now = now_ms()
 local dropped = prune(now)
 return {hand_to_line(now, limit), dropped, ahead_of(waiter), 0, evicted}

@@ -83,12 +83,3 @@ local function hand_to_line(now, limit)
   end
   return handed
 end
-
--- How many are in line before `waiter` (all of them, when it is not in line).
-local function ahead_of(waiter)
-  local rank = waiter ~= '' and redis.call('ZRANK', WAITERS, waiter)
-  if rank then return rank end
-  return redis.call('ZCARD', WAITERS)
-end
-
--- The script itself follows.

@@ -1,6 +1,7 @@
--- The cap on a key's line, for the join scripts (lock_join.lua, permit_join.lua), appended to
--- their family's prelude. ARGV[5] of the lock's join (ARGV[6] of the permit's) is the most
--- waiters ('-1': no cap), the next one what a full line does ('refuse' or 'drop').
+-- Joining a key's line, for the join scripts (lock_join.lua, permit_join.lua), after their
+-- family's prelude and line.lua: the place a waiter takes, and the line's cap. ARGV[5] of the
+-- lock's join (ARGV[6] of the permit's) is the most waiters ('-1': no cap), the next one what
+-- a full line does ('refuse' or 'drop').
 
 -- The most line entries one join looks at for jobs to drop: bounded work per call.
 local MAX_EVICTION_SCAN = 1000
@@ -40,6 +41,23 @@ local function make_room(waiter, replacing, max, overflow, reserved)
     redis.call('ZREM', WAITERS, gone)
   end
   return false, evicted, waiting
+end
+
+-- Puts `waiter` in line: in the place of `replacing` (a caller that retried, then deferred),
+-- else at the end; already in line, it keeps its place. The line lives IDLE_MS past its last
+-- join.
+local function take_place(waiter, replacing)
+  local place = nil
+  if replacing ~= '' then
+    place = redis.call('ZSCORE', WAITERS, replacing)
+    redis.call('ZREM', WAITERS, replacing)
+  end
+  if not place then
+    local last = redis.call('ZRANGE', WAITERS, -1, -1, 'WITHSCORES')[2]
+    place = (tonumber(last) or 0) + 1
+  end
+  redis.call('ZADD', WAITERS, 'NX', place, waiter)
+  redis.call('PEXPIRE', WAITERS, IDLE_MS)
 end
 
 -- The join script itself follows.
