@@ -8,7 +8,8 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::MemoryStore;
-use super::idle::{LastUse, shrink};
+use super::idle::shrink;
+use super::key_records::KeyRecords;
 use super::line::Line;
 use crate::error::StoreError;
 use crate::key::LockKey;
@@ -21,17 +22,12 @@ use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_ex
 #[derive(Default)]
 pub(super) struct LockState {
     locks: HashMap<LockKey, Holding>,
-    /// Per-key fencing counters; like Redis's, they outlive the locks, and are forgotten with
-    /// the rest once the key falls idle (a forgotten counter starts again at the clock).
-    fences: HashMap<LockKey, u64>,
     lines: HashMap<LockKey, Line>,
-    /// Per-key last hold, in ms.
-    holds: HashMap<LockKey, f64>,
-    announcements: HashMap<LockKey, broadcast::Sender<String>>,
     /// Per-key requests to stop, for holders that listen.
     pub(super) stops: HashMap<LockKey, broadcast::Sender<String>>,
-    /// When each key was last used: what the maps above forget, once idle.
-    last_use: LastUse,
+    /// Each key's fencing counter, last hold, handoff channel and last use: what the maps
+    /// above forget, once idle.
+    records: KeyRecords,
 }
 
 struct Holding {
@@ -55,25 +51,16 @@ struct Handed {
 impl LockState {
     /// Notes a use of `key`; forgets what idle keys left, when a sweep is due.
     fn touch(&mut self, key: &LockKey, now: Instant) {
-        // The sweep first: a key used again after a minute starts afresh, as in Redis.
-        let idle = self.last_use.sweep(now);
-        self.last_use.touch(key, now);
-        let Some(idle) = idle else {
+        let Some(idle) = self.records.touch(key, now) else {
             return;
         };
         for key in &idle {
-            self.fences.remove(key);
-            self.holds.remove(key);
             self.lines.remove(key);
         }
         self.locks.retain(|_, holding| holding.expires > now);
-        self.announcements.retain(|_, sender| sender.receiver_count() > 0);
         self.stops.retain(|_, sender| sender.receiver_count() > 0);
-        shrink(&mut self.fences);
-        shrink(&mut self.holds);
         shrink(&mut self.lines);
         shrink(&mut self.locks);
-        shrink(&mut self.announcements);
         shrink(&mut self.stops);
     }
 
@@ -120,17 +107,9 @@ impl LockState {
                 expires: now + reservation,
             },
         );
-        self.announce(key, &head);
+        self.records.announce(key, &head);
         handed.reserved = Some(head);
         handed
-    }
-
-    fn announce(&mut self, key: &LockKey, waiter: &Waiter) {
-        if let Some(sender) = self.announcements.get(key)
-            && sender.send(waiter.as_str().to_string()).is_err()
-        {
-            self.announcements.remove(key);
-        }
     }
 
     fn held(
@@ -143,7 +122,7 @@ impl LockState {
         Acquisition::Held {
             remaining: Some(remaining),
             ahead: self.lines.get(key).map_or(0, |line| line.ahead_of(waiter)),
-            typical_hold: self.holds.get(key).map(|ms| Duration::from_millis(*ms as u64)),
+            typical_hold: self.records.typical_hold(key),
             reserved,
         }
     }
@@ -156,8 +135,7 @@ impl LockState {
         now: Instant,
         waiter: Option<&Waiter>,
     ) -> FencingToken {
-        let counter = self.fences.entry(key.clone()).or_insert(0);
-        let fence = FencingToken(next_fences(counter, 1));
+        let fence = FencingToken(next_fences(self.records.counter(key), 1));
         self.locks.insert(
             key.clone(),
             Holding {
@@ -281,12 +259,7 @@ impl MemoryStore {
                 _ => return None,
             }
             if let Some(held) = held_for {
-                let held = held.as_millis() as f64;
-                let typical = state
-                    .holds
-                    .get(key)
-                    .map_or(held, |typical| typical * 0.8 + held * 0.2);
-                state.holds.insert(key.clone(), typical.floor());
+                state.records.record_hold(key, held);
             }
             let handed = state.hand_to_head(key, false, now, reservation);
             let runner_up = state
@@ -349,14 +322,7 @@ impl MemoryStore {
     }
 
     pub(super) fn lock_handoffs(&self, key: &LockKey) -> Handoffs {
-        let receiver = self.with_locks(key, |state, _, _| {
-            state
-                .announcements
-                .entry(key.clone())
-                .or_insert_with(|| broadcast::channel(64).0)
-                .subscribe()
-        });
-        Handoffs::new(receiver, None)
+        self.with_locks(key, |state, _, _| state.records.handoffs(key))
     }
 }
 
@@ -401,7 +367,7 @@ impl crate::store::ListLocks for MemoryStore {
                     crate::store::LockInfo {
                         key: key.as_str().to_string(),
                         remaining: Some(holding.expires - now),
-                        fence: state.fences.get(key).copied().unwrap_or(0),
+                        fence: state.records.fence(key),
                         waiters: state.lines.get(key).map_or(0, |line| line.order.len() as u64),
                         holders: u64::from(reserved_for.is_none()),
                         limit: 1,
@@ -422,7 +388,7 @@ impl crate::store::ListLocks for MemoryStore {
                 .map(|(key, line)| crate::store::LockInfo {
                     key: key.as_str().to_string(),
                     remaining: None,
-                    fence: state.fences.get(key).copied().unwrap_or(0),
+                    fence: state.records.fence(key),
                     waiters: line.order.len() as u64,
                     holders: 0,
                     limit: 1,
@@ -464,7 +430,10 @@ mod tests {
         }
         {
             let state = store.locks();
-            assert_eq!((state.fences.len(), state.holds.len()), (1_000, 1_000));
+            assert_eq!(
+                (state.records.fences.len(), state.records.holds.len()),
+                (1_000, 1_000)
+            );
         }
 
         tokio::time::advance(2 * IDLE_KEY_TTL).await;
@@ -475,10 +444,17 @@ mod tests {
             panic!("the key is free");
         };
         let state = store.locks();
-        assert_eq!(state.fences.len(), 1, "only the key used since is remembered");
-        assert!(state.fences[&again] >= fence.0);
-        assert!(state.holds.is_empty() && state.lines.is_empty());
-        assert!(state.fences.capacity() < 100, "the map gave its room back");
+        assert_eq!(
+            state.records.fences.len(),
+            1,
+            "only the key used since is remembered"
+        );
+        assert!(state.records.fences[&again] >= fence.0);
+        assert!(state.records.holds.is_empty() && state.lines.is_empty());
+        assert!(
+            state.records.fences.capacity() < 100,
+            "the map gave its room back"
+        );
         assert!(fence > fences[&again], "{fence:?} after {:?}", fences[&again]);
     }
 }

@@ -3,6 +3,7 @@
 
 mod idempotency;
 mod idle;
+mod key_records;
 mod line;
 mod lock;
 mod lock_store;

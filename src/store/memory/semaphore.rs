@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::MemoryStore;
-use super::idle::{LastUse, shrink};
+use super::idle::shrink;
+use super::key_records::KeyRecords;
 use super::line::Line;
 use crate::error::StoreError;
 use crate::key::LockKey;
@@ -22,14 +22,9 @@ use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired
 #[derive(Default)]
 pub(super) struct SemaphoreState {
     keys: HashMap<LockKey, KeyPermits>,
-    /// Per-key fencing counters; they outlive the permits, and are forgotten with the rest
-    /// once the key falls idle (a forgotten counter starts again at the clock).
-    fences: HashMap<LockKey, u64>,
-    /// Per-key last hold, in ms.
-    holds: HashMap<LockKey, f64>,
-    announcements: HashMap<LockKey, broadcast::Sender<String>>,
-    /// When each key was last used: what the maps above forget, once idle.
-    last_use: LastUse,
+    /// Each key's fencing counter, last hold, handoff channel and last use: what the map above
+    /// forgets, once idle.
+    records: KeyRecords,
 }
 
 /// One key's permits and line (`PERMITS`, `FENCES`, `LIMIT` and `WAITERS` of the scripts).
@@ -122,15 +117,10 @@ impl SemaphoreState {
     /// Notes a use of `key`; forgets what idle keys left, when a sweep is due. A key unused
     /// for a minute holds no live permit (a holder extends its lease every third of its TTL).
     fn touch(&mut self, key: &LockKey, now: Instant) {
-        // The sweep first: a key used again after a minute starts afresh, as in Redis.
-        let idle = self.last_use.sweep(now);
-        self.last_use.touch(key, now);
-        let Some(idle) = idle else {
+        let Some(idle) = self.records.touch(key, now) else {
             return;
         };
         for key in &idle {
-            self.fences.remove(key);
-            self.holds.remove(key);
             // A permit of a TTL longer than a minute may still run unextended: kept.
             let live = |permits: &KeyPermits| {
                 let deadlines = permits.holders.values().map(|(_, deadline)| deadline);
@@ -142,11 +132,7 @@ impl SemaphoreState {
                 self.keys.remove(key);
             }
         }
-        self.announcements.retain(|_, sender| sender.receiver_count() > 0);
-        shrink(&mut self.fences);
-        shrink(&mut self.holds);
         shrink(&mut self.keys);
-        shrink(&mut self.announcements);
     }
 
     /// `key`'s permits, pruned; a key with nothing left is forgotten after `work`.
@@ -162,15 +148,12 @@ impl SemaphoreState {
             dropped: permits.prune(now),
             ..Handed::default()
         };
-        let fence = self.fences.entry(key.clone()).or_insert(0);
-        let result = work(permits, &mut handed, fence);
+        let result = work(permits, &mut handed, self.records.counter(key));
         if permits.is_empty() {
             self.keys.remove(key);
         }
-        if let Some(sender) = self.announcements.get(key) {
-            for waiter in &handed.reserved {
-                let _ = sender.send(waiter.as_str().to_string());
-            }
+        for waiter in &handed.reserved {
+            self.records.announce(key, waiter);
         }
         (result, handed)
     }
@@ -229,7 +212,7 @@ impl MemoryStore {
                 Some(crate::store::LockInfo {
                     key: key.as_str().to_string(),
                     remaining: last.map(|last| last - now),
-                    fence: state.fences.get(key).copied().unwrap_or(0),
+                    fence: state.records.fence(key),
                     waiters: permits.line.order.len() as u64,
                     holders: permits
                         .holders
@@ -260,7 +243,7 @@ impl MemoryStore {
         let reservation = self.reservation;
         let (acquisition, handed) = {
             let mut state = self.semaphores();
-            let holds = state.holds.get(key).copied();
+            let typical_hold = state.records.typical_hold(key);
             state.with_key(key, now, |state, handed, counter| {
                 if let Some((fence, deadline)) = state.holders.get_mut(&token) {
                     // A re-sent acquire: the permit is already ours.
@@ -275,7 +258,7 @@ impl MemoryStore {
                     return Err(Acquisition::Held {
                         remaining: state.first_deadline().map(|deadline| deadline - now),
                         ahead: state.line.ahead_of(waiter),
-                        typical_hold: holds.map(|ms| Duration::from_millis(ms as u64) / permits.max(1)),
+                        typical_hold: typical_hold.map(|hold| hold / permits.max(1)),
                         reserved: state.holders.len() < permits as usize,
                     });
                 }
@@ -336,12 +319,7 @@ impl MemoryStore {
                 released
             });
             if released && let Some(held) = held_for {
-                let held = held.as_millis() as f64;
-                let typical = state
-                    .holds
-                    .get(key)
-                    .map_or(held, |typical| typical * 0.8 + held * 0.2);
-                state.holds.insert(key.clone(), typical.floor());
+                state.records.record_hold(key, held);
             }
             (released, handed)
         };
@@ -389,13 +367,7 @@ impl MemoryStore {
     }
 
     pub(super) fn permit_line_handoffs(&self, key: &LockKey) -> Handoffs {
-        let receiver = self
-            .semaphores()
-            .announcements
-            .entry(key.clone())
-            .or_insert_with(|| broadcast::channel(64).0)
-            .subscribe();
-        Handoffs::new(receiver, None)
+        self.semaphores().records.handoffs(key)
     }
 }
 
@@ -445,7 +417,7 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(held, Acquisition::Acquired(_)));
-        assert_eq!(store.semaphores().fences.len(), 501);
+        assert_eq!(store.semaphores().records.fences.len(), 501);
 
         tokio::time::advance(2 * IDLE_KEY_TTL).await;
         let again = LockKey::new("tenant:7").unwrap();
@@ -454,8 +426,12 @@ mod tests {
             .await
             .unwrap();
         let state = store.semaphores();
-        assert_eq!(state.fences.len(), 1, "only the key used since keeps its counter");
-        assert!(state.holds.is_empty());
+        assert_eq!(
+            state.records.fences.len(),
+            1,
+            "only the key used since keeps its counter"
+        );
+        assert!(state.records.holds.is_empty());
         assert!(state.keys.contains_key(&long), "a live permit is kept");
         assert_eq!(state.keys.len(), 2);
     }
