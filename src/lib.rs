@@ -38,10 +38,13 @@
 //!
 //! # Where things are
 //!
-//! - The guards, each a tower layer on the shared vocabulary of [`guard`] (outcome, errors, a
-//!   key's line, the job a call runs for): [`lock`] (the mutex, and the layer that runs a
-//!   request under it), [`semaphore`] (N permits per key, through the same layer),
-//!   [`throttle`] (a rate per key). A new guard is a module beside them, on [`guard`].
+//! - The guards, each a tower layer on the shared core of [`guard`]: one service for every
+//!   guard ([`guard::GuardService`], whose [`guard::Guard`] is the layer), one call path for
+//!   every guard whose key can be taken (attempt, conflict, the strategy's [`guard::Decision`],
+//!   wait or stop, run), and the vocabulary they share (outcome, errors, conflicts, a key's
+//!   line, the job a call runs for): [`lock`] (the mutex, and the layer that runs a request
+//!   under it), [`semaphore`] (N permits per key, through the same layer), [`throttle`] (a rate
+//!   per key). A new guard is a module beside them that supplies its part of the call path.
 //! - The policies in front of a guard: [`debounce`], [`idempotency`].
 //! - What a request does when its key is taken: [`strategy`].
 //! - The delay queue: [`queue`] (producers and workers use [`queue::DelayQueue`], operators

@@ -13,10 +13,9 @@ use tokio::time::Instant;
 use tower::Service;
 use tracing::Instrument;
 
-use super::{Conflict, ConflictKind, Error, Nesting, Outcome};
+use super::{Conflict, ConflictKind, ConflictStrategy, Decision, Error, Nesting, Outcome};
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::strategy::{ConflictStrategy, Decision};
 
 /// The result of a guarded call over `S` whose guard wraps it as `N` says.
 pub(crate) type CallResult<S, Req, N> =

@@ -15,6 +15,7 @@
 mod call;
 mod conflict;
 mod current_job;
+mod decision;
 mod error;
 mod extract;
 mod future;
@@ -31,6 +32,7 @@ pub(crate) use self::call::{Attempt, CallResult, Contended, call_contended};
 pub use self::conflict::{Conflict, ConflictKind, HeldConflict, ThrottledConflict};
 pub use self::current_job::{CurrentJob, current_job};
 pub(crate) use self::current_job::{RunSignals, handler_returned, lock_met, run_for_job};
+pub use self::decision::{ConflictStrategy, Decision};
 pub use self::error::Error;
 pub use self::extract::KeyExtractor;
 pub(crate) use self::extract::guarded_key;
