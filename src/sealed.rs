@@ -8,6 +8,11 @@ use crate::key::Prefix;
 pub trait Sealed: Sized {
     /// The same store with its keys under `prefix` (a store without key names ignores it).
     fn under_prefix(self, prefix: Prefix) -> Self;
+
+    /// Which store this is: the same for its clones, another for the same store under another
+    /// prefix (and for a store opened apart, even over the same server). A guard tells by it
+    /// whether its caller already holds a key in it.
+    fn instance(&self) -> u64;
 }
 
 /// The seal of [`Guard`](crate::guard::Guard): only the crate's layers are guards, so that the

@@ -59,6 +59,16 @@ pub enum Error<E> {
         /// The closed key.
         key: LockKey,
     },
+    /// The caller already holds the key, in the same store: a handler (or a task it spawned
+    /// with its holding, [`HeldLock::scope`](crate::HeldLock::scope)) called its stack again
+    /// for the key it runs under. Refused at once, whatever the strategy, where the call would
+    /// have waited for its own caller (and a job deferred for it would run only after it). Run
+    /// the step in the handler itself, or push it to the queue to run after the holder.
+    #[error("{key:?} is held by this request's own caller; a call under its lock cannot wait for it")]
+    HeldByCaller {
+        /// The key the caller holds.
+        key: LockKey,
+    },
     /// The request's key is over its [`Rate`](crate::throttle::Rate) and the conflict strategy
     /// refused to wait. `retry_after` is exact: the key's next slot opens then (unless others
     /// take it first). An HTTP service answers `429 Too Many Requests` with `Retry-After`.

@@ -4,6 +4,7 @@
 //! released on every exit path.
 
 use std::panic::{AssertUnwindSafe, resume_unwind};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -18,8 +19,8 @@ use crate::guard::{Attempt, CallResult, Contended, current_job};
 use crate::guard::{ConflictKind, Error, HeldConflict, Nesting, OverHandler};
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, FencingToken, Handoffs, HeldLock, LockStore, LockToken, ReleaseOnDrop, StopListener, Waiter,
-    run_holding,
+    Acquisition, FencingToken, Handoffs, HeldLock, Holders, LockSpace, LockStore, LockToken, ReleaseOnDrop,
+    StopListener, Waiter, held_by_caller, run_holding,
 };
 use crate::metric_names;
 use crate::renewal::{Renewal, while_valid};
@@ -27,6 +28,8 @@ use crate::strategy::{ConflictStrategy, Decision};
 
 /// What one locked call keeps from attempt to attempt.
 pub(crate) struct LockAttempts<St: LockStore> {
+    /// Where the key is held: this layer's store, as a mutex or as permits.
+    space: LockSpace,
     token: LockToken,
     /// Releases the key (and leaves the line) on every exit path, cancellation included.
     release: ReleaseOnDrop<St>,
@@ -86,8 +89,17 @@ where
         if self.store.is_closed(key) {
             return Err(Error::Closed { key: key.clone() });
         }
+        let space = LockSpace {
+            store: self.store.instance(),
+            permits: self.store.holders(key) != Holders::One,
+        };
+        // A call under its own caller's holding would wait for itself.
+        if held_by_caller(space, key) {
+            return Err(Error::HeldByCaller { key: key.clone() });
+        }
         let token = LockToken::random();
         Ok(LockAttempts {
+            space,
             token,
             release: ReleaseOnDrop::new(self.store.clone(), key.clone(), token),
             job: current_job().map(|job| Waiter::job(&job.shard, &job.id)),
@@ -225,11 +237,6 @@ where
             .strategy
             .supersedes()
             .then(|| StopListener::start(&self.store, &key, attempts.caller()));
-        let held = HeldLock::new(
-            key.clone(),
-            fence,
-            stop.as_ref().map(StopListener::signal).unwrap_or_default(),
-        );
         let token = attempts.token;
         let renewal = Renewal::start("lock", self.ttl, acquired_at, {
             let (store, key, ttl) = (self.store.clone(), key.clone(), self.ttl);
@@ -239,6 +246,13 @@ where
             }
         });
         let lease = renewal.lease();
+        let held = HeldLock::new(
+            key.clone(),
+            fence,
+            stop.as_ref().map(StopListener::signal).unwrap_or_default(),
+            attempts.space,
+            Arc::clone(&lease),
+        );
         let handler = while_valid(
             &lease,
             run_holding(

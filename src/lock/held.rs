@@ -1,10 +1,12 @@
 //! What a handler can learn about the lock it runs under.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use super::FencingToken;
 use super::stop::StopSignal;
 use crate::key::LockKey;
+use crate::renewal::Lease;
 
 tokio::task_local! {
     static CURRENT: HeldLock;
@@ -21,6 +23,19 @@ pub struct HeldLock {
     /// `None` when the layer runs with [`Fencing::Off`](crate::Fencing::Off).
     pub fence: Option<FencingToken>,
     stop: StopSignal,
+    /// Where the key is held: which store, as a mutex or as a permit.
+    space: LockSpace,
+    /// The holding's lease: live while the lock is surely the holder's.
+    lease: Arc<Lease>,
+    /// The holding this one runs inside (a lock layer inside another), if any.
+    outer: Option<Arc<HeldLock>>,
+}
+
+/// Where a key is held: one store (and its clones), as a mutex or as a permit of a semaphore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LockSpace {
+    pub(crate) store: u64,
+    pub(crate) permits: bool,
 }
 
 impl PartialEq for HeldLock {
@@ -33,8 +48,53 @@ impl PartialEq for HeldLock {
 impl Eq for HeldLock {}
 
 impl HeldLock {
-    pub(crate) fn new(key: LockKey, fence: Option<FencingToken>, stop: StopSignal) -> Self {
-        HeldLock { key, fence, stop }
+    pub(crate) fn new(
+        key: LockKey,
+        fence: Option<FencingToken>,
+        stop: StopSignal,
+        space: LockSpace,
+        lease: Arc<Lease>,
+    ) -> Self {
+        HeldLock {
+            key,
+            fence,
+            stop,
+            space,
+            lease,
+            outer: None,
+        }
+    }
+
+    /// Runs `work` with this holding as its [`current_lock`]: for a task the handler spawns,
+    /// which does not inherit it. A call that `work` makes for the key through the same store
+    /// is then known for the holder's own, and refused at once
+    /// ([`Error::HeldByCaller`](crate::Error::HeldByCaller)) rather than left to wait for its
+    /// own caller.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use redefer::{current_lock, LockLayer, MemoryStore};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let handler = service_fn(|order: u64| async move {
+    ///     let lock = current_lock().expect("runs under the lock");
+    ///     let fence = tokio::spawn(lock.scope(async { current_lock().unwrap().fence }));
+    ///     Ok::<_, Infallible>(fence.await.unwrap())
+    /// });
+    /// let service = LockLayer::new(MemoryStore::new(), |order: &u64| Some(format!("order:{order}")))
+    ///     .layer(handler);
+    /// assert!(service.oneshot(42).await.unwrap().done().unwrap().is_some());
+    /// # }
+    /// ```
+    pub fn scope<F: Future>(self, work: F) -> impl Future<Output = F::Output> {
+        run_holding(self, work)
+    }
+
+    /// Whether this holding is still its holder's: its handler has not returned and its
+    /// renewal did not give up.
+    fn is_live(&self) -> bool {
+        !self.lease.has_ended() && self.lease.lost().is_none()
     }
 
     /// Whether a newer request for the key asked this holder to stop (the
@@ -69,7 +129,7 @@ impl HeldLock {
 /// The lock the current handler runs under, when called from inside a
 /// [`LockService`](crate::LockService) call (its service's `call` and the future it returns).
 ///
-/// Tasks the handler spawns do not inherit it: pass the value along.
+/// Tasks the handler spawns do not inherit it: pass it along with [`HeldLock::scope`].
 ///
 /// ```
 /// use std::convert::Infallible;
@@ -93,7 +153,25 @@ pub fn current_lock() -> Option<HeldLock> {
     CURRENT.try_with(HeldLock::clone).ok()
 }
 
-/// Runs `work` with `held` as the [`current_lock`].
-pub(crate) fn run_holding<F: Future>(held: HeldLock, work: F) -> impl Future<Output = F::Output> {
+/// Runs `work` with `held` as the [`current_lock`], inside the holding it runs in, if any.
+pub(crate) fn run_holding<F: Future>(mut held: HeldLock, work: F) -> impl Future<Output = F::Output> {
+    held.outer = CURRENT.try_with(|outer| Arc::new(outer.clone())).ok();
     CURRENT.scope(held, work)
+}
+
+/// Whether the current task runs under a live holding of `key` in `space` (its own, or one
+/// it runs inside): a call for it would wait for its own caller.
+pub(crate) fn held_by_caller(space: LockSpace, key: &LockKey) -> bool {
+    CURRENT
+        .try_with(|innermost| {
+            let mut holding = Some(innermost);
+            while let Some(held) = holding {
+                if held.space == space && held.key == *key && held.is_live() {
+                    return true;
+                }
+                holding = held.outer.as_deref();
+            }
+            false
+        })
+        .unwrap_or(false)
 }

@@ -23,8 +23,8 @@ mod store;
 
 pub use self::boxed::BoxLockService;
 pub use self::handoffs::Handoffs;
-pub(crate) use self::held::run_holding;
 pub use self::held::{HeldLock, current_lock};
+pub(crate) use self::held::{LockSpace, held_by_caller, run_holding};
 pub use self::holders::Holders;
 pub use self::holds::DEFAULT_TYPICAL_HOLD;
 pub use self::layer::LockLayer;

@@ -15,5 +15,5 @@ mod renewer;
 mod watchdog;
 
 pub use lease::LossReason;
-pub(crate) use lease::while_valid;
+pub(crate) use lease::{Lease, while_valid};
 pub(crate) use renewer::Renewal;

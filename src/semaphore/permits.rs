@@ -93,6 +93,10 @@ impl<St: Sealed, L> Sealed for Permits<St, L> {
             ..self
         }
     }
+
+    fn instance(&self) -> u64 {
+        self.store.instance()
+    }
 }
 
 impl<St, L> LockStore for Permits<St, L>

@@ -30,6 +30,10 @@ impl Sealed for MemoryStore {
     fn under_prefix(self, _prefix: crate::key::Prefix) -> Self {
         self
     }
+
+    fn instance(&self) -> u64 {
+        self.instance_id()
+    }
 }
 
 /// How long a released key stays reserved for the first in its line, by default.

@@ -92,6 +92,11 @@ impl MemoryStore {
         MemoryStore { reservation, ..self }
     }
 
+    /// Which store this is: its clones share its state.
+    pub(crate) fn instance_id(&self) -> u64 {
+        Arc::as_ptr(&self.locks) as usize as u64
+    }
+
     fn locks(&self) -> MutexGuard<'_, LockState> {
         lock_unpoisoned(&self.locks)
     }

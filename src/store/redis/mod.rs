@@ -273,6 +273,15 @@ impl<Conn> crate::store::Sealed for RedisStore<Conn> {
     fn under_prefix(self, prefix: Prefix) -> Self {
         RedisStore { prefix, ..self }
     }
+
+    fn instance(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        // The clones share `counted`; the prefix tells a store under another prefix apart.
+        let mut hasher = std::hash::DefaultHasher::new();
+        (Arc::as_ptr(&self.counted) as usize).hash(&mut hasher);
+        self.prefix.as_str().hash(&mut hasher);
+        hasher.finish()
+    }
 }
 
 /// How many commands the connection queues for its writer (redis-rs's default is 50). A
