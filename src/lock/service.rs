@@ -6,11 +6,12 @@ use tower::Service;
 
 use super::LockLayer;
 use crate::error::KeyError;
-use crate::guard::{Guard, GuardService, KeyExtractor, OverHandler, call_contended, guarded_key};
+use crate::guard::{
+    Contended, Guard, GuardService, GuardedResult, KeyExtractor, Nesting, OverHandler, call_contended,
+    guarded_key,
+};
 use crate::key::LockKey;
-use crate::lock::LockStore;
 use crate::sealed::SealedGuard;
-use crate::strategy::ConflictStrategy;
 
 /// Runs each request under the lock of its key; built by [`LockLayer`].
 ///
@@ -24,16 +25,14 @@ pub type LockService<S, St, X, Strat> = GuardService<S, LockLayer<St, X, Strat>>
 
 impl<St, X, Strat> SealedGuard for LockLayer<St, X, Strat> {}
 
+/// The lock is its service's guard by the call path every guard shares (its part: `call.rs`).
 impl<S, St, X, Strat, Req> Guard<S, Req> for LockLayer<St, X, Strat>
 where
+    Self: Contended<S, Req, Over = OverHandler>,
+    OverHandler: Nesting<S, Req>,
     S: Service<Req> + Send + 'static,
-    S::Future: Send,
-    S::Response: Send + 'static,
-    S::Error: Send + 'static,
     Req: Send + 'static,
-    St: LockStore,
-    X: KeyExtractor<Req> + Send + Sync + 'static,
-    Strat: ConflictStrategy<Req>,
+    X: KeyExtractor<Req>,
 {
     type Over = OverHandler;
     type Key = LockKey;
@@ -47,8 +46,7 @@ where
         key: LockKey,
         inner: S,
         request: Req,
-    ) -> impl Future<Output = Result<crate::Outcome<S::Response>, crate::Error<S::Error>>> + Send + 'static
-    {
+    ) -> impl Future<Output = GuardedResult<S, Req, Self>> + Send + 'static {
         call_contended(self, key, inner, request)
     }
 }

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use tower::Service;
 
-use super::{ThrottleLayer, ThrottleStore};
+use super::ThrottleLayer;
 use crate::error::KeyError;
-use crate::guard::{Error, Guard, GuardService, KeyExtractor, Nesting, Outcome, call_contended, guarded_key};
+use crate::guard::{
+    Contended, Guard, GuardService, GuardedResult, KeyExtractor, Nesting, call_contended, guarded_key,
+};
 use crate::key::LockKey;
 use crate::sealed::SealedGuard;
-use crate::strategy::ConflictStrategy;
 
 /// Admits each request at its key's rate; built by [`ThrottleLayer`].
 ///
@@ -20,16 +21,15 @@ pub type ThrottleService<S, St, X, Strat, N> = GuardService<S, ThrottleLayer<St,
 
 impl<St, X, Strat, N> SealedGuard for ThrottleLayer<St, X, Strat, N> {}
 
+/// The throttle is its service's guard by the call path every guard shares (its part:
+/// `call.rs`).
 impl<S, St, X, Strat, N, Req> Guard<S, Req> for ThrottleLayer<St, X, Strat, N>
 where
+    Self: Contended<S, Req, Over = N>,
+    N: Nesting<S, Req>,
     S: Service<Req> + Send + 'static,
     Req: Send + 'static,
-    St: ThrottleStore,
-    X: KeyExtractor<Req> + Send + Sync + 'static,
-    Strat: ConflictStrategy<Req>,
-    N: Nesting<S, Req>,
-    N::Response: Send + 'static,
-    N::Error: Send + 'static,
+    X: KeyExtractor<Req>,
 {
     type Over = N;
     type Key = LockKey;
@@ -43,7 +43,7 @@ where
         key: LockKey,
         inner: S,
         request: Req,
-    ) -> impl Future<Output = Result<Outcome<N::Response>, Error<N::Error>>> + Send + 'static {
+    ) -> impl Future<Output = GuardedResult<S, Req, Self>> + Send + 'static {
         call_contended(self, key, inner, request)
     }
 }
