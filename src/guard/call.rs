@@ -25,8 +25,10 @@ pub(crate) type CallResult<S, Req, N> =
 pub(crate) enum Attempt<H> {
     /// The key is the call's, as `H` says (a lock's fence, say).
     Taken(H),
-    /// The key is taken: what the guard's kind says about it, and when it may be free.
+    /// A key is taken: which (one of the call's keys, for a guard of several), what the
+    /// guard's kind says about it, and when it may be free.
     Met {
+        at: LockKey,
         kind: ConflictKind,
         retry_after: Option<Duration>,
     },
@@ -36,6 +38,8 @@ pub(crate) enum Attempt<H> {
 pub(crate) trait Contended<S: Service<Req>, Req>: Send + Sync + 'static {
     /// What the guard wraps: a handler, or another guard's service.
     type Over: Nesting<S, Req>;
+    /// What a call is for: one key, or a set of keys taken together.
+    type Key: Send + Sync + 'static;
     /// What decides about a conflict.
     type Strategy: ConflictStrategy<Req>;
     /// What one call keeps from attempt to attempt: its place in line or its booking, and the
@@ -48,25 +52,25 @@ pub(crate) trait Contended<S: Service<Req>, Req>: Send + Sync + 'static {
     fn strategy(&self) -> &Self::Strategy;
 
     /// The span of one call on `key`.
-    fn span(&self, key: &LockKey) -> tracing::Span;
+    fn span(&self, key: &Self::Key) -> tracing::Span;
 
     /// Counts a conflict that ended in `decision` (`retry`, `reject`, ...).
     fn count_conflict(&self, decision: &'static str);
 
     /// Starts a call on `key`, or refuses it before any attempt (a closed key).
-    fn start<E>(&self, key: &LockKey) -> Result<Self::Attempts, Error<E>>;
+    fn start<E>(&self, key: &Self::Key) -> Result<Self::Attempts, Error<E>>;
 
     /// One attempt at `key`.
     fn attempt(
         &self,
-        key: &LockKey,
+        key: &Self::Key,
         attempts: &mut Self::Attempts,
     ) -> impl Future<Output = Result<Attempt<Self::Holding>, StoreError>> + Send;
 
     /// Waits (the strategy said [`Decision::RetryAfter`] `delay`) before the next attempt.
     fn wait(
         &self,
-        key: &LockKey,
+        key: &Self::Key,
         attempts: &mut Self::Attempts,
         delay: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -76,18 +80,19 @@ pub(crate) trait Contended<S: Service<Req>, Req>: Send + Sync + 'static {
     /// for the job that now waits in it).
     fn stop_trying(
         &self,
-        key: &LockKey,
+        key: &Self::Key,
         attempts: &mut Self::Attempts,
         decision: Option<&Decision>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// The error of a call the strategy refused, with the strategy's hint, else the conflict's.
-    fn refused<E>(&self, key: LockKey, attempts: &Self::Attempts, retry_after: Option<Duration>) -> Error<E>;
+    /// The error of a call the strategy refused on the key it `met` taken, with the strategy's
+    /// hint, else the conflict's.
+    fn refused<E>(&self, met: LockKey, attempts: &Self::Attempts, retry_after: Option<Duration>) -> Error<E>;
 
     /// Runs `request` by `inner` under the key the call took, and gives the key back.
     fn run(
         &self,
-        key: LockKey,
+        key: Self::Key,
         attempts: Self::Attempts,
         holding: Self::Holding,
         inner: S,
@@ -103,8 +108,10 @@ enum State<H> {
     Run(H),
     /// The key was taken: the strategy decides.
     Conflict(Conflict),
-    /// The strategy decided; `retry_after` is the conflict's estimate.
+    /// The strategy decided on the conflict met at key `met`; `retry_after` is the conflict's
+    /// estimate.
     Decided {
+        met: LockKey,
         decision: Decision,
         retry_after: Option<Duration>,
     },
@@ -114,7 +121,7 @@ enum State<H> {
 /// strategy for the synchronous part of its decision, so requests need not be `Sync`.
 pub(crate) async fn call_contended<G, S, Req>(
     guard: Arc<G>,
-    key: LockKey,
+    key: G::Key,
     inner: S,
     request: Req,
 ) -> CallResult<S, Req, G::Over>
@@ -132,13 +139,11 @@ where
             state = match state {
                 State::Attempt => match guard.attempt(&key, &mut attempts).await {
                     Ok(Attempt::Taken(holding)) => State::Run(holding),
-                    Ok(Attempt::Met { kind, retry_after }) => State::Conflict(Conflict::new(
-                        key.clone(),
-                        attempt,
-                        started.elapsed(),
-                        retry_after,
+                    Ok(Attempt::Met {
+                        at,
                         kind,
-                    )),
+                        retry_after,
+                    }) => State::Conflict(Conflict::new(at, attempt, started.elapsed(), retry_after, kind)),
                     // Not knowing whether the attempt took effect, the call's release stays
                     // armed and runs on its way out.
                     Err(error) => return Err(Error::Store(error)),
@@ -148,9 +153,10 @@ where
                     return guard.run(key, attempts, holding, inner, request).await;
                 }
                 State::Conflict(conflict) => {
-                    let retry_after = conflict.retry_after;
+                    let (met, retry_after) = (conflict.key.clone(), conflict.retry_after);
                     match guard.strategy().on_conflict(conflict, &request).await {
                         Ok(decision) => State::Decided {
+                            met,
                             decision,
                             retry_after,
                         },
@@ -164,6 +170,7 @@ where
                     }
                 }
                 State::Decided {
+                    met,
                     decision,
                     retry_after,
                 } => {
@@ -185,15 +192,15 @@ where
                             State::Attempt
                         }
                         Decision::Reject { retry_after: hint } => {
-                            return Err(guard.refused(key, &attempts, hint.or(retry_after)));
+                            return Err(guard.refused(met, &attempts, hint.or(retry_after)));
                         }
-                        Decision::Superseded { by } => return Err(Error::Superseded { key, by }),
+                        Decision::Superseded { by } => return Err(Error::Superseded { key: met, by }),
                         Decision::LineFull {
                             waiting,
                             retry_after: hint,
                         } => {
                             return Err(Error::LineFull {
-                                key,
+                                key: met,
                                 waiting,
                                 retry_after: hint.or(retry_after),
                             });

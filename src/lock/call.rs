@@ -67,6 +67,7 @@ where
     Strat: ConflictStrategy<Req>,
 {
     type Over = OverHandler;
+    type Key = LockKey;
     type Strategy = Strat;
     type Attempts = LockAttempts<St>;
     type Holding = Acquired;
@@ -146,6 +147,7 @@ where
             attempts.caller(),
         );
         Ok(Attempt::Met {
+            at: key.clone(),
             retry_after: estimate_wait(remaining, ahead, typical_hold, self.ttl),
             kind: ConflictKind::Held(HeldConflict {
                 remaining,

@@ -28,7 +28,7 @@ impl<St, X, Strat> SealedGuard for LockLayer<St, X, Strat> {}
 /// The lock is its service's guard by the call path every guard shares (its part: `call.rs`).
 impl<S, St, X, Strat, Req> Guard<S, Req> for LockLayer<St, X, Strat>
 where
-    Self: Contended<S, Req, Over = OverHandler>,
+    Self: Contended<S, Req, Over = OverHandler, Key = LockKey>,
     OverHandler: Nesting<S, Req>,
     S: Service<Req> + Send + 'static,
     Req: Send + 'static,

@@ -45,6 +45,7 @@ where
     N: Nesting<S, Req>,
 {
     type Over = N;
+    type Key = LockKey;
     type Strategy = Strat;
     type Attempts = ThrottleAttempts;
     type Holding = ();
@@ -92,6 +93,7 @@ where
         let next_slot = super::book::next_slot(opens_in, self.store.clone(), key.clone(), self.rate);
         attempts.next_slot = Some(next_slot.clone());
         Ok(Attempt::Met {
+            at: key.clone(),
             kind: ConflictKind::Throttled(ThrottledConflict { next_slot }),
             retry_after: Some(opens_in),
         })

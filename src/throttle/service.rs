@@ -25,7 +25,7 @@ impl<St, X, Strat, N> SealedGuard for ThrottleLayer<St, X, Strat, N> {}
 /// `call.rs`).
 impl<S, St, X, Strat, N, Req> Guard<S, Req> for ThrottleLayer<St, X, Strat, N>
 where
-    Self: Contended<S, Req, Over = N>,
+    Self: Contended<S, Req, Over = N, Key = LockKey>,
     N: Nesting<S, Req>,
     S: Service<Req> + Send + 'static,
     Req: Send + 'static,
