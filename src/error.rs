@@ -105,6 +105,15 @@ pub enum KeyError {
         /// The cap in bytes.
         max: usize,
     },
+    /// A request asks for more keys at once than a set may hold
+    /// ([`LockSetLayer`](crate::lock_set::LockSetLayer)).
+    #[error("a set of keys holds at most {max} keys, not {count}")]
+    TooManyKeys {
+        /// How many keys the request asked for (once each).
+        count: usize,
+        /// The most a set holds.
+        max: usize,
+    },
     /// A job id has characters other than ASCII letters, digits, `_`, `.` and `-`.
     #[error("job id {id:?} may hold only ASCII letters, digits, '_', '.' and '-'")]
     InvalidJobId {

@@ -29,7 +29,7 @@ pub const DEFAULT_PREFIX: &str = "redefer";
 /// assert!(LockKey::new("").is_err());
 /// # Ok::<(), redefer::KeyError>(())
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockKey(Arc<str>);
 
 impl LockKey {

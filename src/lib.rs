@@ -43,8 +43,8 @@
 //!   every guard whose key can be taken (attempt, conflict, the strategy's [`guard::Decision`],
 //!   wait or stop, run), and the vocabulary they share (outcome, errors, conflicts, a key's
 //!   line, the job a call runs for): [`lock`] (the mutex, and the layer that runs a request
-//!   under it), [`semaphore`] (N permits per key, through the same layer), [`throttle`] (a rate
-//!   per key). A new guard is a module beside them that supplies its part of the call path.
+//!   under it), [`semaphore`] (N permits per key, through the same layer), [`lock_set`]
+//!   (several keys at once, all or nothing), [`throttle`] (a rate per key). A new guard is a module beside them that supplies its part of the call path.
 //! - The policies in front of a guard: [`debounce`], [`idempotency`].
 //! - What a request does when its key is taken: [`strategy`].
 //! - The delay queue: [`queue`] (producers and workers use [`queue::DelayQueue`], operators
@@ -63,6 +63,7 @@ pub mod debounce;
 pub mod guard;
 pub mod idempotency;
 pub mod lock;
+pub mod lock_set;
 pub mod semaphore;
 pub mod throttle;
 // What a request does on conflict; the queue it may defer to and the scheduler that runs it.

@@ -13,7 +13,8 @@ use std::time::Duration;
 use ::redis::cluster_async::ClusterConnection;
 use redefer::debounce::{Debounce, DebounceLayer};
 use redefer::lock::LineCap;
-use redefer::lock::{Acquisition, LockStore};
+use redefer::lock::{Acquisition, LockStore, current_locks};
+use redefer::lock_set::LockSetLayer;
 use redefer::queue::DelayQueue;
 use redefer::queue::QueueStats;
 use redefer::strategy::{Coalesce, Defer, Retry, Supersede};
@@ -495,7 +496,81 @@ async fn the_policies_for_what_waits_work_on_a_cluster(kind: Server) {
     }
 }
 
+/// Sets of keys on several slots (and masters) are taken slot by slot in slot order: sets
+/// that overlap, in any order of their keys, never overlap inside and never deadlock; each key
+/// is held with its own fence.
+async fn sets_of_keys_on_several_slots_never_overlap_nor_deadlock_on_a_cluster(kind: Server) {
+    const KEYS: [&str; 4] = ["acct:1", "acct:2", "acct:3", "acct:4"];
+    let cluster = RedisCluster::start_of(kind, 3, 0);
+    let store = cluster_store(&cluster).await;
+    let masters: HashSet<u16> = KEYS.iter().map(|key| cluster.master_of(key)).collect();
+    assert!(masters.len() > 1, "the keys are spread over the masters");
+    let inside: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let sets = LockSetLayer::new(store.clone(), |names: &Vec<String>| Some(names.clone()))
+        .on_conflict(
+            Retry::new(Backoff::exponential(
+                Duration::from_millis(2),
+                Duration::from_millis(20),
+            ))
+            .max_attempts(u32::MAX)
+            .max_wait(Duration::from_secs(60)),
+        )
+        .layer(service_fn({
+            let (inside, overlaps) = (Arc::clone(&inside), Arc::clone(&overlaps));
+            move |names: Vec<String>| {
+                let (inside, overlaps) = (Arc::clone(&inside), Arc::clone(&overlaps));
+                async move {
+                    let fences = current_locks().iter().filter(|held| held.fence.is_some()).count();
+                    assert_eq!(fences, names.len(), "a fence per key");
+                    for name in &names {
+                        if !inside.lock().unwrap().insert(name.clone()) {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    for name in &names {
+                        inside.lock().unwrap().remove(name);
+                    }
+                    Ok::<_, Infallible>(())
+                }
+            }
+        }));
+    let mut calls = Vec::new();
+    for n in 0..40usize {
+        // Every pair of keys and every triple, in both orders of their first two keys.
+        let mut names: Vec<String> = KEYS
+            .iter()
+            .cycle()
+            .skip(n % 4)
+            .take(2 + n % 2)
+            .map(|k| k.to_string())
+            .collect();
+        if n % 3 == 0 {
+            names.swap(0, 1);
+        }
+        let sets = sets.clone();
+        calls.push(tokio::spawn(async move { sets.oneshot(names).await.map(|_| ()) }));
+    }
+    let all = async {
+        for call in calls {
+            if let Err(error) = call.await.unwrap() {
+                panic!("{error:?}");
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("every request ends: no deadlock");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "a key had two requests inside"
+    );
+}
+
 for_each_server!(
+    sets_of_keys_on_several_slots_never_overlap_nor_deadlock_on_a_cluster,
     the_policies_for_what_waits_work_on_a_cluster,
     the_throttle_and_the_semaphore_work_on_a_cluster,
     the_locks_of_every_master_are_listed,

@@ -28,6 +28,7 @@ mod report;
 mod retry_after;
 mod scale;
 mod throttle;
+mod transfers;
 
 use std::time::Duration;
 
@@ -55,7 +56,7 @@ impl Size {
     }
 }
 
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "lock",
     "queue",
     "peer",
@@ -68,6 +69,7 @@ const SCENARIOS: [&str; 12] = [
     "throttle",
     "retry_after",
     "profile",
+    "transfers",
 ];
 
 fn main() {
@@ -122,6 +124,7 @@ fn main() {
                     "throttle" => throttle::run(&server, size).await,
                     "retry_after" => retry_after::run(&server, size).await,
                     "profile" => profile::run(&server, size).await,
+                    "transfers" => transfers::run(&server, size).await,
                     _ => unreachable!("filtered against SCENARIOS"),
                 }
             }

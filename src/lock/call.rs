@@ -3,11 +3,10 @@
 //! is in line, told of the handoff; the request runs with the lock renewed, and the lock is
 //! released on every exit path.
 
-use std::panic::{AssertUnwindSafe, resume_unwind};
+use std::panic::resume_unwind;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use rand::RngExt;
 use tokio::time::{Instant, sleep};
 use tower::Service;
@@ -16,14 +15,14 @@ use super::LockLayer;
 use super::holds::DEFAULT_TYPICAL_HOLD;
 use crate::error::StoreError;
 use crate::guard::{Attempt, CallResult, Contended, current_job};
-use crate::guard::{ConflictKind, Error, HeldConflict, Nesting, OverHandler};
+use crate::guard::{ConflictKind, Error, HeldConflict, OverHandler};
 use crate::key::LockKey;
 use crate::lock::{
     Acquisition, FencingToken, Handoffs, HeldLock, Holders, LockSpace, LockStore, LockToken, ReleaseOnDrop,
-    StopListener, Waiter, held_by_caller, run_holding,
+    StopListener, Waiter, held_by_caller, run_renewed,
 };
 use crate::metric_names;
-use crate::renewal::{Renewal, while_valid};
+use crate::renewal::{Lease, Renewal};
 use crate::strategy::{ConflictStrategy, Decision};
 
 /// What one locked call keeps from attempt to attempt.
@@ -247,36 +246,17 @@ where
                 async move { store.extend_holding(&key, token, ttl, store.holders(&key)).await }
             }
         });
-        let lease = renewal.lease();
-        let held = HeldLock::new(
-            key.clone(),
-            fence,
-            stop.as_ref().map(StopListener::signal).unwrap_or_default(),
-            attempts.space,
-            Arc::clone(&lease),
-        );
-        let handler = while_valid(
-            &lease,
-            run_holding(
-                held,
-                AssertUnwindSafe(<OverHandler as Nesting<S, Req>>::call(inner, request)).catch_unwind(),
-            ),
-        );
-        let ended = tokio::select! {
-            // The renewal first, and the handler polled only while the lock is surely ours: a
-            // process resumed after a pause longer than the TTL stops its handler before it
-            // takes another step.
-            biased;
-            lost = renewal => Err(lost),
-            finished = handler => finished,
+        let holding = |lease: &Arc<Lease>| {
+            let stop = stop.as_ref().map(StopListener::signal).unwrap_or_default();
+            vec![HeldLock::new(
+                key.clone(),
+                fence,
+                stop,
+                attempts.space,
+                Arc::clone(lease),
+            )]
         };
-        // A handler that blocked its thread returns in the poll that blocked: if the renewal
-        // gave up meanwhile, its work overlapped a lock that was no longer ours.
-        let ended = match ended {
-            Ok(Ok(result)) => lease.lost().map_or(Ok(Ok(result)), Err),
-            other => other,
-        };
-        let finished = match ended {
+        let finished = match run_renewed(renewal, holding, inner, request).await {
             Ok(finished) => finished,
             Err(lost) => {
                 ::metrics::counter!(metric_names::LOCK_LOST).increment(1);
@@ -367,7 +347,7 @@ impl PlaceInLine {
 /// typical hold is the key's (its last sampled hold), else the layer's (its average over every
 /// key), else [`DEFAULT_TYPICAL_HOLD`]; each hold counts at most the TTL: renewal keeps a
 /// lock, but that is what the TTL is sized for.
-fn estimate_wait(
+pub(crate) fn estimate_wait(
     remaining: Option<Duration>,
     ahead: u64,
     typical_hold: Option<Duration>,

@@ -154,9 +154,65 @@ pub fn current_lock() -> Option<HeldLock> {
 }
 
 /// Runs `work` with `held` as the [`current_lock`], inside the holding it runs in, if any.
-pub(crate) fn run_holding<F: Future>(mut held: HeldLock, work: F) -> impl Future<Output = F::Output> {
-    held.outer = CURRENT.try_with(|outer| Arc::new(outer.clone())).ok();
-    CURRENT.scope(held, work)
+pub(crate) fn run_holding<F: Future>(held: HeldLock, work: F) -> impl Future<Output = F::Output> {
+    run_holdings(vec![held], work)
+}
+
+/// Runs `work` under every holding of `held` (the keys of one set, or one key), each inside
+/// the one before, the first inside the holding it runs in, if any: the last is its
+/// [`current_lock`], and [`current_locks`] lists them all.
+pub(crate) async fn run_holdings<F: Future>(held: Vec<HeldLock>, work: F) -> F::Output {
+    let mut outer = CURRENT.try_with(|outer| Arc::new(outer.clone())).ok();
+    let mut innermost = None;
+    for mut holding in held {
+        if let Some(previous) = innermost.take() {
+            outer = Some(Arc::new(previous));
+        }
+        holding.outer = outer.take();
+        innermost = Some(holding);
+    }
+    match innermost {
+        Some(innermost) => CURRENT.scope(innermost, work).await,
+        None => work.await,
+    }
+}
+
+/// Every lock the current handler runs under, innermost first: each key of a
+/// [`LockSetLayer`](crate::lock_set::LockSetLayer)'s set (in the set's order, last key first),
+/// then the keys of the lock layers it runs inside. Empty outside any.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use redefer::lock::current_locks;
+/// use redefer::lock_set::LockSetLayer;
+/// use redefer::MemoryStore;
+/// use tower::{service_fn, Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let transfer = service_fn(|_: (u64, u64)| async move {
+///     let keys: Vec<String> = current_locks().iter().map(|held| held.key.to_string()).collect();
+///     Ok::<_, Infallible>(keys)
+/// });
+/// let service = LockSetLayer::new(MemoryStore::new(), |&(from, to): &(u64, u64)| {
+///     Some(vec![format!("account:{from}"), format!("account:{to}")])
+/// })
+/// .layer(transfer);
+/// let keys = service.oneshot((7, 3)).await.unwrap().done().unwrap();
+/// assert_eq!(keys, ["account:7", "account:3"]);
+/// # }
+/// ```
+pub fn current_locks() -> Vec<HeldLock> {
+    CURRENT
+        .try_with(|innermost| {
+            let mut all = Vec::new();
+            let mut holding = Some(innermost);
+            while let Some(held) = holding {
+                all.push(held.clone());
+                holding = held.outer.as_deref();
+            }
+            all
+        })
+        .unwrap_or_default()
 }
 
 /// Whether the current task runs under a live holding of `key` in `space` (its own, or one

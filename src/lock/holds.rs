@@ -17,7 +17,7 @@ pub(crate) struct LayerHolds {
 impl LayerHolds {
     /// Folds one hold in: each new hold weighs an eighth, so the average follows a change of
     /// the handlers within a few dozen releases.
-    pub(super) fn record(&self, held: Duration) {
+    pub(crate) fn record(&self, held: Duration) {
         let held = u64::try_from(held.as_micros()).unwrap_or(u64::MAX).max(1);
         let _ = self
             .average_us
@@ -31,7 +31,7 @@ impl LayerHolds {
     }
 
     /// The average so far; `None` before the first release.
-    pub(super) fn typical(&self) -> Option<Duration> {
+    pub(crate) fn typical(&self) -> Option<Duration> {
         match self.average_us.load(Ordering::Relaxed) {
             0 => None,
             us => Some(Duration::from_micros(us)),

@@ -59,6 +59,22 @@ impl Line {
         cap: Option<LineCap>,
         reserved: impl Fn(&Waiter) -> bool,
     ) -> Result<Vec<Waiter>, u64> {
+        let evicted = self.room_for(waiter, replacing, cap, reserved)?;
+        for gone in &evicted {
+            self.remove(gone);
+        }
+        Ok(evicted)
+    }
+
+    /// The room [`make_room`](Self::make_room) would make, changing nothing: a set's join
+    /// looks at every key's line before it changes any.
+    pub(super) fn room_for(
+        &self,
+        waiter: &Waiter,
+        replacing: Option<&Waiter>,
+        cap: Option<LineCap>,
+        reserved: impl Fn(&Waiter) -> bool,
+    ) -> Result<Vec<Waiter>, u64> {
         let Some(cap) = cap else { return Ok(Vec::new()) };
         if self.place.contains_key(waiter) {
             return Ok(Vec::new());
@@ -84,9 +100,6 @@ impl Line {
             .collect();
         if (evicted.len() as u64) < excess {
             return Err(waiting);
-        }
-        for gone in &evicted {
-            self.remove(gone);
         }
         Ok(evicted)
     }

@@ -21,21 +21,21 @@ use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_ex
 
 #[derive(Default)]
 pub(super) struct LockState {
-    locks: HashMap<LockKey, Holding>,
-    lines: HashMap<LockKey, Line>,
+    pub(super) locks: HashMap<LockKey, Holding>,
+    pub(super) lines: HashMap<LockKey, Line>,
     /// Per-key requests to stop, for holders that listen.
     pub(super) stops: HashMap<LockKey, broadcast::Sender<String>>,
     /// Each key's fencing counter, last hold, handoff channel and last use: what the maps
     /// above forget, once idle.
-    records: KeyRecords,
+    pub(super) records: KeyRecords,
 }
 
-struct Holding {
-    holder: Holder,
-    expires: Instant,
+pub(super) struct Holding {
+    pub(super) holder: Holder,
+    pub(super) expires: Instant,
 }
 
-enum Holder {
+pub(super) enum Holder {
     Owner(LockToken, FencingToken),
     /// Reserved for the first in line, from `since`.
     Reserved(Waiter, Instant),
@@ -43,14 +43,14 @@ enum Holder {
 
 /// What handing a key over did: reserved it for a waiter, dropped an expired one.
 #[derive(Default)]
-struct Handed {
-    reserved: Option<Waiter>,
-    dropped: Option<Waiter>,
+pub(super) struct Handed {
+    pub(super) reserved: Option<Waiter>,
+    pub(super) dropped: Option<Waiter>,
 }
 
 impl LockState {
     /// Notes a use of `key`; forgets what idle keys left, when a sweep is due.
-    fn touch(&mut self, key: &LockKey, now: Instant) {
+    pub(super) fn touch(&mut self, key: &LockKey, now: Instant) {
         let Some(idle) = self.records.touch(key, now) else {
             return;
         };
@@ -65,19 +65,19 @@ impl LockState {
     }
 
     /// The live holding of `key`, dropping it first if it expired.
-    fn live(&mut self, key: &LockKey, now: Instant) -> Option<&mut Holding> {
+    pub(super) fn live(&mut self, key: &LockKey, now: Instant) -> Option<&mut Holding> {
         if self.locks.get(key).is_some_and(|h| h.expires <= now) {
             self.locks.remove(key);
         }
         self.locks.get_mut(key)
     }
 
-    fn line(&mut self, key: &LockKey) -> &mut Line {
+    pub(super) fn line(&mut self, key: &LockKey) -> &mut Line {
         self.lines.entry(key.clone()).or_default()
     }
 
     /// The free key goes to the first in line, as `hand_to_head` in `lock_prelude.lua`.
-    fn hand_to_head(
+    pub(super) fn hand_to_head(
         &mut self,
         key: &LockKey,
         drop_expired: bool,
@@ -127,7 +127,7 @@ impl LockState {
         }
     }
 
-    fn take(
+    pub(super) fn take(
         &mut self,
         key: &LockKey,
         token: LockToken,

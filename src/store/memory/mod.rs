@@ -6,6 +6,7 @@ mod idle;
 mod key_records;
 mod line;
 mod lock;
+mod lock_set;
 mod lock_store;
 mod pending;
 mod queue;

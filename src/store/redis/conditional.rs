@@ -16,6 +16,9 @@ pub(crate) struct Conditional {
     pub(crate) delifeq: bool,
     /// `SET key value IFEQ value PX ms`: sets when the value is `value`; OK or nil.
     pub(crate) set_ifeq: bool,
+    /// The server is a node of a Redis Cluster (`INFO cluster`): one script takes only keys of
+    /// one hash slot, so a set of keys is taken slot by slot.
+    pub(crate) cluster: bool,
 }
 
 impl Conditional {
@@ -35,6 +38,29 @@ impl Conditional {
             .query_async::<Option<String>>(conn)
             .await
             .is_ok();
-        Conditional { delifeq, set_ifeq }
+        // A cluster connection sends INFO to every node and answers with each node's text.
+        let cluster = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async::<redis::Value>(conn)
+            .await
+            .is_ok_and(|info| says_cluster_enabled(&info));
+        Conditional {
+            delifeq,
+            set_ifeq,
+            cluster,
+        }
+    }
+}
+
+/// Whether an `INFO cluster` reply (one node's text, or each node's) says cluster mode is on.
+fn says_cluster_enabled(info: &redis::Value) -> bool {
+    match info {
+        redis::Value::BulkString(text) => text.windows(17).any(|line| line == b"cluster_enabled:1"),
+        redis::Value::VerbatimString { text, .. } | redis::Value::SimpleString(text) => {
+            text.contains("cluster_enabled:1")
+        }
+        redis::Value::Array(values) | redis::Value::Set(values) => values.iter().any(says_cluster_enabled),
+        redis::Value::Map(pairs) => pairs.iter().any(|(_, value)| says_cluster_enabled(value)),
+        _ => false,
     }
 }

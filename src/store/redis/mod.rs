@@ -8,6 +8,7 @@ mod footprint;
 mod idempotency;
 pub(crate) mod keys;
 mod lock;
+mod lock_set;
 mod lock_store;
 mod locks;
 mod pending;

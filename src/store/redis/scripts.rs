@@ -48,6 +48,9 @@ const FENCE: &str = include_str!("lua/fence.lua");
 /// Joining a line (a place in it, its cap), shared by the two join scripts after the line.
 const LINE_JOIN: &str = include_str!("lua/line_join.lua");
 
+/// The steps of a set of lock keys, after the lock's prelude, the line's and the join's.
+const SET_PRELUDE: &str = include_str!("lua/set_prelude.lua");
+
 /// A script with the fence steps and `prelude` after its first line, which must stay first:
 /// the flags.
 fn with_prelude(prelude: &str, script: &str) -> String {
@@ -65,6 +68,21 @@ script!(LOCK_JOIN, &[LOCK_PRELUDE, LINE_JOIN].concat(), "lock_join.lua");
 pub(super) static LOCK_RELEASE_ALONE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_release_alone.lua")));
 script!(LOCK_LEAVE, LOCK_PRELUDE, "lock_leave.lua");
+script!(
+    SET_ACQUIRE,
+    &[LOCK_PRELUDE, LINE_JOIN, SET_PRELUDE].concat(),
+    "set_acquire.lua"
+);
+script!(
+    SET_JOIN,
+    &[LOCK_PRELUDE, LINE_JOIN, SET_PRELUDE].concat(),
+    "set_join.lua"
+);
+script!(
+    SET_LEAVE,
+    &[LOCK_PRELUDE, LINE_JOIN, SET_PRELUDE].concat(),
+    "set_leave.lua"
+);
 script!(PERMIT_ACQUIRE, PERMIT_PRELUDE, "permit_acquire.lua");
 script!(PERMIT_EXTEND, PERMIT_PRELUDE, "permit_extend.lua");
 script!(PERMIT_RELEASE, PERMIT_PRELUDE, "permit_release.lua");
@@ -97,8 +115,11 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 31] = [
+static ALL: [&LazyLock<Script>; 34] = [
     &LOCK_ACQUIRE,
+    &SET_ACQUIRE,
+    &SET_JOIN,
+    &SET_LEAVE,
     &LOCK_ACQUIRE_NEW,
     &LOCK_EXTEND,
     &LOCK_RELEASE,

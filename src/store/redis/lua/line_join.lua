@@ -6,11 +6,12 @@
 -- The most line entries one join looks at for jobs to drop: bounded work per call.
 local MAX_EVICTION_SCAN = 1000
 
--- Makes room in the line for `waiter` within `max` waiters (`replacing` leaves as it joins).
--- With 'drop', the oldest jobs ('j|' waiters) that `reserved` does not protect (the key is
--- being handed to them) leave the line to make room; callers who wait in place never do.
--- Returns whether the waiter is refused, the waiters evicted, and how many wait.
-local function make_room(waiter, replacing, max, overflow, reserved)
+-- Finds room in the line for `waiter` within `max` waiters (`replacing` leaves as it joins),
+-- changing nothing: with 'drop', the oldest jobs ('j|' waiters) that `reserved` does not
+-- protect (the key is being handed to them) are to leave the line to make room; callers who
+-- wait in place never do. Returns whether the waiter is refused, the waiters to evict, and
+-- how many wait. A set's join (set_join.lua) looks at every key's line before it changes any.
+local function room_for(waiter, replacing, max, overflow, reserved)
   if max < 0 or redis.call('ZSCORE', WAITERS, waiter) then
     return false, {}, 0
   end
@@ -37,10 +38,16 @@ local function make_room(waiter, replacing, max, overflow, reserved)
   if #evicted < excess then
     return true, {}, waiting
   end
+  return false, evicted, waiting
+end
+
+-- Makes room in the line for `waiter`, as room_for finds it: the waiters to evict leave.
+local function make_room(waiter, replacing, max, overflow, reserved)
+  local refused, evicted, waiting = room_for(waiter, replacing, max, overflow, reserved)
   for _, gone in ipairs(evicted) do
     redis.call('ZREM', WAITERS, gone)
   end
-  return false, evicted, waiting
+  return refused, evicted, waiting
 end
 
 -- Puts `waiter` in line: in the place of `replacing` (a caller that retried, then deferred),

@@ -1,0 +1,42 @@
+//! Several keys at once: [`LockSetLayer`] runs each request while it holds every key of its
+//! set (a transfer's two accounts, an order and its customer, the documents of a merge), all
+//! or nothing, and without deadlock whatever the sets and the order of their keys.
+//!
+//! Laid out as the lock: the layer, the service, the call (`call.rs`: the set's part of the
+//! call path every guard shares, `guard/call.rs`), the set's line as a strategy sees it
+//! (`line.rs`), and the [`LockSetStore`] operations a store provides.
+//!
+//! # How a set is taken
+//!
+//! A set is held as the lock holds each of its keys: the same `SET NX PX` key per lock key,
+//! so single-key callers ([`LockLayer`](crate::LockLayer)) and sets exclude each other. The
+//! store takes the whole set in one step (one Lua script on Redis, one critical section in
+//! memory) or none of it: a request never runs, nor holds anything, with part of its set.
+//!
+//! A request that waits joins the line of every key of its set in one step, so two waiters
+//! that share keys stand in the same order in every line they share; a freed key is handed to
+//! the first in its line, as a lock's is. A waiter that is first in some of its lines keeps
+//! those keys reserved while it waits for the others (those behind it in those lines wait for
+//! it: they came later), and nobody ever waits for someone behind it: no deadlock, and no
+//! starvation by a stream of single-key requests. What it costs: a key reserved for a set
+//! waiter is idle until the set's last key frees (bounded by that key's holder and those
+//! ahead of the set in its line), where two locks taken in sorted order hold the first key
+//! idle from the moment it is taken until the second is.
+//!
+//! # Redis Cluster
+//!
+//! Keys on one hash slot are taken in one script. A set whose keys are on several slots is
+//! taken slot by slot, in the order of the slots: each slot's keys all or nothing, the earlier
+//! slots held (and renewed) while the call waits for the next. Every set takes its slots in the
+//! same order, so no two wait for each other; the cost is the ordered locking's: the keys of
+//! the earlier slots are held, not only reserved, while the later ones are waited for.
+
+mod call;
+mod layer;
+mod line;
+mod service;
+mod store;
+
+pub use self::layer::{KeySetExtractor, LockSetLayer, MAX_SET_KEYS};
+pub use self::service::LockSetService;
+pub use self::store::{HeldKey, LockSetStore, SetAcquisition};

@@ -1,0 +1,104 @@
+#!lua flags=allow-oom
+-- Takes every key of a set, or none: each must be free for the caller (free with nobody in
+-- line before it, or reserved for it, or already its own: a re-sent acquire). Then each gets
+-- the holder's token for the TTL and its next fencing token.
+-- ARGV[3] the holder's token, ARGV[4] the TTL in ms, ARGV[5] the caller's place in the lines
+-- ('' when it is not in line); then each key's channel (set_prelude.lua).
+--
+-- The lines of a set keep one order: a set joins all its lines in one step (set_join.lua), so
+-- two waiters that share keys stand in the same order in each line they share, and the first
+-- of them is handed every key they share before the second: no two waiters wait for each
+-- other. A waiter found in some of its lines and not in the others (a reservation of one key
+-- ran out unused, and the next attempt on that key dropped it) would break that order: it
+-- leaves every line and joins them all again at the end, as if it came now.
+--
+-- Returns {1, {fencing token per key}} when the set is ours; {0, {{key index, remaining ms
+-- (-1: no TTL), waiters ahead, typical hold ms (-1: unknown), 1 when reserved for another
+-- waiter rather than held} per key not free for the caller}, handed, dropped} when not, where
+-- handed and dropped are {key index, waiter} pairs (set_prelude.lua).
+local token, ttl, waiter = ARGV[3], ARGV[4], ARGV[5]
+
+if waiter ~= '' then
+  local in_line, missing = false, false
+  for i = 1, SET_SIZE do
+    select_key(i)
+    if redis.call('ZSCORE', WAITERS, waiter) then
+      in_line = true
+    else
+      missing = true
+    end
+  end
+  if in_line and missing then
+    for i = 1, SET_SIZE do
+      select_key(i)
+      redis.call('ZREM', WAITERS, waiter)
+      if redis.call('GET', LOCK) == '@' .. waiter then
+        note_handoff(i, hand_to_head(false))
+      end
+    end
+    for i = 1, SET_SIZE do
+      select_key(i)
+      join_selected(i, waiter, '')
+    end
+  end
+end
+
+-- Whether the selected key (the set's `i`-th) is free for the caller; a free key that others
+-- wait for is handed to the first of them now (nobody handed it: a holder's TTL ran out).
+local function free_for_caller(i)
+  local current = redis.call('GET', LOCK)
+  if current then
+    return current == token or current == token .. LINE_MARK or (waiter ~= '' and current == '@' .. waiter)
+  end
+  local head = redis.call('ZRANGE', WAITERS, 0, 0)[1]
+  if not head or head == waiter then
+    return true
+  end
+  local reserved, gone = hand_to_head(true)
+  note_handoff(i, reserved, gone)
+  return reserved == waiter
+end
+
+local blocked = {}
+for i = 1, SET_SIZE do
+  select_key(i)
+  if not free_for_caller(i) then
+    local current = redis.call('GET', LOCK)
+    local reserved = current and string.sub(current, 1, 1) == '@' and 1 or 0
+    local remaining = current and redis.call('PTTL', LOCK) or tonumber(RESERVATION_MS)
+    local hold = tonumber(redis.call('GET', HOLDS)) or -1
+    blocked[#blocked + 1] = {i, remaining, ahead_of(waiter), hold, reserved}
+  end
+end
+
+if #blocked > 0 then
+  -- The keys reserved for the caller stay reserved while it comes back for the others: it is
+  -- first in their lines, and those behind it wait for it.
+  if waiter ~= '' then
+    for i = 1, SET_SIZE do
+      select_key(i)
+      if redis.call('GET', LOCK) == '@' .. waiter then
+        redis.call('PEXPIRE', LOCK, RESERVATION_MS)
+      end
+    end
+  end
+  return {0, blocked, handed, dropped}
+end
+
+local fences = {}
+for i = 1, SET_SIZE do
+  select_key(i)
+  if waiter ~= '' then
+    redis.call('ZREM', WAITERS, waiter)
+    if redis.call('GET', HANDOFF) == waiter then
+      redis.call('DEL', HANDOFF)
+    end
+  end
+  local value = token
+  if redis.call('EXISTS', WAITERS) == 1 then
+    value = token .. LINE_MARK
+  end
+  redis.call('SET', LOCK, value, 'PX', ttl)
+  fences[i] = next_fences(FENCE, 1)
+end
+return {1, fences}

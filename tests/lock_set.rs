@@ -1,0 +1,309 @@
+//! Several keys at once (`LockSetLayer`), on every store: a request runs only while it holds
+//! every key of its set, with a fencing token per key; a set is taken all or nothing; sets that
+//! overlap, in any order of their keys, beside single-key callers, never overlap nor deadlock;
+//! a set waits in its keys' lines in arrival order (a later single-key caller does not pass
+//! it); a deferred set runs when its whole set is handed to its job.
+
+mod support;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
+use redefer::lock::{Acquisition, LockStore, current_locks};
+use redefer::lock_set::{LockSetLayer, LockSetStore};
+use redefer::queue::{DelayQueue, QueueStats, QueueStore};
+use redefer::strategy::{Defer, Retry};
+use redefer::{Backoff, Error, LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions};
+use serde::{Deserialize, Serialize};
+use tower::{Layer, ServiceExt, service_fn};
+
+use support::{eventually, for_each_store};
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn key(name: &str) -> LockKey {
+    LockKey::new(name).unwrap()
+}
+
+/// Takes `name` as a single-key holder would.
+async fn hold<St: LockStore>(store: &St, name: &str) -> LockToken {
+    let token = LockToken::random();
+    let taken = store.try_acquire(&key(name), token, TTL).await.unwrap();
+    assert!(
+        matches!(taken, Acquisition::Acquired(_)),
+        "{name} is free: {taken:?}"
+    );
+    token
+}
+
+/// How many wait in `name`'s line, as a caller not in it meets it.
+async fn waiting<St: LockStore>(store: &St, name: &str) -> u64 {
+    let probe = LockToken::random();
+    match store.try_acquire(&key(name), probe, TTL).await.unwrap() {
+        Acquisition::Held { ahead, .. } => ahead,
+        Acquisition::Acquired(_) => {
+            store.release(&key(name), probe).await.unwrap();
+            0
+        }
+    }
+}
+
+async fn a_set_runs_holding_every_key_with_a_fence_each<St: LockSetStore>(store: St) {
+    let service = LockSetLayer::new(store.clone(), |names: &Vec<String>| Some(names.clone())).layer(
+        service_fn(|_: Vec<String>| async move {
+            let held: Vec<(String, bool)> = current_locks()
+                .iter()
+                .map(|held| (held.key.to_string(), held.fence.is_some()))
+                .collect();
+            Ok::<_, Infallible>(held)
+        }),
+    );
+    let request = vec![
+        "account:7".to_string(),
+        "account:3".to_string(),
+        "account:7".to_string(),
+    ];
+    let held = service.clone().oneshot(request).await.unwrap().done().unwrap();
+    // Once each, innermost first: the set's keys in their order, the last one innermost.
+    assert_eq!(
+        held,
+        [("account:7".to_string(), true), ("account:3".to_string(), true)]
+    );
+    // Released on the way out: each is free again.
+    for name in ["account:3", "account:7"] {
+        let token = hold(&store, name).await;
+        assert!(store.release(&key(name), token).await.unwrap());
+    }
+    // A set's fence for a key is above every earlier holder's.
+    let token = LockToken::random();
+    let Acquisition::Acquired(Some(earlier)) =
+        store.try_acquire(&key("account:3"), token, TTL).await.unwrap()
+    else {
+        panic!("account:3 is free");
+    };
+    assert!(store.release(&key("account:3"), token).await.unwrap());
+    let fences = LockSetLayer::new(store.clone(), |names: &Vec<String>| Some(names.clone()))
+        .layer(service_fn(|_: Vec<String>| async move {
+            Ok::<_, Infallible>(current_locks().iter().map(|held| held.fence).collect::<Vec<_>>())
+        }))
+        .oneshot(vec!["account:3".to_string()])
+        .await
+        .unwrap()
+        .done()
+        .unwrap();
+    assert!(fences[0] > Some(earlier), "{fences:?} after {earlier:?}");
+}
+
+async fn a_set_is_taken_all_or_nothing<St: LockSetStore>(store: St) {
+    let holder = hold(&store, "doc:b").await;
+    let ran = Arc::new(AtomicBool::new(false));
+    let service =
+        LockSetLayer::new(store.clone(), |names: &Vec<String>| Some(names.clone())).layer(service_fn({
+            let ran = Arc::clone(&ran);
+            move |_: Vec<String>| {
+                ran.store(true, Ordering::SeqCst);
+                async { Ok::<_, Infallible>(()) }
+            }
+        }));
+    let refused = service
+        .oneshot(vec!["doc:a".to_string(), "doc:b".to_string()])
+        .await;
+    match refused {
+        Err(Error::Locked { key, retry_after }) => {
+            assert_eq!(key.as_str(), "doc:b", "names the key that is held");
+            assert!(retry_after.is_some());
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    assert!(!ran.load(Ordering::SeqCst));
+    // Nothing of the set was taken: its free key is free.
+    let a = hold(&store, "doc:a").await;
+    assert!(store.release(&key("doc:a"), a).await.unwrap());
+    assert!(store.release(&key("doc:b"), holder).await.unwrap());
+}
+
+/// Sets of 1 to 3 of 4 keys, in random orders, beside single-key callers, all retrying: no key
+/// ever has two requests inside, and every request ends (no deadlock).
+async fn overlapping_sets_in_any_order_never_overlap_nor_deadlock<St: LockSetStore>(store: St) {
+    const KEYS: [&str; 4] = ["acct:1", "acct:2", "acct:3", "acct:4"];
+    let inside: Arc<HashMap<String, AtomicBool>> = Arc::new(
+        KEYS.iter()
+            .map(|name| (name.to_string(), AtomicBool::new(false)))
+            .collect(),
+    );
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let handler = service_fn({
+        let (inside, overlaps) = (Arc::clone(&inside), Arc::clone(&overlaps));
+        move |names: Vec<String>| {
+            let (inside, overlaps) = (Arc::clone(&inside), Arc::clone(&overlaps));
+            async move {
+                for name in &names {
+                    if inside[name].swap(true, Ordering::SeqCst) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                for name in &names {
+                    inside[name].store(false, Ordering::SeqCst);
+                }
+                Ok::<_, Infallible>(())
+            }
+        }
+    });
+    let retry = || {
+        Retry::new(Backoff::exponential(
+            Duration::from_millis(5),
+            Duration::from_millis(50),
+        ))
+        .max_attempts(10_000)
+    };
+    let sets = LockSetLayer::new(store.clone(), |names: &Vec<String>| Some(names.clone()))
+        .on_conflict(retry())
+        .layer(handler.clone());
+    let singles = LockLayer::new(store.clone(), |names: &Vec<String>| names.first().cloned())
+        .on_conflict(retry())
+        .layer(handler);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut calls = Vec::new();
+    for n in 0..60 {
+        let mut names: Vec<String> = KEYS.iter().map(|name| name.to_string()).collect();
+        names.shuffle(&mut rng);
+        names.truncate(rng.random_range(1..=3));
+        let call = if n % 4 == 0 {
+            names.truncate(1);
+            let singles = singles.clone();
+            tokio::spawn(async move { singles.oneshot(names).await.map(|_| ()) })
+        } else {
+            let sets = sets.clone();
+            tokio::spawn(async move { sets.oneshot(names).await.map(|_| ()) })
+        };
+        calls.push(call);
+    }
+    let all = async {
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("every request ends: no deadlock");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "a key had two requests inside"
+    );
+}
+
+/// A set that waits is in line on each of its keys: a single-key caller that comes after it
+/// on one of them waits behind it, though that key frees first.
+async fn a_waiting_set_keeps_its_place_before_later_callers<St: LockSetStore>(store: St) {
+    let a = hold(&store, "doc:a").await;
+    let b = hold(&store, "doc:b").await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let record = |who: &'static str| {
+        let order = Arc::clone(&order);
+        service_fn(move |_: Vec<String>| {
+            order.lock().unwrap().push(who);
+            async { Ok::<_, Infallible>(()) }
+        })
+    };
+    let retry = || {
+        Retry::new(Backoff::exponential(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+        ))
+        .max_attempts(1_000)
+    };
+    let set = LockSetLayer::new(store.clone(), |names: &Vec<String>| Some(names.clone()))
+        .on_conflict(retry())
+        .layer(record("set"));
+    let set = tokio::spawn(set.oneshot(vec!["doc:a".to_string(), "doc:b".to_string()]));
+    eventually(
+        Duration::from_secs(10),
+        "the set waits in doc:a's line",
+        || async { (waiting(&store, "doc:a").await == 1).then_some(()) },
+    )
+    .await;
+    let single = LockLayer::new(store.clone(), |_: &Vec<String>| Some("doc:a".to_string()))
+        .on_conflict(retry())
+        .layer(record("single"));
+    let single = tokio::spawn(single.oneshot(vec!["doc:a".to_string()]));
+    eventually(
+        Duration::from_secs(10),
+        "the single caller waits behind it",
+        || async { (waiting(&store, "doc:a").await == 2).then_some(()) },
+    )
+    .await;
+    // doc:a frees first: it is the set's (first in line), which still waits for doc:b.
+    assert!(store.release(&key("doc:a"), a).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(order.lock().unwrap().is_empty(), "nobody ran before doc:b freed");
+    assert!(store.release(&key("doc:b"), b).await.unwrap());
+    assert!(set.await.unwrap().unwrap().done().is_some());
+    assert!(single.await.unwrap().unwrap().done().is_some());
+    assert_eq!(*order.lock().unwrap(), ["set", "single"]);
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Transfer {
+    n: u32,
+    accounts: Vec<String>,
+}
+
+/// A deferred set waits for its whole set and runs once it is handed to its job.
+async fn a_deferred_set_runs_when_its_set_is_handed_to_it<St: LockSetStore + QueueStore>(store: St) {
+    let queue = DelayQueue::<Transfer, _>::new(store.clone(), "transfers").unwrap();
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let service = LockSetLayer::new(store.clone(), |t: &Transfer| Some(t.accounts.clone()))
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(service_fn({
+            let ran = Arc::clone(&ran);
+            move |t: Transfer| {
+                ran.lock().unwrap().push(t.n);
+                async { Ok::<_, Infallible>(()) }
+            }
+        }));
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(SchedulerOptions {
+            max_idle: Duration::from_millis(200),
+            ..SchedulerOptions::default()
+        })
+        .start();
+    let a = hold(&store, "acct:a").await;
+    let b = hold(&store, "acct:b").await;
+    let transfer = Transfer {
+        n: 1,
+        accounts: vec!["acct:b".to_string(), "acct:a".to_string()],
+    };
+    match service.clone().oneshot(transfer).await {
+        Ok(Outcome::Deferred(_)) => {}
+        other => panic!("expected a deferral, got {other:?}"),
+    }
+    assert_eq!(waiting(&store, "acct:a").await, 1, "the job is in both lines");
+    assert_eq!(waiting(&store, "acct:b").await, 1, "the job is in both lines");
+    assert!(store.release(&key("acct:a"), a).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(ran.lock().unwrap().is_empty(), "half the set is not the set");
+    assert!(store.release(&key("acct:b"), b).await.unwrap());
+    eventually(Duration::from_secs(10), "the transfer ran", || async {
+        (!ran.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    let report = scheduler.shutdown().await;
+    assert_eq!(*ran.lock().unwrap(), [1]);
+    assert_eq!((report.acked, report.buried), (1, 0), "{report:?}");
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
+}
+
+for_each_store!(
+    a_set_runs_holding_every_key_with_a_fence_each,
+    a_set_is_taken_all_or_nothing,
+    overlapping_sets_in_any_order_never_overlap_nor_deadlock,
+    a_waiting_set_keeps_its_place_before_later_callers,
+    a_deferred_set_runs_when_its_set_is_handed_to_it,
+);
