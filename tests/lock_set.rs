@@ -16,8 +16,8 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use redefer::lock::{Acquisition, LockStore, current_locks};
 use redefer::lock_set::{LockSetLayer, LockSetStore};
-use redefer::queue::{DelayQueue, QueueStats, QueueStore};
-use redefer::strategy::{Defer, Retry};
+use redefer::queue::{DelayQueue, PendingStore, QueueStats, QueueStore};
+use redefer::strategy::{Coalesce, Defer, Retry};
 use redefer::{Backoff, Error, LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 use tower::{Layer, ServiceExt, service_fn};
@@ -249,6 +249,57 @@ async fn a_waiting_set_keeps_its_place_before_later_callers<St: LockSetStore>(st
     assert_eq!(*order.lock().unwrap(), ["set", "single"]);
 }
 
+/// A set that others wait before on one of its keys does not keep its other keys idle: a
+/// single-key caller behind it on a free key runs while the set waits, and the set runs once
+/// those before it are done.
+async fn a_set_waiting_behind_others_does_not_idle_its_free_keys<St: LockSetStore>(store: St) {
+    let b = hold(&store, "doc:b").await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let record = |who: &'static str| {
+        let order = Arc::clone(&order);
+        service_fn(move |_: Vec<String>| {
+            order.lock().unwrap().push(who);
+            async { Ok::<_, Infallible>(()) }
+        })
+    };
+    let retry = || {
+        Retry::new(Backoff::exponential(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+        ))
+        .max_attempts(1_000)
+    };
+    let single = |name: &'static str| {
+        LockLayer::new(store.clone(), move |_: &Vec<String>| Some(name.to_string())).on_conflict(retry())
+    };
+    // First in doc:b's line: a single-key caller.
+    let on_b = tokio::spawn(single("doc:b").layer(record("b")).oneshot(vec![]));
+    eventually(Duration::from_secs(10), "a caller waits for doc:b", || async {
+        (waiting(&store, "doc:b").await == 1).then_some(())
+    })
+    .await;
+    // Then the set, first in doc:a's line, second in doc:b's.
+    let set = LockSetLayer::new(store.clone(), |names: &Vec<String>| Some(names.clone()))
+        .on_conflict(retry())
+        .layer(record("set"));
+    let set = tokio::spawn(set.oneshot(vec!["doc:a".to_string(), "doc:b".to_string()]));
+    eventually(Duration::from_secs(10), "the set waits for doc:b", || async {
+        (waiting(&store, "doc:b").await == 2).then_some(())
+    })
+    .await;
+    // A caller for doc:a alone, after the set: doc:a is free, the set cannot use it yet.
+    let on_a = single("doc:a").layer(record("a")).oneshot(vec![]);
+    let on_a = tokio::time::timeout(Duration::from_secs(5), on_a)
+        .await
+        .expect("the free key is not kept idle for the set");
+    assert!(on_a.unwrap().done().is_some());
+    assert_eq!(*order.lock().unwrap(), ["a"], "doc:a ran while the set waited");
+    assert!(store.release(&key("doc:b"), b).await.unwrap());
+    assert!(on_b.await.unwrap().unwrap().done().is_some());
+    assert!(set.await.unwrap().unwrap().done().is_some());
+    assert_eq!(*order.lock().unwrap(), ["a", "b", "set"]);
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Transfer {
     n: u32,
@@ -300,10 +351,63 @@ async fn a_deferred_set_runs_when_its_set_is_handed_to_it<St: LockSetStore + Que
     assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 }
 
+/// `Coalesce` keeps one waiting job per set: requests for one set (in any order of its keys)
+/// share a job, which runs with the latest; a request for another set that meets the same held
+/// key is a job of its own.
+async fn coalesce_keeps_one_waiting_job_per_set<St: LockSetStore + QueueStore + PendingStore>(store: St) {
+    let queue = DelayQueue::<Transfer, _>::new(store.clone(), "transfers").unwrap();
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let service = LockSetLayer::new(store.clone(), |t: &Transfer| Some(t.accounts.clone()))
+        .on_conflict(Coalesce::latest(queue.clone()))
+        .layer(service_fn({
+            let ran = Arc::clone(&ran);
+            move |t: Transfer| {
+                ran.lock().unwrap().push(t.n);
+                async { Ok::<_, Infallible>(()) }
+            }
+        }));
+    let b = hold(&store, "acct:b").await;
+    let transfer = |n: u32, accounts: [&str; 2]| Transfer {
+        n,
+        accounts: accounts.iter().map(|key| key.to_string()).collect(),
+    };
+    let mut jobs = Vec::new();
+    for request in [
+        transfer(1, ["acct:a", "acct:b"]),
+        transfer(2, ["acct:b", "acct:a"]),
+        transfer(3, ["acct:b", "acct:c"]),
+    ] {
+        match service.clone().oneshot(request).await {
+            Ok(Outcome::Deferred(deferred)) => jobs.push(deferred.job_id),
+            other => panic!("expected a deferral, got {other:?}"),
+        }
+    }
+    assert_eq!(jobs[0], jobs[1], "one job for the set {{a, b}}");
+    assert_ne!(jobs[0], jobs[2], "another for {{b, c}}");
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(SchedulerOptions {
+            max_idle: Duration::from_millis(200),
+            ..SchedulerOptions::default()
+        })
+        .start();
+    assert!(store.release(&key("acct:b"), b).await.unwrap());
+    eventually(Duration::from_secs(10), "both jobs ran", || async {
+        (ran.lock().unwrap().len() == 2).then_some(())
+    })
+    .await;
+    scheduler.shutdown().await;
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort_unstable();
+    assert_eq!(ran, [2, 3], "the set's job ran once, with its latest request");
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
+}
+
 for_each_store!(
     a_set_runs_holding_every_key_with_a_fence_each,
     a_set_is_taken_all_or_nothing,
     overlapping_sets_in_any_order_never_overlap_nor_deadlock,
     a_waiting_set_keeps_its_place_before_later_callers,
+    a_set_waiting_behind_others_does_not_idle_its_free_keys,
     a_deferred_set_runs_when_its_set_is_handed_to_it,
+    coalesce_keeps_one_waiting_job_per_set,
 );

@@ -51,6 +51,13 @@ pub(crate) trait Contended<S: Service<Req>, Req>: Send + Sync + 'static {
     /// The guard's strategy.
     fn strategy(&self) -> &Self::Strategy;
 
+    /// What a call for `key` that met `met` taken waits for, as one key
+    /// ([`Conflict::waits_for`]): the key it met, unless the guard's key is more (a set).
+    fn waits_for(&self, key: &Self::Key, met: &LockKey) -> LockKey {
+        let _ = key;
+        met.clone()
+    }
+
     /// The span of one call on `key`.
     fn span(&self, key: &Self::Key) -> tracing::Span;
 
@@ -143,7 +150,11 @@ where
                         at,
                         kind,
                         retry_after,
-                    }) => State::Conflict(Conflict::new(at, attempt, started.elapsed(), retry_after, kind)),
+                    }) => {
+                        let waits_for = guard.waits_for(&key, &at);
+                        let elapsed = started.elapsed();
+                        State::Conflict(Conflict::new(at, waits_for, attempt, elapsed, retry_after, kind))
+                    }
                     // Not knowing whether the attempt took effect, the call's release stays
                     // armed and runs on its way out.
                     Err(error) => return Err(Error::Store(error)),

@@ -29,6 +29,11 @@ use crate::key::LockKey;
 pub struct Conflict {
     /// The key that is taken.
     pub key: LockKey,
+    /// What the request waits for, as one key: its own key, or for a set of keys
+    /// ([`LockSetLayer`](crate::lock_set::LockSetLayer)) one key naming the whole set (the
+    /// keys joined by `+`). A deferring strategy that keeps one waiting job per key
+    /// ([`Coalesce`](crate::strategy::Coalesce)) keeps it under this.
+    pub waits_for: LockKey,
     /// How many conflicts this call met before this one (0 for the first).
     pub attempt: u32,
     /// How long this call has already waited for the key.
@@ -82,6 +87,7 @@ pub struct ThrottledConflict {
 impl Conflict {
     pub(crate) fn new(
         key: LockKey,
+        waits_for: LockKey,
         attempt: u32,
         waited: Duration,
         retry_after: Option<Duration>,
@@ -89,6 +95,7 @@ impl Conflict {
     ) -> Self {
         Conflict {
             key,
+            waits_for,
             attempt,
             waited,
             retry_after,

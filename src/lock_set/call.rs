@@ -14,6 +14,7 @@ use tokio::time::{Instant, sleep};
 use tower::Service;
 
 use super::line::set_line_of;
+use super::name::set_name;
 use super::{HeldKey, LockSetLayer, LockSetStore, SetAcquisition};
 use crate::error::StoreError;
 use crate::guard::{
@@ -114,6 +115,12 @@ where
 
     fn strategy(&self) -> &Strat {
         &self.strategy
+    }
+
+    /// The whole set: requests for one set share a waiting job under `Coalesce`, requests for
+    /// sets that only share the key met do not.
+    fn waits_for(&self, keys: &Vec<LockKey>, _: &LockKey) -> LockKey {
+        set_name(keys)
     }
 
     fn span(&self, keys: &Vec<LockKey>) -> tracing::Span {
@@ -225,6 +232,11 @@ where
                 ?lost,
                 "the keys held while waiting for the rest were lost; starting over"
             );
+            // Out of the lines of the group it waited for: it comes back to them in slot order.
+            attempts.line.leave(&self.store, &group).await;
+            for release in attempts.next_releases() {
+                release.waiting_as(None);
+            }
             attempts.give_back_held();
         }
         Ok(())

@@ -15,13 +15,12 @@
 //!
 //! A request that waits joins the line of every key of its set in one step, so two waiters
 //! that share keys stand in the same order in every line they share; a freed key is handed to
-//! the first in its line, as a lock's is. A waiter that is first in some of its lines keeps
-//! those keys reserved while it waits for the others (those behind it in those lines wait for
-//! it: they came later), and nobody ever waits for someone behind it: no deadlock, and no
-//! starvation by a stream of single-key requests. What it costs: a key reserved for a set
-//! waiter is idle until the set's last key frees (bounded by that key's holder and those
-//! ahead of the set in its line), where two locks taken in sorted order hold the first key
-//! idle from the moment it is taken until the second is.
+//! the first in its line, as a lock's is. A waiter first in every line of its set waits only
+//! for holders: the keys that free are reserved for it until it has them all. A waiter that
+//! others wait before in some line passes on a key handed to it, to the next behind it (it
+//! stays first in that line): the key works for others rather than idle. The first to come of
+//! all the waiters is first in all its lines and is never passed over, so nobody waits for
+//! someone behind it: no deadlock, and no starvation by a stream of single-key requests.
 //!
 //! # Redis Cluster
 //!
@@ -34,6 +33,7 @@
 mod call;
 mod layer;
 mod line;
+mod name;
 mod service;
 mod store;
 

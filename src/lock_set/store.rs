@@ -60,8 +60,9 @@ pub trait LockSetStore: LockStore {
     ) -> impl Future<Output = Result<Vec<Vec<LockKey>>, StoreError>> + Send;
 
     /// Takes every key of `keys` for `ttl` as `token`, or none: each must be free with nobody
-    /// in line before `waiter` (if given), or reserved for it, or already `token`'s. The keys
-    /// reserved for `waiter` stay reserved for it when others are not free.
+    /// in line before `waiter` (if given), or reserved for it, or already `token`'s. When others
+    /// are not free, the keys reserved for `waiter` stay reserved for it if it is first in every
+    /// line of the set, and go on to the next in line behind it otherwise.
     fn acquire_set(
         &self,
         keys: &[LockKey],

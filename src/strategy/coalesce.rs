@@ -169,7 +169,7 @@ where
             let encoder = queue.clone();
             let encode = move |id: &JobId| encoder.encode_new(id.clone(), &request);
             let pushed = queue
-                .push_pending_encoded(&conflict.key, encode, due, joining)
+                .push_pending_encoded(&conflict.waits_for, encode, due, joining)
                 .await?;
             if pushed.superseded {
                 metric_names::coalesced(keep);

@@ -86,12 +86,13 @@ impl LockState {
     ) -> Handed {
         let line = self.line(key);
         let mut handed = Handed::default();
+        // The waiter whose reservation ran out unused: the first in line, or the one a set's
+        // waiter passed the key to.
         if drop_expired
-            && let Some(head) = line.head().cloned()
-            && line.handed.as_ref() == Some(&head)
+            && let Some(expired) = line.handed.take()
+            && line.remove(&expired).is_some()
         {
-            line.remove(&head);
-            handed.dropped = Some(head);
+            handed.dropped = Some(expired);
         }
         let Some(head) = line.head().cloned() else {
             line.handed = None;

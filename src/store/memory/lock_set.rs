@@ -87,6 +87,40 @@ impl LockState {
         }
     }
 
+    /// Passes `key`, reserved for `waiter`, to the next in line behind it, as `pass_after` in
+    /// `set_prelude.lua`: without anyone behind, the key is free.
+    fn pass_after(&mut self, key: &LockKey, waiter: &Waiter, now: Instant, reservation: Duration) -> Handed {
+        let line = self.line(key);
+        let next = line
+            .place
+            .get(waiter)
+            .and_then(|place| line.order.range(place + 1..).next())
+            .map(|(_, next)| next.clone());
+        line.handed.clone_from(&next);
+        let Some(next) = next else {
+            self.locks.remove(key);
+            return Handed::default();
+        };
+        self.locks.insert(
+            key.clone(),
+            Holding {
+                holder: Holder::Reserved(next.clone(), now),
+                expires: now + reservation,
+            },
+        );
+        self.records.announce(key, &next);
+        Handed {
+            reserved: Some(next),
+            dropped: None,
+        }
+    }
+
+    /// Whether `waiter` is first in the line of every key of `keys`.
+    fn first_everywhere(&self, keys: &[LockKey], waiter: &Waiter) -> bool {
+        keys.iter()
+            .all(|key| self.lines.get(key).and_then(Line::head) == Some(waiter))
+    }
+
     /// A waiter found in some of its set's lines and not in the others (a reservation of one
     /// key ran out unused, and the next attempt on it dropped the waiter) leaves every line and
     /// joins them all again at the end, as `set_acquire.lua` does: the lines keep one order.
@@ -177,14 +211,21 @@ impl LockSetStore for MemoryStore {
                 handoffs.push((index, handed));
             }
             if !blocked.is_empty() {
-                // The keys reserved for the caller stay reserved while it comes back for the
-                // others: it is first in their lines, and those behind it wait for it.
+                // As set_acquire.lua: a caller first in every line keeps the keys reserved for
+                // it while it comes back for the others; one that others wait before in some
+                // line passes them to the next behind it, so that they do not idle.
                 if let Some(waiter) = waiter {
-                    for key in keys {
-                        if state.reserved_for(key, waiter, now)
-                            && let Some(holding) = state.locks.get_mut(key)
-                        {
-                            holding.expires = now + reservation;
+                    let keep = state.first_everywhere(keys, waiter);
+                    for (index, key) in keys.iter().enumerate() {
+                        if !state.reserved_for(key, waiter, now) {
+                            continue;
+                        }
+                        if keep {
+                            if let Some(holding) = state.locks.get_mut(key) {
+                                holding.expires = now + reservation;
+                            }
+                        } else {
+                            handoffs.push((index, state.pass_after(key, waiter, now, reservation)));
                         }
                     }
                 }

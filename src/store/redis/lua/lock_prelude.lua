@@ -29,17 +29,19 @@ local function held_by(token)
 end
 
 -- Hands the free key to the first in line: reserved for it for RESERVATION_MS, and the line
--- hears who. With `drop_expired`, a first in line whose earlier reservation ran out unused
--- (its claimer died) leaves the line first. Without a line, the key is deleted.
+-- hears who. With `drop_expired`, the waiter whose reservation of the key ran out unused (its
+-- claimer died) leaves the line first: the first in line, or the one a set's waiter passed the
+-- key to (set_prelude.lua). Without a line, the key is deleted.
 -- Returns the waiter reserved for and the waiter dropped ('' for none).
 local function hand_to_head(drop_expired)
-  local head = redis.call('ZRANGE', WAITERS, 0, 0)[1]
   local dropped = ''
-  if head and drop_expired and redis.call('GET', HANDOFF) == head then
-    redis.call('ZREM', WAITERS, head)
-    dropped = head
-    head = redis.call('ZRANGE', WAITERS, 0, 0)[1]
+  if drop_expired then
+    local expired = redis.call('GET', HANDOFF)
+    if expired and redis.call('ZREM', WAITERS, expired) == 1 then
+      dropped = expired
+    end
   end
+  local head = redis.call('ZRANGE', WAITERS, 0, 0)[1]
   if not head then
     redis.call('DEL', LOCK, HANDOFF)
     return '', dropped

@@ -72,13 +72,28 @@ for i = 1, SET_SIZE do
 end
 
 if #blocked > 0 then
-  -- The keys reserved for the caller stay reserved while it comes back for the others: it is
-  -- first in their lines, and those behind it wait for it.
+  -- A caller first in every line of its set waits only for holders: the keys reserved for it
+  -- stay reserved while it comes back for the others (those behind it wait for it). One that
+  -- others wait before in some line passes the keys reserved for it to the next behind it, so
+  -- that they do not idle while it waits; it stays first in their lines, and is handed them
+  -- again at their next release. The first to come of all the waiters is first in all its
+  -- lines: it is never passed over, and no waiter starves.
   if waiter ~= '' then
+    local first_everywhere = true
+    for i = 1, SET_SIZE do
+      select_key(i)
+      if redis.call('ZRANGE', WAITERS, 0, 0)[1] ~= waiter then
+        first_everywhere = false
+      end
+    end
     for i = 1, SET_SIZE do
       select_key(i)
       if redis.call('GET', LOCK) == '@' .. waiter then
-        redis.call('PEXPIRE', LOCK, RESERVATION_MS)
+        if first_everywhere then
+          redis.call('PEXPIRE', LOCK, RESERVATION_MS)
+        else
+          note_handoff(i, pass_after(waiter))
+        end
       end
     end
   end

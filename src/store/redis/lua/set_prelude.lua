@@ -42,4 +42,21 @@ local function join_selected(i, waiter, replacing)
   end
 end
 
+-- Passes the selected key, reserved for `waiter`, to the next in line behind it: `waiter`
+-- still waits for keys that others before it wait for too, and would keep this one idle all
+-- that time. Without anyone behind, the key is free. Returns the waiter it went to ('' none)
+-- and, for note_handoff, no waiter dropped.
+local function pass_after(waiter)
+  local rank = redis.call('ZRANK', WAITERS, waiter)
+  local next_in_line = rank and redis.call('ZRANGE', WAITERS, rank + 1, rank + 1)[1]
+  if not next_in_line then
+    redis.call('DEL', LOCK, HANDOFF)
+    return '', ''
+  end
+  redis.call('SET', LOCK, '@' .. next_in_line, 'PX', RESERVATION_MS)
+  redis.call('SET', HANDOFF, next_in_line, 'PX', IDLE_MS)
+  redis.call('PUBLISH', WAKE, next_in_line)
+  return next_in_line, ''
+end
+
 -- The set's script itself follows.
