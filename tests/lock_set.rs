@@ -17,6 +17,7 @@ use rand::{RngExt, SeedableRng};
 use redefer::lock::{Acquisition, LockStore, current_locks};
 use redefer::lock_set::{LockSetLayer, LockSetStore};
 use redefer::queue::{DelayQueue, PendingStore, QueueStats, QueueStore};
+use redefer::store::ListLocks;
 use redefer::strategy::{Coalesce, Defer, Retry};
 use redefer::{Backoff, Error, LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
@@ -300,6 +301,39 @@ async fn a_set_waiting_behind_others_does_not_idle_its_free_keys<St: LockSetStor
     assert_eq!(*order.lock().unwrap(), ["a", "b", "set"]);
 }
 
+/// The listing (what `redefer locks`, the dashboard and its JSON API show) shows a set's holder
+/// on each of its keys, with that key's fence.
+async fn a_sets_holder_is_listed_on_each_of_its_keys<St: LockSetStore + ListLocks>(store: St) {
+    let service =
+        LockSetLayer::new(store.clone(), |names: &Vec<String>| Some(names.clone())).layer(service_fn({
+            let store = store.clone();
+            move |_: Vec<String>| {
+                let store = store.clone();
+                async move {
+                    let held: Vec<(String, u64)> = current_locks()
+                        .iter()
+                        .map(|held| (held.key.to_string(), held.fence.unwrap().0))
+                        .collect();
+                    let listed = store.list_locks(100).await.unwrap();
+                    Ok::<_, Infallible>((held, listed))
+                }
+            }
+        }));
+    let (held, listed) = service
+        .oneshot(vec!["list:a".to_string(), "list:b".to_string()])
+        .await
+        .unwrap()
+        .done()
+        .unwrap();
+    for (key, fence) in held {
+        let info = listed
+            .iter()
+            .find(|info| info.key == key)
+            .unwrap_or_else(|| panic!("{key} is not listed: {listed:?}"));
+        assert_eq!((info.holders, info.limit, info.fence), (1, 1, fence), "{info:?}");
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Transfer {
     n: u32,
@@ -405,6 +439,7 @@ async fn coalesce_keeps_one_waiting_job_per_set<St: LockSetStore + QueueStore + 
 for_each_store!(
     a_set_runs_holding_every_key_with_a_fence_each,
     a_set_is_taken_all_or_nothing,
+    a_sets_holder_is_listed_on_each_of_its_keys,
     overlapping_sets_in_any_order_never_overlap_nor_deadlock,
     a_waiting_set_keeps_its_place_before_later_callers,
     a_set_waiting_behind_others_does_not_idle_its_free_keys,

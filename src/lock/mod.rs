@@ -29,7 +29,6 @@ pub use self::held::{HeldLock, current_lock, current_locks};
 pub(crate) use self::held::{LockSpace, held_by_caller, run_holdings};
 pub use self::holders::Holders;
 pub use self::holds::DEFAULT_TYPICAL_HOLD;
-pub(crate) use self::holds::LayerHolds;
 pub use self::layer::LockLayer;
 pub(crate) use self::line::line_of;
 pub(crate) use self::release_on_drop::ReleaseOnDrop;

@@ -114,7 +114,7 @@ where
     type Holding = SetAcquired;
 
     fn strategy(&self) -> &Strat {
-        &self.strategy
+        &self.lock.strategy
     }
 
     /// The whole set: requests for one set share a waiting job under `Coalesce`, requests for
@@ -133,7 +133,7 @@ where
 
     fn start<E>(&self, keys: &Vec<LockKey>) -> Result<SetAttempts<St>, Error<E>> {
         let space = LockSpace {
-            store: self.store.instance(),
+            store: self.lock.store.instance(),
             permits: false,
         };
         // A call under its own caller's holding of one of its keys would wait for itself.
@@ -163,12 +163,12 @@ where
         attempts: &mut SetAttempts<St>,
     ) -> Result<Attempt<SetAcquired>, StoreError> {
         if attempts.groups.is_empty() {
-            attempts.groups = self.store.groups(keys.clone()).await?;
+            attempts.groups = self.lock.store.groups(keys.clone()).await?;
             attempts.releases = attempts
                 .groups
                 .iter()
                 .flatten()
-                .map(|key| ReleaseOnDrop::new(self.store.clone(), key.clone(), attempts.token))
+                .map(|key| ReleaseOnDrop::new(self.lock.store.clone(), key.clone(), attempts.token))
                 .collect();
         }
         while attempts.held < attempts.groups.len() {
@@ -178,8 +178,15 @@ where
             // An error leaves the releases armed: not knowing whether the acquire took effect,
             // they release by token on their way out (and leave the lines).
             let acquisition = self
+                .lock
                 .store
-                .acquire_set(attempts.next_group(), attempts.token, self.ttl, me, self.fencing)
+                .acquire_set(
+                    attempts.next_group(),
+                    attempts.token,
+                    self.lock.ttl,
+                    me,
+                    self.lock.fencing,
+                )
                 .await?;
             let blocked = match acquisition {
                 SetAcquisition::Acquired(fences) => {
@@ -211,10 +218,13 @@ where
         for release in attempts.next_releases() {
             release.waiting_as(Some(me.clone()));
         }
-        attempts.line.join(&self.store, attempts.held, &group, me).await?;
+        attempts
+            .line
+            .join(&self.lock.store, attempts.held, &group, me)
+            .await?;
         // A key reserved for the call stays so while the call comes back for the others: each
         // attempt renews the reservations, so the call looks again within half of one.
-        let delay = delay.min(self.store.reservation() / 2);
+        let delay = delay.min(self.lock.store.reservation() / 2);
         let SetAttempts { line, renewal, .. } = attempts;
         let lost = match renewal.as_mut() {
             // Groups held while waiting for the next: their renewal may give up meanwhile.
@@ -233,7 +243,7 @@ where
                 "the keys held while waiting for the rest were lost; starting over"
             );
             // Out of the lines of the group it waited for: it comes back to them in slot order.
-            attempts.line.leave(&self.store, &group).await;
+            attempts.line.leave(&self.lock.store, &group).await;
             for release in attempts.next_releases() {
                 release.waiting_as(None);
             }
@@ -255,7 +265,10 @@ where
             (Some(Decision::Reject { .. }), Some(me)) => {
                 let (remaining, reserved) = attempts.holder;
                 crate::guard::lock_met(remaining.filter(|_| !reserved));
-                self.store.join_set_line(&group, me, place.as_ref(), None).await?;
+                self.lock
+                    .store
+                    .join_set_line(&group, me, place.as_ref(), None)
+                    .await?;
                 true
             }
             (Some(Decision::Deferred(deferred)), _) => match &deferred.queue {
@@ -264,7 +277,12 @@ where
                 // The job takes the caller's place in every line, or the end of each.
                 Some(queue) => {
                     let job = Waiter::job(queue, &deferred.job_id);
-                    match self.store.join_set_line(&group, &job, place.as_ref(), None).await {
+                    match self
+                        .lock
+                        .store
+                        .join_set_line(&group, &job, place.as_ref(), None)
+                        .await
+                    {
                         Ok(_) => true,
                         Err(error) => {
                             // Stored, but not in line: it runs at its fallback due time.
@@ -279,7 +297,7 @@ where
             _ => false,
         };
         if !kept {
-            attempts.line.leave(&self.store, &group).await;
+            attempts.line.leave(&self.lock.store, &group).await;
         }
         for release in attempts.next_releases() {
             release.waiting_as(None);
@@ -305,9 +323,10 @@ where
         let stops: Vec<Option<StopListener>> = held_keys
             .iter()
             .map(|key| {
-                self.strategy
+                self.lock
+                    .strategy
                     .supersedes()
-                    .then(|| StopListener::start(&self.store, key, attempts.caller()))
+                    .then(|| StopListener::start(&self.lock.store, key, attempts.caller()))
             })
             .collect();
         let renewal = match attempts.renewal.take() {
@@ -340,7 +359,7 @@ where
         crate::guard::handler_returned();
         let held = acquired.at.elapsed();
         ::metrics::histogram!(metric_names::LOCK_HOLD).record(held.as_secs_f64());
-        self.holds.record(held);
+        self.lock.holds.record(held);
         let held_for = rand::rng().random_ratio(1, HOLD_SAMPLING).then_some(held);
         // Sent together: each release is on the connection before the next is written.
         for release in &mut attempts.releases {
@@ -389,10 +408,10 @@ impl<St: LockSetStore, X, Strat> LockSetLayer<St, X, Strat> {
     /// The renewal of the keys the call holds, from a lease granted at `granted_at`.
     fn renewal(&self, attempts: &SetAttempts<St>, granted_at: Instant) -> Renewal {
         let (store, renewed, token, ttl) = (
-            self.store.clone(),
+            self.lock.store.clone(),
             Arc::clone(&attempts.renewed),
             attempts.token,
-            self.ttl,
+            self.lock.ttl,
         );
         Renewal::start("lock set", ttl, granted_at, move || {
             let keys = renewed.lock().unwrap_or_else(PoisonError::into_inner).clone();
@@ -411,13 +430,13 @@ impl<St: LockSetStore, X, Strat> LockSetLayer<St, X, Strat> {
     /// The conflict of an attempt that found `blocked` keys of the next group taken: the key
     /// that keeps the call waiting longest names it.
     fn conflict(&self, attempts: &mut SetAttempts<St>, blocked: Vec<HeldKey>) -> Attempt<SetAcquired> {
-        let typical = self.holds.typical();
+        let typical = self.lock.holds.typical();
         let wait = |held: &HeldKey| {
             estimate_wait(
                 held.remaining,
                 held.ahead,
                 held.typical_hold.or(typical),
-                self.ttl,
+                self.lock.ttl,
             )
         };
         let slowest = blocked
@@ -436,7 +455,7 @@ impl<St: LockSetStore, X, Strat> LockSetLayer<St, X, Strat> {
         // A group is never empty (a set has a key, and a store's groups hold every key).
         let at = group[slowest.index.min(group.len() - 1)].clone();
         let line = set_line_of(
-            self.store.clone(),
+            self.lock.store.clone(),
             group,
             attempts.line.place.clone(),
             attempts.caller(),

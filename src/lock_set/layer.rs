@@ -1,13 +1,13 @@
 //! The layer that builds [`LockSetService`]s, and what gives a request its set of keys.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tower::Layer;
 
 use super::LockSetService;
-use crate::guard::{DEFAULT_TTL, GuardService};
-use crate::lock::{Fencing, LayerHolds};
+use crate::LockLayer;
+use crate::guard::GuardService;
+use crate::lock::Fencing;
 use crate::strategy::FailFast;
 
 /// The most keys one set holds: a request that asks for more is refused before any store call
@@ -76,13 +76,9 @@ where
 /// ```
 #[derive(Debug, Clone)]
 pub struct LockSetLayer<St, X, Strat = FailFast> {
-    pub(crate) store: St,
-    pub(crate) extractor: X,
-    pub(crate) strategy: Strat,
-    pub(crate) ttl: Duration,
-    pub(crate) fencing: Fencing,
-    /// The holds this layer's services measured: for a key whose own were never sampled.
-    pub(crate) holds: Arc<LayerHolds>,
+    /// The lock's layer: each key of a set is held as it holds a key, with its store, TTL,
+    /// fencing and strategy; its extractor gives the set.
+    pub(crate) lock: LockLayer<St, X, Strat>,
 }
 
 impl<St, X> LockSetLayer<St, X, FailFast> {
@@ -90,47 +86,35 @@ impl<St, X> LockSetLayer<St, X, FailFast> {
     /// the default TTL of 10 s.
     pub fn new(store: St, extractor: X) -> Self {
         LockSetLayer {
-            store,
-            extractor,
-            strategy: FailFast,
-            ttl: DEFAULT_TTL,
-            fencing: Fencing::On,
-            holds: Arc::default(),
+            lock: LockLayer::new(store, extractor),
         }
     }
 }
 
 impl<St, X, Strat> LockSetLayer<St, X, Strat> {
-    /// How long each key's lock lives unless renewed, as [`LockLayer::ttl`](crate::LockLayer::ttl).
+    /// How long each key's lock lives unless renewed, as [`LockLayer::ttl`].
     ///
     /// # Panics
     ///
     /// If `ttl` is shorter than 3 ms, too short to renew.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        assert!(
-            ttl >= Duration::from_millis(3),
-            "lock TTL {ttl:?} is shorter than 3 ms"
-        );
-        self.ttl = ttl;
-        self
+    pub fn ttl(self, ttl: Duration) -> Self {
+        LockSetLayer {
+            lock: self.lock.ttl(ttl),
+        }
     }
 
     /// Whether handlers get a fencing token per key (on by default), as
-    /// [`LockLayer::fencing`](crate::LockLayer::fencing).
-    pub fn fencing(mut self, fencing: Fencing) -> Self {
-        self.fencing = fencing;
-        self
+    /// [`LockLayer::fencing`].
+    pub fn fencing(self, fencing: Fencing) -> Self {
+        LockSetLayer {
+            lock: self.lock.fencing(fencing),
+        }
     }
 
     /// What a request does when a key of its set is held.
     pub fn on_conflict<Strat2>(self, strategy: Strat2) -> LockSetLayer<St, X, Strat2> {
         LockSetLayer {
-            store: self.store,
-            extractor: self.extractor,
-            strategy,
-            ttl: self.ttl,
-            fencing: self.fencing,
-            holds: self.holds,
+            lock: self.lock.on_conflict(strategy),
         }
     }
 }

@@ -33,7 +33,7 @@ where
     type Key = Vec<LockKey>;
 
     fn key(&self, request: &Req) -> Result<Option<Vec<LockKey>>, KeyError> {
-        let Some(names) = self.extractor.lock_keys(request) else {
+        let Some(names) = self.lock.extractor.lock_keys(request) else {
             return Ok(None);
         };
         let mut keys = names

@@ -54,16 +54,4 @@ else
   local reserved = string.sub(current, 1, 1) == '@' and 1 or 0
   return {0, redis.call('PTTL', LOCK), ahead_of(waiter), hold, '', '', reserved}
 end
-if waiter ~= '' then
-  redis.call('ZREM', WAITERS, waiter)
-  if redis.call('GET', HANDOFF) == waiter then
-    redis.call('DEL', HANDOFF)
-  end
-end
--- Others still in line behind us: the value says so, for the release.
-local value = token
-if redis.call('EXISTS', WAITERS) == 1 then
-  value = token .. LINE_MARK
-end
-redis.call('SET', LOCK, value, 'PX', ttl)
-return {1, next_fences(FENCE, 1), waited}
+return {1, take(token, ttl, waiter), waited}

@@ -51,3 +51,21 @@ local function hand_to_head(drop_expired)
   redis.call('PUBLISH', WAKE, head)
   return head, dropped
 end
+
+-- Takes the key for `token` for `ttl` ms as `waiter` ('' when not in line), which leaves the
+-- line; the value carries the line mark when others are still in line behind it. Returns the
+-- holding's fencing token.
+local function take(token, ttl, waiter)
+  if waiter ~= '' then
+    redis.call('ZREM', WAITERS, waiter)
+    if redis.call('GET', HANDOFF) == waiter then
+      redis.call('DEL', HANDOFF)
+    end
+  end
+  local value = token
+  if redis.call('EXISTS', WAITERS) == 1 then
+    value = token .. LINE_MARK
+  end
+  redis.call('SET', LOCK, value, 'PX', ttl)
+  return next_fences(FENCE, 1)
+end

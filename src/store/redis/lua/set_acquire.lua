@@ -31,10 +31,7 @@ if waiter ~= '' then
   if in_line and missing then
     for i = 1, SET_SIZE do
       select_key(i)
-      redis.call('ZREM', WAITERS, waiter)
-      if redis.call('GET', LOCK) == '@' .. waiter then
-        note_handoff(i, hand_to_head(false))
-      end
+      leave_selected(i, waiter)
     end
     for i = 1, SET_SIZE do
       select_key(i)
@@ -103,17 +100,6 @@ end
 local fences = {}
 for i = 1, SET_SIZE do
   select_key(i)
-  if waiter ~= '' then
-    redis.call('ZREM', WAITERS, waiter)
-    if redis.call('GET', HANDOFF) == waiter then
-      redis.call('DEL', HANDOFF)
-    end
-  end
-  local value = token
-  if redis.call('EXISTS', WAITERS) == 1 then
-    value = token .. LINE_MARK
-  end
-  redis.call('SET', LOCK, value, 'PX', ttl)
-  fences[i] = next_fences(FENCE, 1)
+  fences[i] = take(token, ttl, waiter)
 end
 return {1, fences}

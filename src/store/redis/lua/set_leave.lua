@@ -6,9 +6,6 @@
 local waiter = ARGV[3]
 for i = 1, SET_SIZE do
   select_key(i)
-  redis.call('ZREM', WAITERS, waiter)
-  if redis.call('GET', LOCK) == '@' .. waiter then
-    note_handoff(i, hand_to_head(false))
-  end
+  leave_selected(i, waiter)
 end
 return handed

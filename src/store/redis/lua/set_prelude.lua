@@ -42,6 +42,15 @@ local function join_selected(i, waiter, replacing)
   end
 end
 
+-- Takes `waiter` out of the selected key's line (the set's `i`-th); a key reserved for it goes
+-- to the next in line.
+local function leave_selected(i, waiter)
+  redis.call('ZREM', WAITERS, waiter)
+  if redis.call('GET', LOCK) == '@' .. waiter then
+    note_handoff(i, hand_to_head(false))
+  end
+end
+
 -- Passes the selected key, reserved for `waiter`, to the next in line behind it: `waiter`
 -- still waits for keys that others before it wait for too, and would keep this one idle all
 -- that time. Without anyone behind, the key is free. Returns the waiter it went to ('' none)
