@@ -385,6 +385,90 @@ async fn a_deferred_set_runs_when_its_set_is_handed_to_it<St: LockSetStore + Que
     assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 }
 
+/// A deferred set first in its lines keeps its place however long the holder of its other key
+/// takes, past any number of reservation times: a single-key caller that comes later on its
+/// free key waits behind it.
+async fn a_deferred_set_keeps_its_place_past_the_reservation_time<
+    St: LockSetStore + QueueStore + Reserving,
+>(
+    store: St,
+) {
+    let store = store.reserving(Duration::from_millis(100));
+    let queue = DelayQueue::<Transfer, _>::new(store.clone(), "transfers").unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let set = LockSetLayer::new(store.clone(), |t: &Transfer| Some(t.accounts.clone()))
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(service_fn({
+            let order = Arc::clone(&order);
+            move |_: Transfer| {
+                order.lock().unwrap().push("set");
+                async { Ok::<_, Infallible>(()) }
+            }
+        }));
+    let scheduler = Scheduler::new(queue.clone(), set.clone())
+        .options(SchedulerOptions {
+            max_idle: Duration::from_millis(200),
+            ..SchedulerOptions::default()
+        })
+        .start();
+    let a = hold(&store, "acct:a").await;
+    let b = hold(&store, "acct:b").await;
+    let transfer = Transfer {
+        n: 1,
+        accounts: vec!["acct:a".to_string(), "acct:b".to_string()],
+    };
+    assert!(matches!(set.oneshot(transfer).await, Ok(Outcome::Deferred(_))));
+    // acct:a frees: the job is handed it, runs, finds acct:b held, and goes back to wait.
+    assert!(store.release(&key("acct:a"), a).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let single = LockLayer::new(store.clone(), |_: &u32| Some("acct:a".to_string()))
+        .on_conflict(
+            Retry::new(Backoff::exponential(
+                Duration::from_millis(20),
+                Duration::from_millis(100),
+            ))
+            .max_attempts(1_000),
+        )
+        .layer(service_fn({
+            let order = Arc::clone(&order);
+            move |_: u32| {
+                order.lock().unwrap().push("single");
+                async { Ok::<_, Infallible>(()) }
+            }
+        }));
+    let single = tokio::spawn(single.oneshot(1));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "the later caller waits behind the set"
+    );
+    assert!(store.release(&key("acct:b"), b).await.unwrap());
+    assert!(single.await.unwrap().unwrap().done().is_some());
+    eventually(Duration::from_secs(10), "the set ran", || async {
+        (order.lock().unwrap().len() == 2).then_some(())
+    })
+    .await;
+    scheduler.shutdown().await;
+    assert_eq!(*order.lock().unwrap(), ["set", "single"]);
+}
+
+/// Stores whose reservation time a test can shorten.
+trait Reserving {
+    fn reserving(self, reservation: Duration) -> Self;
+}
+
+impl Reserving for redefer::MemoryStore {
+    fn reserving(self, reservation: Duration) -> Self {
+        self.with_reservation(reservation)
+    }
+}
+
+impl Reserving for redefer::RedisStore {
+    fn reserving(self, reservation: Duration) -> Self {
+        self.with_reservation(reservation)
+    }
+}
+
 /// `Coalesce` keeps one waiting job per set: requests for one set (in any order of its keys)
 /// share a job, which runs with the latest; a request for another set that meets the same held
 /// key is a job of its own.
@@ -444,5 +528,6 @@ for_each_store!(
     a_waiting_set_keeps_its_place_before_later_callers,
     a_set_waiting_behind_others_does_not_idle_its_free_keys,
     a_deferred_set_runs_when_its_set_is_handed_to_it,
+    a_deferred_set_keeps_its_place_past_the_reservation_time,
     coalesce_keeps_one_waiting_job_per_set,
 );

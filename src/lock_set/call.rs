@@ -222,9 +222,6 @@ where
             .line
             .join(&self.lock.store, attempts.held, &group, me)
             .await?;
-        // A key reserved for the call stays so while the call comes back for the others: each
-        // attempt renews the reservations, so the call looks again within half of one.
-        let delay = delay.min(self.lock.store.reservation() / 2);
         let SetAttempts { line, renewal, .. } = attempts;
         let lost = match renewal.as_mut() {
             // Groups held while waiting for the next: their renewal may give up meanwhile.

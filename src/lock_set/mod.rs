@@ -16,7 +16,8 @@
 //! A request that waits joins the line of every key of its set in one step, so two waiters
 //! that share keys stand in the same order in every line they share; a freed key is handed to
 //! the first in its line, as a lock's is. A waiter first in every line of its set waits only
-//! for holders: the keys that free are reserved for it until it has them all. A waiter that
+//! for holders: the keys that free stay its own (free, with it first in their lines, handed
+//! back to it at any attempt on them) until it has them all. A waiter that
 //! others wait before in some line passes on a key handed to it, to the next behind it (it
 //! stays first in that line): the key works for others rather than idle. The first to come of
 //! all the waiters is first in all its lines and is never passed over, so nobody waits for

@@ -46,11 +46,6 @@ pub struct HeldKey {
 ///
 /// Sealed, as [`LockStore`]: the crate's two stores implement it.
 pub trait LockSetStore: LockStore {
-    /// How long a released key stays reserved for the first in its line: a waiter of a set
-    /// comes back within half of it, which keeps the keys reserved for it while it waits for
-    /// the others.
-    fn reservation(&self) -> Duration;
-
     /// The keys of a set (sorted, no two alike, at least one) in the groups this store takes
     /// in one step, in the order to take them, none empty: one group, unless the store is a
     /// Redis Cluster and the keys are on several hash slots (then one group per slot, by slot).
@@ -61,8 +56,9 @@ pub trait LockSetStore: LockStore {
 
     /// Takes every key of `keys` for `ttl` as `token`, or none: each must be free with nobody
     /// in line before `waiter` (if given), or reserved for it, or already `token`'s. When others
-    /// are not free, the keys reserved for `waiter` stay reserved for it if it is first in every
-    /// line of the set, and go on to the next in line behind it otherwise.
+    /// are not free, the keys reserved for `waiter` are free again with `waiter` first in their
+    /// lines if it is first in every line of the set (an attempt on one hands it back), and go
+    /// on to the next in line behind it otherwise.
     fn acquire_set(
         &self,
         keys: &[LockKey],

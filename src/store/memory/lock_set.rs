@@ -178,10 +178,6 @@ impl MemoryStore {
 }
 
 impl LockSetStore for MemoryStore {
-    fn reservation(&self) -> Duration {
-        self.reservation
-    }
-
     async fn groups(&self, keys: Vec<LockKey>) -> Result<Vec<Vec<LockKey>>, StoreError> {
         Ok(vec![keys])
     }
@@ -211,9 +207,10 @@ impl LockSetStore for MemoryStore {
                 handoffs.push((index, handed));
             }
             if !blocked.is_empty() {
-                // As set_acquire.lua: a caller first in every line keeps the keys reserved for
-                // it while it comes back for the others; one that others wait before in some
-                // line passes them to the next behind it, so that they do not idle.
+                // As set_acquire.lua: a caller first in every line frees the keys reserved for
+                // it, staying first in their lines (an attempt on one hands it back); one that
+                // others wait before in some line passes them to the next behind it, so that
+                // they do not idle.
                 if let Some(waiter) = waiter {
                     let keep = state.first_everywhere(keys, waiter);
                     for (index, key) in keys.iter().enumerate() {
@@ -221,8 +218,9 @@ impl LockSetStore for MemoryStore {
                             continue;
                         }
                         if keep {
-                            if let Some(holding) = state.locks.get_mut(key) {
-                                holding.expires = now + reservation;
+                            state.locks.remove(key);
+                            if let Some(line) = state.lines.get_mut(key) {
+                                line.handed = None;
                             }
                         } else {
                             handoffs.push((index, state.pass_after(key, waiter, now, reservation)));

@@ -95,10 +95,6 @@ impl<Conn> LockSetStore for RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    fn reservation(&self) -> Duration {
-        self.reservation
-    }
-
     async fn groups(&self, keys: Vec<LockKey>) -> Result<Vec<Vec<LockKey>>, StoreError> {
         if !self.prepare().await?.cluster {
             return Ok(vec![keys]);

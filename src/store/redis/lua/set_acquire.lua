@@ -69,12 +69,15 @@ for i = 1, SET_SIZE do
 end
 
 if #blocked > 0 then
-  -- A caller first in every line of its set waits only for holders: the keys reserved for it
-  -- stay reserved while it comes back for the others (those behind it wait for it). One that
-  -- others wait before in some line passes the keys reserved for it to the next behind it, so
-  -- that they do not idle while it waits; it stays first in their lines, and is handed them
-  -- again at their next release. The first to come of all the waiters is first in all its
-  -- lines: it is never passed over, and no waiter starves.
+  -- A caller first in every line of its set waits only for holders. The keys reserved for it
+  -- go back to free, with the caller first in their lines: nobody behind it takes them (an
+  -- attempt on one hands it to the caller again, and wakes it), and no reservation runs out
+  -- under a caller that waits longer than one lasts (a deferred job keeps its place however
+  -- long the holders of its other keys take). One that others wait before in some line passes
+  -- the keys reserved for it to the next behind it, so that they do not idle while it waits;
+  -- it stays first in their lines, and is handed them again at their next release. The first
+  -- to come of all the waiters is first in all its lines: it is never passed over, and no
+  -- waiter starves.
   if waiter ~= '' then
     local first_everywhere = true
     for i = 1, SET_SIZE do
@@ -87,7 +90,7 @@ if #blocked > 0 then
       select_key(i)
       if redis.call('GET', LOCK) == '@' .. waiter then
         if first_everywhere then
-          redis.call('PEXPIRE', LOCK, RESERVATION_MS)
+          redis.call('DEL', LOCK, HANDOFF)
         else
           note_handoff(i, pass_after(waiter))
         end
