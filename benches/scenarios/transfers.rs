@@ -67,6 +67,7 @@ fn retry() -> Retry {
 struct Round {
     rate: f64,
     p50: Duration,
+    p90: Duration,
     p99: Duration,
 }
 
@@ -83,7 +84,7 @@ pub async fn run(server: &RedisServer, size: Size) {
         &format!(
             "Two-key transfers: {ACCOUNTS} accounts, 1 in 10 on {HOT} hot ones, {AT_ONCE} at once, {WORK:?} of work, {rounds} interleaved rounds of {load:?}"
         ),
-        &["how the two keys are taken", "transfers", "p50", "p99"],
+        &["how the two keys are taken", "transfers", "p50", "p90", "p99"],
     );
     for (label, rounds) in [
         ("one set (LockSetLayer)", &sets),
@@ -91,12 +92,14 @@ pub async fn run(server: &RedisServer, size: Size) {
     ] {
         let rates: Vec<f64> = rounds.iter().map(|round| round.rate).collect();
         let p50: Vec<f64> = rounds.iter().map(|round| round.p50.as_secs_f64()).collect();
+        let p90: Vec<f64> = rounds.iter().map(|round| round.p90.as_secs_f64()).collect();
         let p99: Vec<f64> = rounds.iter().map(|round| round.p99.as_secs_f64()).collect();
         let as_ms = |s: f64| ms(Duration::from_secs_f64(s));
         table.row(vec![
             label.to_string(),
             spread(&rates, per_s),
             spread(&p50, as_ms),
+            spread(&p90, as_ms),
             spread(&p99, as_ms),
         ]);
     }
@@ -111,6 +114,7 @@ pub async fn run(server: &RedisServer, size: Size) {
         "set / sorted, round by round".to_string(),
         spread(&ratio(|round| round.rate), times),
         spread(&ratio(|round| round.p50.as_secs_f64()), times),
+        spread(&ratio(|round| round.p90.as_secs_f64()), times),
         spread(&ratio(|round| round.p99.as_secs_f64()), times),
     ]);
     table.print();
@@ -188,6 +192,7 @@ where
     Round {
         rate: rate(latencies.len(), elapsed),
         p50: percentile(&mut latencies, 0.5),
+        p90: percentile(&mut latencies, 0.9),
         p99: percentile(&mut latencies, 0.99),
     }
 }
