@@ -4,6 +4,10 @@
 //! a set waits in its keys' lines in arrival order (a later single-key caller does not pass
 //! it); a deferred set runs when its whole set is handed to its job.
 
+/// Worker processes SIGKILLed at random while they hold sets (a module, so that it shares this
+/// test binary).
+#[path = "lock_set/process_faults.rs"]
+mod process_faults;
 mod support;
 
 use std::collections::HashMap;

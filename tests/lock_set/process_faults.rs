@@ -6,8 +6,6 @@
 //! the bound below), and a request ran to its end twice only when a kill cut it off between its
 //! end and its acknowledgement.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -21,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt, service_fn};
 
-use support::{RedisServer, Server, WorkerProcess, eventually, for_each_server, store_at, unique_prefix};
+use crate::support::{RedisServer, Server, WorkerProcess, eventually, store_at, unique_prefix};
 
 /// The keys the sets are drawn from.
 const KEYS: usize = 6;
@@ -174,7 +172,7 @@ async fn lock_set_worker_process() {
 
 fn start_worker(url: &str, prefix: &str) -> WorkerProcess {
     WorkerProcess::start(
-        "lock_set_worker_process",
+        "process_faults::lock_set_worker_process",
         &[("REDEFER_SET_WORKER", url), ("REDEFER_SET_PREFIX", prefix)],
     )
 }
@@ -280,4 +278,4 @@ async fn sigkilled_set_holders_never_overlap_and_every_request_ends(server: Serv
     );
 }
 
-for_each_server!(sigkilled_set_holders_never_overlap_and_every_request_ends);
+crate::support::for_each_server!(sigkilled_set_holders_never_overlap_and_every_request_ends);
