@@ -204,26 +204,38 @@ async fn overlapping_sets_in_any_order_never_overlap_nor_deadlock<St: LockSetSto
     );
 }
 
+/// Who ran, in the order they ran.
+type Order = Arc<Mutex<Vec<&'static str>>>;
+
+/// A handler that notes `who` in `order` when it runs.
+fn recorder(
+    order: &Order,
+    who: &'static str,
+) -> impl tower::Service<Vec<String>, Response = (), Error = Infallible, Future: Send> + Clone + Send + 'static
+{
+    let order = Arc::clone(order);
+    service_fn(move |_: Vec<String>| {
+        order.lock().unwrap().push(who);
+        async { Ok::<_, Infallible>(()) }
+    })
+}
+
+/// A patient `Retry`: waits in line, looking again every 20 to 200 ms.
+fn retry() -> Retry {
+    Retry::new(Backoff::exponential(
+        Duration::from_millis(20),
+        Duration::from_millis(200),
+    ))
+    .max_attempts(1_000)
+}
+
 /// A set that waits is in line on each of its keys: a single-key caller that comes after it
 /// on one of them waits behind it, though that key frees first.
 async fn a_waiting_set_keeps_its_place_before_later_callers<St: LockSetStore>(store: St) {
     let a = hold(&store, "doc:a").await;
     let b = hold(&store, "doc:b").await;
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let record = |who: &'static str| {
-        let order = Arc::clone(&order);
-        service_fn(move |_: Vec<String>| {
-            order.lock().unwrap().push(who);
-            async { Ok::<_, Infallible>(()) }
-        })
-    };
-    let retry = || {
-        Retry::new(Backoff::exponential(
-            Duration::from_millis(20),
-            Duration::from_millis(200),
-        ))
-        .max_attempts(1_000)
-    };
+    let order = Order::default();
+    let record = |who: &'static str| recorder(&order, who);
     let set = LockSetLayer::new(store.clone(), |names: &Vec<String>| Some(names.clone()))
         .on_conflict(retry())
         .layer(record("set"));
@@ -259,21 +271,8 @@ async fn a_waiting_set_keeps_its_place_before_later_callers<St: LockSetStore>(st
 /// those before it are done.
 async fn a_set_waiting_behind_others_does_not_idle_its_free_keys<St: LockSetStore>(store: St) {
     let b = hold(&store, "doc:b").await;
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let record = |who: &'static str| {
-        let order = Arc::clone(&order);
-        service_fn(move |_: Vec<String>| {
-            order.lock().unwrap().push(who);
-            async { Ok::<_, Infallible>(()) }
-        })
-    };
-    let retry = || {
-        Retry::new(Backoff::exponential(
-            Duration::from_millis(20),
-            Duration::from_millis(200),
-        ))
-        .max_attempts(1_000)
-    };
+    let order = Order::default();
+    let record = |who: &'static str| recorder(&order, who);
     let single = |name: &'static str| {
         LockLayer::new(store.clone(), move |_: &Vec<String>| Some(name.to_string())).on_conflict(retry())
     };
