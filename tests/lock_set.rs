@@ -204,6 +204,14 @@ async fn overlapping_sets_in_any_order_never_overlap_nor_deadlock<St: LockSetSto
     );
 }
 
+/// A scheduler that looks for due jobs at least every 200 ms.
+fn quick() -> SchedulerOptions {
+    SchedulerOptions {
+        max_idle: Duration::from_millis(200),
+        ..SchedulerOptions::default()
+    }
+}
+
 /// Who ran, in the order they ran.
 type Order = Arc<Mutex<Vec<&'static str>>>;
 
@@ -357,10 +365,7 @@ async fn a_deferred_set_runs_when_its_set_is_handed_to_it<St: LockSetStore + Que
             }
         }));
     let scheduler = Scheduler::new(queue.clone(), service.clone())
-        .options(SchedulerOptions {
-            max_idle: Duration::from_millis(200),
-            ..SchedulerOptions::default()
-        })
+        .options(quick())
         .start();
     let a = hold(&store, "acct:a").await;
     let b = hold(&store, "acct:b").await;
@@ -409,10 +414,7 @@ async fn a_deferred_set_keeps_its_place_past_the_reservation_time<
             }
         }));
     let scheduler = Scheduler::new(queue.clone(), set.clone())
-        .options(SchedulerOptions {
-            max_idle: Duration::from_millis(200),
-            ..SchedulerOptions::default()
-        })
+        .options(quick())
         .start();
     let a = hold(&store, "acct:a").await;
     let b = hold(&store, "acct:b").await;
@@ -506,10 +508,7 @@ async fn coalesce_keeps_one_waiting_job_per_set<St: LockSetStore + QueueStore + 
     assert_eq!(jobs[0], jobs[1], "one job for the set {{a, b}}");
     assert_ne!(jobs[0], jobs[2], "another for {{b, c}}");
     let scheduler = Scheduler::new(queue.clone(), service.clone())
-        .options(SchedulerOptions {
-            max_idle: Duration::from_millis(200),
-            ..SchedulerOptions::default()
-        })
+        .options(quick())
         .start();
     assert!(store.release(&key("acct:b"), b).await.unwrap());
     eventually(Duration::from_secs(10), "both jobs ran", || async {

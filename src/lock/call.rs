@@ -7,7 +7,6 @@ use std::panic::resume_unwind;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::RngExt;
 use tokio::time::{Instant, sleep};
 use tower::Service;
 
@@ -19,7 +18,7 @@ use crate::guard::{ConflictKind, Error, HeldConflict, OverHandler};
 use crate::key::LockKey;
 use crate::lock::{
     Acquisition, FencingToken, Handoffs, HeldLock, Holders, LockSpace, LockStore, LockToken, ReleaseOnDrop,
-    StopListener, Waiter, held_by_caller, run_renewed,
+    StopListener, Waiter, held_by_caller, hold_ended, run_renewed,
 };
 use crate::metric_names;
 use crate::renewal::{Lease, Renewal};
@@ -266,13 +265,7 @@ where
                 return Err(Error::LockLost { key, reason: lost });
             }
         };
-        crate::guard::handler_returned();
-        let held = acquired_at.elapsed();
-        ::metrics::histogram!(metric_names::LOCK_HOLD).record(held.as_secs_f64());
-        self.holds.record(held);
-        // One release in `HOLD_SAMPLING` reports its hold: the key's last hold, for the
-        // `retry_after` of callers that meet it, at a fraction of the cost of a write per release.
-        let held_for = rand::rng().random_ratio(1, HOLD_SAMPLING).then_some(held);
+        let held_for = hold_ended(&self.holds, acquired_at);
         attempts.release.release_after(held_for);
         match finished {
             Ok(result) => result,
@@ -280,9 +273,6 @@ where
         }
     }
 }
-
-/// One release in this many tells the store how long the lock was held.
-const HOLD_SAMPLING: u32 = 8;
 
 /// A call's place in its key's line while it waits in place (the `Retry` strategy).
 #[derive(Default)]

@@ -32,7 +32,7 @@ pub use self::holds::DEFAULT_TYPICAL_HOLD;
 pub use self::layer::LockLayer;
 pub(crate) use self::line::line_of;
 pub(crate) use self::release_on_drop::ReleaseOnDrop;
-pub(crate) use self::run::run_renewed;
+pub(crate) use self::run::{hold_ended, run_renewed};
 pub use self::service::LockService;
 pub(crate) use self::stop::StopListener;
 pub use self::store::{Acquisition, LockStore};

@@ -9,8 +9,15 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 use tower::Service;
 
+use std::time::Duration;
+
+use rand::RngExt;
+use tokio::time::Instant;
+
+use super::holds::LayerHolds;
 use super::{HeldLock, run_holdings};
 use crate::guard::{CallResult, Nesting, OverHandler};
+use crate::metric_names;
 use crate::renewal::{Lease, LossReason, Renewal, while_valid};
 
 /// How a request that ran under held keys ended: its result, or its handler's panic, to be
@@ -54,4 +61,19 @@ where
         Ok(Ok(result)) => lease.lost().map_or(Ok(Ok(result)), Err),
         other => other,
     }
+}
+
+/// One release in this many tells the store how long its key was held.
+const HOLD_SAMPLING: u32 = 8;
+
+/// The handler of keys acquired at `acquired_at` returned: its hold is measured (metrics,
+/// the layer's `holds`), and one release in `HOLD_SAMPLING` reports it to the store (the
+/// key's last hold, for the `retry_after` of callers that meet it, at a fraction of the cost
+/// of a write per release): the hold to report, if this one does.
+pub(crate) fn hold_ended(holds: &LayerHolds, acquired_at: Instant) -> Option<Duration> {
+    crate::guard::handler_returned();
+    let held = acquired_at.elapsed();
+    ::metrics::histogram!(metric_names::LOCK_HOLD).record(held.as_secs_f64());
+    holds.record(held);
+    rand::rng().random_ratio(1, HOLD_SAMPLING).then_some(held)
 }

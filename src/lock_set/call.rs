@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::{select_all, try_join_all};
-use rand::RngExt;
 use tokio::time::{Instant, sleep};
 use tower::Service;
 
@@ -23,7 +22,7 @@ use crate::guard::{
 use crate::key::LockKey;
 use crate::lock::{
     FencingToken, Handoffs, HeldLock, Holders, LockSpace, LockStore, LockToken, ReleaseOnDrop, StopListener,
-    Waiter, estimate_wait, held_by_caller, run_renewed,
+    Waiter, estimate_wait, held_by_caller, hold_ended, run_renewed,
 };
 use crate::metric_names;
 use crate::renewal::{Lease, Renewal};
@@ -353,11 +352,7 @@ where
                 return Err(Error::LockLost { key, reason: lost });
             }
         };
-        crate::guard::handler_returned();
-        let held = acquired.at.elapsed();
-        ::metrics::histogram!(metric_names::LOCK_HOLD).record(held.as_secs_f64());
-        self.lock.holds.record(held);
-        let held_for = rand::rng().random_ratio(1, HOLD_SAMPLING).then_some(held);
+        let held_for = hold_ended(&self.lock.holds, acquired.at);
         // Sent together: each release is on the connection before the next is written.
         for release in &mut attempts.releases {
             release.release_after(held_for);
@@ -368,9 +363,6 @@ where
         }
     }
 }
-
-/// One release in this many tells the store how long the keys were held.
-const HOLD_SAMPLING: u32 = 8;
 
 impl<St: LockSetStore, X, Strat> LockSetLayer<St, X, Strat> {
     /// Notes the group the call took: its keys are held from now on, and renewed.

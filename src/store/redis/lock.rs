@@ -50,7 +50,7 @@ fn acquire_reply(reply: Vec<redis::Value>) -> Result<AcquireReply, StoreError> {
 }
 
 /// A duration from a script's milliseconds; `None` for the -1 (or -2) of "none".
-fn duration(ms: i64) -> Option<Duration> {
+pub(super) fn duration(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
 

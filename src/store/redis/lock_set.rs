@@ -9,7 +9,7 @@ use redis::{FromRedisValue, Script, ScriptInvocation, Value};
 
 use super::RedisStore;
 use super::keys::LockKeys;
-use super::lock::{JoinReply, cap_args};
+use super::lock::{JoinReply, cap_args, duration};
 use super::scripts::{SET_ACQUIRE, SET_JOIN, SET_LEAVE};
 use crate::error::StoreError;
 use crate::key::{LockKey, hash_slot};
@@ -24,11 +24,6 @@ type KeyWaiters = Vec<(i64, String)>;
 /// One value of a script's reply, as `T`.
 fn parse<T: FromRedisValue>(value: Option<&Value>) -> Result<T, StoreError> {
     redis::from_redis_value_ref(value.unwrap_or(&Value::Nil)).map_err(|error| StoreError::Redis(error.into()))
-}
-
-/// A duration from a script's milliseconds; `None` for the -1 (or -2) of "none".
-fn duration(ms: i64) -> Option<Duration> {
-    u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
 /// The key a script's 1-based index names among `keys`.
