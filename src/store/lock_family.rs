@@ -30,8 +30,8 @@ macro_rules! lock_family {
                 ) -> Result<Acquisition, StoreError> {
                     match holders {
                         Holders::One => self.acquire_lock(key, token, ttl, waiter, fencing).await,
-                        Holders::Permits(permits) => {
-                            self.acquire_permit_in_line(key, token, ttl, permits, waiter, fencing)
+                        Holders::Permits(_) | Holders::Writer(_) => {
+                            self.acquire_permit_in_line(key, token, ttl, holders, waiter, fencing)
                                 .await
                         }
                     }
@@ -46,7 +46,7 @@ macro_rules! lock_family {
                 ) -> Result<bool, StoreError> {
                     match holders {
                         Holders::One => self.extend_lock(key, token, ttl).await,
-                        Holders::Permits(_) => self.extend_permit_lease(key, token, ttl).await,
+                        Holders::Permits(_) | Holders::Writer(_) => self.extend_permit_lease(key, token, ttl, holders).await,
                     }
                 }
 
@@ -59,7 +59,7 @@ macro_rules! lock_family {
                 ) -> Result<bool, StoreError> {
                     match holders {
                         Holders::One => self.release_lock(key, token, held_for).await,
-                        Holders::Permits(permits) => self.release_permit_lease(key, token, permits, held_for).await,
+                        Holders::Permits(_) | Holders::Writer(_) => self.release_permit_lease(key, token, holders, held_for).await,
                     }
                 }
 
@@ -73,21 +73,21 @@ macro_rules! lock_family {
                 ) -> Result<LineJoin, StoreError> {
                     match holders {
                         Holders::One => self.join_lock_line(key, waiter, replacing, cap).await,
-                        Holders::Permits(permits) => self.join_permit_line(key, waiter, replacing, permits, cap).await,
+                        Holders::Permits(_) | Holders::Writer(_) => self.join_permit_line(key, waiter, replacing, holders, cap).await,
                     }
                 }
 
                 async fn leave_line(&self, key: &LockKey, waiter: &Waiter, holders: Holders) -> Result<(), StoreError> {
                     match holders {
                         Holders::One => self.leave_lock_line(key, waiter).await,
-                        Holders::Permits(permits) => self.leave_permit_line(key, waiter, permits).await,
+                        Holders::Permits(_) | Holders::Writer(_) => self.leave_permit_line(key, waiter, holders).await,
                     }
                 }
 
                 fn line_handoffs(&self, key: &LockKey, holders: Holders) -> Handoffs {
                     match holders {
                         Holders::One => self.lock_handoffs(key),
-                        Holders::Permits(_) => self.permit_line_handoffs(key),
+                        Holders::Permits(_) | Holders::Writer(_) => self.permit_line_handoffs(key),
                     }
                 }
 

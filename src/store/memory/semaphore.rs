@@ -1,7 +1,7 @@
 //! The semaphore operations of the in-memory store: the same steps as the permit scripts, under
 //! one mutex instead of Redis's single thread.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -13,7 +13,7 @@ use super::line::Line;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockToken, Waiter, next_fences,
+    Acquisition, Fencing, FencingToken, Handoffs, Holders, LineCap, LineJoin, LockToken, Waiter, next_fences,
 };
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
@@ -27,14 +27,19 @@ pub(super) struct SemaphoreState {
     records: KeyRecords,
 }
 
-/// One key's permits and line (`PERMITS`, `FENCES`, `LIMIT` and `WAITERS` of the scripts).
+/// One key's permits and line (`PERMITS`, `FENCES`, `LIMIT`, `WAITERS` and `WRITERS` of the
+/// scripts).
 #[derive(Default)]
 pub(super) struct KeyPermits {
     /// Holder -> its fencing token and lease deadline.
     pub(super) holders: HashMap<LockToken, (FencingToken, Instant)>,
+    /// The holder that writes, when it still holds: a writer holds the key alone.
+    pub(super) writer: Option<LockToken>,
     /// Waiter -> the deadline of the permit reserved for it.
     pub(super) reserved: HashMap<Waiter, Instant>,
     pub(super) line: Line,
+    /// The waiters in line that write.
+    pub(super) writers: HashSet<Waiter>,
     /// The limit the last acquire asked for.
     pub(super) limit: u32,
 }
@@ -43,6 +48,28 @@ impl KeyPermits {
     /// Permits held or reserved: what counts against the limit.
     fn taken(&self) -> usize {
         self.holders.len() + self.reserved.len()
+    }
+
+    /// Whether a writer holds the key, or has it reserved.
+    pub(super) fn written(&self) -> bool {
+        self.writer.is_some_and(|writer| self.holders.contains_key(&writer))
+            || self.reserved.keys().any(|waiter| self.writers.contains(waiter))
+    }
+
+    /// Whether a holder (a writer when `writes`) fits beside the permits held and reserved now:
+    /// a writer only on a free key, a reader below the limit and beside no writer.
+    fn fits(&self, writes: bool, limit: u32) -> bool {
+        let taken = self.taken();
+        if writes || taken == 0 {
+            return taken == 0;
+        }
+        taken < limit as usize && !self.written()
+    }
+
+    /// `waiter` leaves the line (it took its permit, gave up, or its reservation ran out).
+    fn leave_line(&mut self, waiter: &Waiter) {
+        self.line.remove(waiter);
+        self.writers.remove(waiter);
     }
 
     /// Drops the permits and reservations whose deadline passed (a reservation's waiter leaves
@@ -57,39 +84,36 @@ impl KeyPermits {
             .collect();
         for waiter in &expired {
             self.reserved.remove(waiter);
-            self.line.remove(waiter);
+            self.leave_line(waiter);
         }
         expired
     }
 
-    /// Whether a caller at `waiter`'s place (or a newcomer) may take one of the free permits:
-    /// fewer waiters without a reservation are ahead of it than permits are free.
-    fn may_take(&self, waiter: Option<&Waiter>, limit: u32) -> bool {
-        let free = (limit as usize).saturating_sub(self.taken());
-        let unreserved_ahead = self
-            .line
-            .order
-            .values()
-            .take_while(|ahead| Some(*ahead) != waiter)
-            .filter(|ahead| !self.reserved.contains_key(*ahead))
-            .take(free)
-            .count();
-        free > 0 && unreserved_ahead < free
+    /// Whether a caller at `waiter`'s place (or a newcomer) may take a free permit: it fits,
+    /// and no waiter without a reservation is ahead of it (reserved waiters stand at the front
+    /// of the line).
+    fn may_take(&self, waiter: Option<&Waiter>, writes: bool, limit: u32) -> bool {
+        self.fits(writes, limit) && self.line.ahead_of(waiter) <= self.reserved.len() as u64
     }
 
-    /// Reserves the free permits for the first in line that have none; who they are.
+    /// Reserves the free permits for the line in its order: the first waiters without a
+    /// reservation, up to the first that does not fit (the readers behind a waiting writer
+    /// wait for it); who they are.
     fn hand_to_line(&mut self, now: Instant, limit: u32, reservation: Duration) -> Vec<Waiter> {
-        let free = (limit as usize).saturating_sub(self.taken());
-        let handed: Vec<Waiter> = self
+        let mut handed = Vec::new();
+        let waiting: Vec<Waiter> = self
             .line
             .order
             .values()
             .filter(|waiter| !self.reserved.contains_key(*waiter))
-            .take(free)
             .cloned()
             .collect();
-        for waiter in &handed {
+        for waiter in waiting {
+            if !self.fits(self.writers.contains(&waiter), limit) {
+                break;
+            }
             self.reserved.insert(waiter.clone(), now + reservation);
+            handed.push(waiter);
         }
         handed
     }
@@ -235,10 +259,11 @@ impl MemoryStore {
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
-        permits: u32,
+        holders: Holders,
         waiter: Option<&Waiter>,
         fencing: Fencing,
     ) -> Result<Acquisition, StoreError> {
+        let (permits, writes) = (holders.limit(), holders.writes());
         let now = Instant::now();
         let reservation = self.reservation;
         let (acquisition, handed) = {
@@ -253,20 +278,25 @@ impl MemoryStore {
                 let reserved = waiter.and_then(|waiter| state.reserved.remove(waiter));
                 if let Some(deadline) = reserved {
                     metric_names::handoff_taken(reservation.saturating_sub(deadline - now));
-                } else if !state.may_take(waiter, permits) {
+                } else if !state.may_take(waiter, writes, permits) {
                     handed.reserved = state.hand_to_line(now, permits, reservation);
                     return Err(Acquisition::Held {
                         remaining: state.first_deadline().map(|deadline| deadline - now),
                         ahead: state.line.ahead_of(waiter),
                         typical_hold: typical_hold.map(|hold| hold / permits.max(1)),
-                        reserved: state.holders.len() < permits as usize,
+                        // Only reservations stand in the way: no holder it could not join.
+                        reserved: state.holders.is_empty()
+                            || !(writes || state.holders.len() >= permits as usize || state.written()),
                     });
                 }
                 if let Some(waiter) = waiter {
-                    state.line.remove(waiter);
+                    state.leave_line(waiter);
                 }
                 let fence = FencingToken(next_fences(counter, 1));
                 state.holders.insert(token, (fence, now + ttl));
+                if writes {
+                    state.writer = Some(token);
+                }
                 state.limit = permits;
                 handed.reserved = state.hand_to_line(now, permits, reservation);
                 Ok(fence)
@@ -284,6 +314,7 @@ impl MemoryStore {
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
+        _holders: Holders,
     ) -> Result<bool, StoreError> {
         let now = Instant::now();
         let mut state = self.semaphores();
@@ -306,9 +337,10 @@ impl MemoryStore {
         &self,
         key: &LockKey,
         token: LockToken,
-        permits: u32,
+        holders: Holders,
         held_for: Option<Duration>,
     ) -> Result<bool, StoreError> {
+        let permits = holders.limit();
         let now = Instant::now();
         let reservation = self.reservation;
         let (released, handed) = {
@@ -332,9 +364,10 @@ impl MemoryStore {
         key: &LockKey,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
-        permits: u32,
+        holders: Holders,
         cap: Option<LineCap>,
     ) -> Result<LineJoin, StoreError> {
+        let permits = holders.limit();
         let now = Instant::now();
         let reservation = self.reservation;
         let (joined, handed) = self.semaphores().with_key(key, now, |state, handed, _| {
@@ -342,7 +375,15 @@ impl MemoryStore {
             let evicted = state.line.make_room(waiter, replacing, cap, |candidate| {
                 reserved.contains_key(candidate)
             })?;
+            for gone in evicted.iter().chain(replacing) {
+                state.writers.remove(gone);
+            }
             state.line.join(waiter, replacing);
+            if holders.writes() {
+                state.writers.insert(waiter.clone());
+            } else {
+                state.writers.remove(waiter);
+            }
             handed.reserved = state.hand_to_line(now, permits, reservation);
             Ok((state.line.ahead_of(Some(waiter)), evicted))
         });
@@ -358,8 +399,9 @@ impl MemoryStore {
         &self,
         key: &LockKey,
         waiter: &Waiter,
-        permits: u32,
+        holders: Holders,
     ) -> Result<(), StoreError> {
+        let permits = holders.limit();
         let handed = self.leave_permits_now(key, waiter, permits);
         let line = PermitLine { store: self, permits };
         hand_over(&line, key, handed).await;

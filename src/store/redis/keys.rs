@@ -143,6 +143,8 @@ pub(crate) struct PermitKeys {
     pub(crate) waiters: String,
     /// string: the key's typical hold in ms (expires a minute after the last release).
     pub(crate) holds: String,
+    /// set: the waiters in line that write (a read-write lock's writers).
+    pub(crate) writers: String,
     /// pub/sub channel: who a permit was reserved for. Not a key: scripts get it in `ARGV[1]`.
     pub(crate) wake: String,
 }
@@ -166,12 +168,13 @@ impl PermitKeys {
             limit: key("permit-limit"),
             waiters: key("permit-waiters"),
             holds: key("permit-holds"),
+            writers: key("permit-writers"),
             wake: key("permit-wake"),
         }
     }
 
     /// The keys in the order of the scripts' `KEYS`.
-    pub(crate) fn in_script_order(&self) -> [&str; 6] {
+    pub(crate) fn in_script_order(&self) -> [&str; 7] {
         [
             &self.permits,
             &self.fences,
@@ -179,6 +182,7 @@ impl PermitKeys {
             &self.limit,
             &self.waiters,
             &self.holds,
+            &self.writers,
         ]
     }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Script, ScriptInvocation};
+use redis::{RedisWrite, Script, ScriptInvocation, ToRedisArgs};
 
 use super::RedisStore;
 use super::keys::PermitKeys;
@@ -11,7 +11,7 @@ use super::lock::{JoinReply, cap_args};
 use super::scripts::{PERMIT_ACQUIRE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE, PERMIT_RELEASE};
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockToken, Waiter};
+use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, Holders, LineCap, LineJoin, LockToken, Waiter};
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
 use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired};
@@ -25,6 +25,23 @@ type AcquireReply = (i64, i64, i64, i64, i64, Vec<String>, Vec<String>);
 /// A duration from a script's milliseconds; `None` for the -1 of "none".
 fn duration(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+/// A permit's holder as the scripts name it: its token, a writer's after the writer's mark
+/// (`lua/permit_prelude.lua`).
+struct HolderName(LockToken, Holders);
+
+impl ToRedisArgs for HolderName {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let HolderName(token, holders) = self;
+        if holders.writes() {
+            let mut name = [b'!'; 33];
+            name[1..].copy_from_slice(&token.to_hex());
+            out.write_arg(&name);
+        } else {
+            out.write_arg(&token.to_hex());
+        }
+    }
 }
 
 /// Waiters as a script lists them.
@@ -63,13 +80,14 @@ where
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
-        permits: u32,
+        holders: Holders,
         waiter: Option<&Waiter>,
         fencing: Fencing,
     ) -> Result<Acquisition, StoreError> {
+        let permits = holders.limit();
         let (status, first, second, hold, only_reserved, handed, dropped): AcquireReply = self
             .permit_script(&PERMIT_ACQUIRE, key)
-            .arg(token)
+            .arg(HolderName(token, holders))
             .arg(ttl_millis(ttl))
             .arg(permits)
             .arg(waiter.map_or("", Waiter::as_str))
@@ -84,7 +102,7 @@ where
                     metric_names::handoff_taken(waited);
                 }
                 if let Err(error) = self.replicated().await {
-                    self.release_permit_lease(key, token, permits, None).await?;
+                    self.release_permit_lease(key, token, holders, None).await?;
                     return Err(error);
                 }
                 Ok(Acquisition::Acquired(
@@ -114,7 +132,7 @@ where
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
-        permits: u32,
+        holders: Holders,
         waiter: Option<&Waiter>,
         fencing: Fencing,
     ) -> Result<Acquisition, StoreError> {
@@ -123,12 +141,12 @@ where
         // after it; found taken then, try again once it is answered.
         let releasing = self.releasing.pending(key);
         let acquisition = self
-            .acquire_permit(key, token, ttl, permits, waiter, fencing)
+            .acquire_permit(key, token, ttl, holders, waiter, fencing)
             .await?;
         if releasing && matches!(acquisition, Acquisition::Held { .. }) {
             self.releasing.settled(key).await;
             return self
-                .acquire_permit(key, token, ttl, permits, waiter, fencing)
+                .acquire_permit(key, token, ttl, holders, waiter, fencing)
                 .await;
         }
         Ok(acquisition)
@@ -139,10 +157,11 @@ where
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
+        holders: Holders,
     ) -> Result<bool, StoreError> {
         let extended: bool = self
             .permit_script(&PERMIT_EXTEND, key)
-            .arg(token)
+            .arg(HolderName(token, holders))
             .arg(ttl_millis(ttl))
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -153,14 +172,15 @@ where
         &self,
         key: &LockKey,
         token: LockToken,
-        permits: u32,
+        holders: Holders,
         held_for: Option<Duration>,
     ) -> Result<bool, StoreError> {
         let _on_its_way = self.releasing.start(key);
         let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
+        let permits = holders.limit();
         let (released, handed, dropped): (bool, Vec<String>, Vec<String>) = self
             .permit_script(&PERMIT_RELEASE, key)
-            .arg(token)
+            .arg(HolderName(token, holders))
             .arg(held_ms)
             .arg(permits)
             .invoke_async(&mut self.conn.clone())
@@ -174,10 +194,11 @@ where
         key: &LockKey,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
-        permits: u32,
+        holders: Holders,
         cap: Option<LineCap>,
     ) -> Result<LineJoin, StoreError> {
         let (max, overflow) = cap_args(cap);
+        let permits = holders.limit();
         let (handed, dropped, ahead, refused, evicted): JoinReply<Vec<String>> = self
             .permit_script(&PERMIT_JOIN, key)
             .arg(waiter.as_str())
@@ -185,6 +206,7 @@ where
             .arg(permits)
             .arg(max)
             .arg(overflow)
+            .arg(if holders.writes() { "1" } else { "" })
             .invoke_async(&mut self.conn.clone())
             .await?;
         if refused == 1 {
@@ -201,9 +223,12 @@ where
         &self,
         key: &LockKey,
         waiter: &Waiter,
-        permits: u32,
+        holders: Holders,
     ) -> Result<(), StoreError> {
-        let line = PermitLine { store: self, permits };
+        let line = PermitLine {
+            store: self,
+            permits: holders.limit(),
+        };
         let handed = line.pass_on(key, waiter).await?;
         hand_over(&line, key, handed).await;
         Ok(())

@@ -1,6 +1,6 @@
 #!lua flags=allow-oom
 -- Resets the deadline of the caller's permit, if it still has one.
--- ARGV[3] the holder's token, ARGV[4] the TTL in ms.
+-- ARGV[3] the holder (its token; a writer's marked), ARGV[4] the TTL in ms.
 -- Returns 1 when extended, 0 when the permit ran out (or was never taken).
 local token, ttl = ARGV[3], tonumber(ARGV[4])
 local now = now_ms()

@@ -5,6 +5,7 @@
 -- Returns the waiters permits were reserved for.
 local waiter, limit = ARGV[3], tonumber(ARGV[4])
 redis.call('ZREM', WAITERS, waiter)
+redis.call('SREM', WRITERS, waiter)
 redis.call('ZREM', PERMITS, '@' .. waiter)
 local now = now_ms()
 prune(now)

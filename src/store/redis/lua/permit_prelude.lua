@@ -1,16 +1,22 @@
--- The prelude of every permit script (a semaphore: up to a limit of holders per key),
--- prepended to it after its flags line when the scripts are loaded (src/store/redis/scripts.rs).
+-- The prelude of every permit script (a semaphore: up to a limit of holders per key; a
+-- read-write lock: its readers share the limit, a writer holds the key alone), prepended to
+-- it after its flags line when the scripts are loaded (src/store/redis/scripts.rs).
 -- It names the semaphore's keys, which every permit script receives in this order
 -- (src/store/redis/keys.rs builds the list), and the steps several scripts share.
-local PERMITS, FENCES, FENCE, LIMIT, WAITERS, HOLDS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
--- PERMITS  zset: holder token -> lease deadline, '@' .. waiter -> reservation deadline (ms,
---          server clock); both count against the limit
--- FENCES   hash: holder token -> the fencing token of its permit
+local PERMITS, FENCES, FENCE, LIMIT, WAITERS, HOLDS, WRITERS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+-- PERMITS  zset: holder -> lease deadline, '@' .. waiter -> reservation deadline (ms, server
+--          clock); both count against the limit. A holder is its token, a writer's is
+--          WRITER_MARK .. its token: a writer holds the key alone
+-- FENCES   hash: holder (as in PERMITS) -> the fencing token of its permit
 -- FENCE    counter: the last fencing token handed out
 -- LIMIT    string: the limit the last acquire asked for, for operators' tools (PX its TTL)
 -- WAITERS  zset: waiter -> arrival order; the line, first come first served
 -- HOLDS    string: the key's last hold in ms (expires IDLE_MS after the last release)
+-- WRITERS  set: the waiters in line that write (expires IDLE_MS after the last writer joined)
+
+-- What starts a writer's holder name (tokens are hex).
+local WRITER_MARK = '!'
 
 -- The pub/sub channel that tells the line who a permit was reserved for, and how long a
 -- reservation lasts: every permit script gets them in ARGV[1] and ARGV[2], its own arguments
@@ -38,6 +44,7 @@ local function prune(now)
     if string.sub(member, 1, 1) == '@' then
       local waiter = string.sub(member, 2)
       redis.call('ZREM', WAITERS, waiter)
+      redis.call('SREM', WRITERS, waiter)
       dropped[#dropped + 1] = waiter
     else
       redis.call('HDEL', FENCES, member)
@@ -56,26 +63,52 @@ local function keep_alive(ms)
   end
 end
 
--- Reserves the free permits of `limit` for the first in line that have none yet, each for
--- RESERVATION_MS, and tells the line who. Returns the waiters reserved for.
+-- Whether `waiter` waits to write.
+local function waits_to_write(waiter)
+  return redis.call('SISMEMBER', WRITERS, waiter) == 1
+end
+
+-- Whether a holder (a writer when `writer`) fits beside the permits held and reserved now: a
+-- writer only on a free key, a reader below the limit and beside no writer (a writer, held
+-- or reserved, is alone: it is the one entry).
+local function fits(writer, limit)
+  local taken = redis.call('ZCARD', PERMITS)
+  if writer or taken == 0 then
+    return taken == 0
+  end
+  if taken >= limit then
+    return false
+  end
+  if taken > 1 then
+    return true
+  end
+  local only = redis.call('ZRANGE', PERMITS, 0, 0)[1]
+  if string.sub(only, 1, 1) == WRITER_MARK then
+    return false
+  end
+  return not (string.sub(only, 1, 1) == '@' and waits_to_write(string.sub(only, 2)))
+end
+
+-- Reserves the key's free permits for the line in its order, each for RESERVATION_MS, and
+-- tells the line who: the first waiters without a reservation, up to the first that does not
+-- fit (a writer waits for every holder to leave, and the readers behind it wait for it:
+-- writers are not starved). Returns the waiters reserved for.
 local function hand_to_line(now, limit)
   local handed = {}
-  local free = math.min(limit - redis.call('ZCARD', PERMITS), MAX_STEPS)
-  if free <= 0 then
+  if redis.call('ZCARD', PERMITS) >= limit then
     return handed
   end
-  -- At most limit - free permits are reserved, so the first `limit` waiters hold `free`
-  -- without a reservation (when the line is that long).
-  for _, waiter in ipairs(redis.call('ZRANGE', WAITERS, 0, limit - 1)) do
-    if free == 0 then
-      break
-    end
+  -- Reserved waiters stand at the front of the line (reservations go in its order); the
+  -- walk is bounded, the rest goes at a later call.
+  for _, waiter in ipairs(redis.call('ZRANGE', WAITERS, 0, MAX_STEPS - 1)) do
     local member = '@' .. waiter
     if not redis.call('ZSCORE', PERMITS, member) then
+      if not fits(waits_to_write(waiter), limit) then
+        break
+      end
       redis.call('ZADD', PERMITS, now + RESERVATION_MS, member)
       redis.call('PUBLISH', WAKE, waiter)
       handed[#handed + 1] = waiter
-      free = free - 1
     end
   end
   if #handed > 0 then

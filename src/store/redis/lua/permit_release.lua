@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 -- Gives the caller's permit back, reserving the free permits for the first in line.
--- ARGV[3] the holder's token, ARGV[4] how long it held the permit in whole ms ('' unknown),
--- ARGV[5] the limit.
+-- ARGV[3] the holder (its token; a writer's marked), ARGV[4] how long it held the permit in
+-- whole ms ('' unknown), ARGV[5] the limit.
 -- Returns {1 when released (0: the permit ran out or was never taken), the waiters permits
 -- were reserved for, the waiters dropped for a reservation that ran out}.
 local token, held_ms, limit = ARGV[3], ARGV[4], tonumber(ARGV[5])
