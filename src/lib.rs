@@ -64,6 +64,7 @@ pub mod guard;
 pub mod idempotency;
 pub mod lock;
 pub mod lock_set;
+pub mod read_write;
 pub mod semaphore;
 pub mod throttle;
 // What a request does on conflict; the queue it may defer to and the scheduler that runs it.

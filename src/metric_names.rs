@@ -11,7 +11,8 @@
 //! | `redefer_lock_handoff_seconds` | histogram | | from a handoff to the waiter taking the key |
 //! | `redefer_lock_reservations_expired_total` | counter | | handoffs whose waiter never came |
 //! | `redefer_lock_waiters` | gauge | | the line of the last key a conflict met |
-//! | `redefer_permits_in_use` | gauge | | semaphore permits this process holds |
+//! | `redefer_permits_in_use` | gauge | | semaphore permits this process holds (a read-write lock's readers and writers too) |
+//! | `redefer_read_write_acquired_total` | counter | `access`: `read`, `write` | keys a read-write lock's requests took, by what they do to them |
 //! | `redefer_throttle_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer`, `line_full`, `superseded` | requests over their key's rate, by what the strategy decided |
 //! | `redefer_throttle_booked_total` | counter | | slots booked ahead (by `Retry` callers and `Defer` jobs) |
 //! | `redefer_throttle_delay_seconds` | histogram | | from booking a slot to the slot |
@@ -97,6 +98,11 @@ pub(crate) fn throttle_booked(wait: std::time::Duration) {
 /// A semaphore permit taken (`1.0`) or given back (`-1.0`) by this process.
 pub(crate) fn permits_in_use(change: f64) {
     gauge!("redefer_permits_in_use").increment(change);
+}
+
+/// A read-write lock's request took its key to `access` it (`read`, `write`).
+pub(crate) fn read_write_acquired(access: &'static str) {
+    counter!("redefer_read_write_acquired_total", "access" => access).increment(1);
 }
 
 /// One queue's handles, registered once per scheduler so that the queue label is not built

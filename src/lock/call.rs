@@ -26,6 +26,9 @@ use crate::strategy::{ConflictStrategy, Decision};
 
 /// What one locked call keeps from attempt to attempt.
 pub(crate) struct LockAttempts<St: LockStore> {
+    /// The store as this call holds its key: the layer's, or its writer's side (a read-write
+    /// lock's write).
+    store: St,
     /// Where the key is held: this layer's store, as a mutex or as permits.
     space: LockSpace,
     token: LockToken,
@@ -83,28 +86,7 @@ where
     }
 
     fn start<E>(&self, key: &LockKey) -> Result<LockAttempts<St>, Error<E>> {
-        // Its own answer: nobody holds a closed key, there is no wait to estimate, and a
-        // deferral would only wait for whoever opens it.
-        if self.store.is_closed(key) {
-            return Err(Error::Closed { key: key.clone() });
-        }
-        let space = LockSpace {
-            store: self.store.instance(),
-            permits: self.store.holders(key) != Holders::One,
-        };
-        // A call under its own caller's holding would wait for itself.
-        if held_by_caller(space, key) {
-            return Err(Error::HeldByCaller { key: key.clone() });
-        }
-        let token = LockToken::random();
-        Ok(LockAttempts {
-            space,
-            token,
-            release: ReleaseOnDrop::new(self.store.clone(), key.clone(), token),
-            job: current_job().map(|job| Waiter::job(&job.shard, &job.id)),
-            line: PlaceInLine::default(),
-            holder: (None, false),
-        })
+        self.start_holding(key, self.store.clone())
     }
 
     async fn attempt(
@@ -115,10 +97,10 @@ where
         let sent = Instant::now();
         attempts.release.arm();
         let me = attempts.line.place.as_ref().or(attempts.job.as_ref());
-        let holders = self.store.holders(key);
+        let holders = attempts.store.holders(key);
         // An error leaves the release armed: not knowing whether the acquire took effect, it
         // releases by token on its way out (and leaves the line).
-        let acquisition = self
+        let acquisition = attempts
             .store
             .acquire(key, attempts.token, self.ttl, holders, me, self.fencing)
             .await?;
@@ -139,7 +121,7 @@ where
         ::metrics::gauge!(metric_names::LOCK_WAITERS).set(ahead as f64);
         let typical_hold = typical_hold.or_else(|| self.holds.typical());
         let line = super::line_of(
-            self.store.clone(),
+            attempts.store.clone(),
             key.clone(),
             attempts.line.place.clone(),
             attempts.caller(),
@@ -165,7 +147,7 @@ where
         let me = attempts.caller();
         attempts
             .line
-            .join(&self.store, key, me, &mut attempts.release)
+            .join(&attempts.store, key, me, &mut attempts.release)
             .await?;
         attempts.line.wait_turn(delay).await;
         Ok(())
@@ -178,7 +160,11 @@ where
         decision: Option<&Decision>,
     ) -> Result<(), StoreError> {
         let LockAttempts {
-            release, job, line, ..
+            store,
+            release,
+            job,
+            line,
+            ..
         } = attempts;
         match (decision, &*job) {
             // A job waits in line: its scheduler puts it back to wait for its turn.
@@ -187,7 +173,7 @@ where
                 // the next handoff, not into a free key.
                 let (remaining, reserved) = attempts.holder;
                 crate::guard::lock_met(remaining.filter(|_| !reserved));
-                self.store.join(key, me, line.place.as_ref()).await?;
+                store.join(key, me, line.place.as_ref()).await?;
                 release.waiting_as(None);
             }
             (Some(Decision::Deferred(deferred)), _) => match &deferred.queue {
@@ -196,17 +182,17 @@ where
                 // The job takes the caller's place in line, or the end of it.
                 Some(queue) => {
                     let job = Waiter::job(queue, &deferred.job_id);
-                    if let Err(error) = self.store.join(key, &job, line.place.as_ref()).await {
+                    if let Err(error) = store.join(key, &job, line.place.as_ref()).await {
                         // Stored, but not in line: it runs at its fallback due time.
                         tracing::warn!(%error, "the deferred job could not join the line");
-                        line.leave(&self.store, key, release).await;
+                        line.leave(store, key, release).await;
                     }
                     release.waiting_as(None);
                 }
-                None => line.leave(&self.store, key, release).await,
+                None => line.leave(store, key, release).await,
             },
             // A caller that stops waiting must not hold up the others.
-            _ => line.leave(&self.store, key, release).await,
+            _ => line.leave(store, key, release).await,
         }
         Ok(())
     }
@@ -236,10 +222,10 @@ where
         let stop = self
             .strategy
             .supersedes()
-            .then(|| StopListener::start(&self.store, &key, attempts.caller()));
+            .then(|| StopListener::start(&attempts.store, &key, attempts.caller()));
         let token = attempts.token;
         let renewal = Renewal::start("lock", self.ttl, acquired_at, {
-            let (store, key, ttl) = (self.store.clone(), key.clone(), self.ttl);
+            let (store, key, ttl) = (attempts.store.clone(), key.clone(), self.ttl);
             move || {
                 let (store, key) = (store.clone(), key.clone());
                 async move { store.extend_holding(&key, token, ttl, store.holders(&key)).await }
@@ -271,6 +257,37 @@ where
             Ok(result) => result,
             Err(panic) => resume_unwind(panic),
         }
+    }
+}
+
+impl<St: LockStore, X, Strat> LockLayer<St, X, Strat> {
+    /// Starts a call that holds `key` as `store` says (the layer's store, or a read-write
+    /// lock's writer side of it), or refuses it before any attempt (a closed key, a key its
+    /// caller holds).
+    pub(crate) fn start_holding<E>(&self, key: &LockKey, store: St) -> Result<LockAttempts<St>, Error<E>> {
+        // Its own answer: nobody holds a closed key, there is no wait to estimate, and a
+        // deferral would only wait for whoever opens it.
+        if store.is_closed(key) {
+            return Err(Error::Closed { key: key.clone() });
+        }
+        let space = LockSpace {
+            store: store.instance(),
+            permits: store.holders(key) != Holders::One,
+        };
+        // A call under its own caller's holding would wait for itself.
+        if held_by_caller(space, key) {
+            return Err(Error::HeldByCaller { key: key.clone() });
+        }
+        let token = LockToken::random();
+        Ok(LockAttempts {
+            release: ReleaseOnDrop::new(store.clone(), key.clone(), token),
+            store,
+            space,
+            token,
+            job: current_job().map(|job| Waiter::job(&job.shard, &job.id)),
+            line: PlaceInLine::default(),
+            holder: (None, false),
+        })
     }
 }
 

@@ -23,7 +23,7 @@ mod stop;
 mod store;
 
 pub use self::boxed::BoxLockService;
-pub(crate) use self::call::estimate_wait;
+pub(crate) use self::call::{Acquired, LockAttempts, estimate_wait};
 pub use self::handoffs::Handoffs;
 pub use self::held::{HeldLock, current_lock, current_locks};
 pub(crate) use self::held::{LockSpace, held_by_caller, run_holdings};

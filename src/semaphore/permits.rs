@@ -17,8 +17,9 @@ use crate::sealed::Sealed;
 /// [`LockLayer::permits_by`](crate::LockLayer::permits_by) guard keys with.
 ///
 /// Every [`LockStore`] operation goes to the store with [`Holders::Permits`] of the key's limit
-/// from `limit` (asked at each operation; whatever holders a caller passes). With a limit of 1
-/// it behaves as the mutex (on keys of its own).
+/// from `limit` (asked at each operation; whatever holders a caller passes), or
+/// [`Holders::Writer`] for a read-write lock's writers. With a limit of 1 it behaves as the
+/// mutex (on keys of its own).
 ///
 /// ```
 /// use std::time::Duration;
@@ -43,6 +44,9 @@ pub struct Permits<St, L = u32> {
     store: St,
     limit: L,
     in_use: InUse,
+    /// Whether its holders are a read-write lock's writers ([`Holders::Writer`]): each holds
+    /// its key alone.
+    writes: bool,
 }
 
 /// The permits this process's handlers hold, for the `redefer_permits_in_use` gauge: a permit
@@ -77,6 +81,21 @@ impl<St, L> Permits<St, L> {
             store,
             limit,
             in_use: InUse::default(),
+            writes: false,
+        }
+    }
+
+    /// The same permits, held by writers: each holds its key alone, readers (holders of these
+    /// permits) wait for it, and it waits for them. What a
+    /// [`ReadWriteLayer`](crate::read_write::ReadWriteLayer) holds a writing request's key by.
+    pub(crate) fn writers(&self) -> Self
+    where
+        St: Clone,
+        L: Clone,
+    {
+        Permits {
+            writes: true,
+            ..self.clone()
         }
     }
 
@@ -109,7 +128,12 @@ where
     }
 
     fn holders(&self, key: &LockKey) -> Holders {
-        Holders::Permits(self.limit.permits(key))
+        let limit = self.limit.permits(key);
+        if self.writes {
+            Holders::Writer(limit)
+        } else {
+            Holders::Permits(limit)
+        }
     }
 
     fn acquire(

@@ -1,0 +1,117 @@
+//! The read-write lock's part of the call path: the lock's (`lock/call.rs`), on the key's
+//! permits as a reader holds them, or as a writer does. Every step after the start is the
+//! lock's own: the call's store, chosen at its start, holds the key as its access says.
+
+use std::time::Duration;
+
+use tower::Service;
+
+use super::{Access, ReadWriteLayer};
+use crate::LockLayer;
+use crate::error::StoreError;
+use crate::guard::{Attempt, CallResult, Contended, Error, OverHandler};
+use crate::key::LockKey;
+use crate::lock::{Acquired, LockAttempts};
+use crate::metric_names;
+use crate::semaphore::{Permits, SemaphoreStore};
+use crate::strategy::{ConflictStrategy, Decision};
+
+/// A request's key and what it does to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessedKey {
+    pub(crate) key: LockKey,
+    pub(crate) access: Access,
+}
+
+impl<S, Req, St, X, A, Strat> Contended<S, Req> for ReadWriteLayer<St, X, A, Strat>
+where
+    LockLayer<Permits<St, u32>, X, Strat>: Contended<
+            S,
+            Req,
+            Over = OverHandler,
+            Key = LockKey,
+            Strategy = Strat,
+            Attempts = LockAttempts<Permits<St, u32>>,
+            Holding = Acquired,
+        >,
+    S: Service<Req> + Send + 'static,
+    S::Future: Send,
+    S::Response: Send + 'static,
+    S::Error: Send + 'static,
+    Req: Send + 'static,
+    St: SemaphoreStore,
+    X: Send + Sync + 'static,
+    A: Send + Sync + 'static,
+    Strat: ConflictStrategy<Req>,
+{
+    type Over = OverHandler;
+    type Key = AccessedKey;
+    type Strategy = Strat;
+    type Attempts = LockAttempts<Permits<St, u32>>;
+    type Holding = Acquired;
+
+    fn strategy(&self) -> &Strat {
+        &self.lock.strategy
+    }
+
+    fn span(&self, key: &AccessedKey) -> tracing::Span {
+        tracing::debug_span!(
+            "redefer.read_write",
+            key = %key.key,
+            access = key.access.as_str(),
+            fence = tracing::field::Empty
+        )
+    }
+
+    fn count_conflict(&self, decision: &'static str) {
+        metric_names::conflict(decision);
+    }
+
+    fn start<E>(&self, key: &AccessedKey) -> Result<Self::Attempts, Error<E>> {
+        let store = match key.access {
+            Access::Read => self.lock.store.clone(),
+            Access::Write => self.lock.store.writers(),
+        };
+        self.lock.start_holding(&key.key, store)
+    }
+
+    async fn attempt(
+        &self,
+        key: &AccessedKey,
+        attempts: &mut Self::Attempts,
+    ) -> Result<Attempt<Acquired>, StoreError> {
+        let attempt = Contended::<S, Req>::attempt(&self.lock, &key.key, attempts).await?;
+        if let Attempt::Taken(_) = attempt {
+            metric_names::read_write_acquired(key.access.as_str());
+        }
+        Ok(attempt)
+    }
+
+    async fn wait(&self, key: &AccessedKey, attempts: &mut Self::Attempts, delay: Duration) -> Result<(), StoreError> {
+        Contended::<S, Req>::wait(&self.lock, &key.key, attempts, delay).await
+    }
+
+    async fn stop_trying(
+        &self,
+        key: &AccessedKey,
+        attempts: &mut Self::Attempts,
+        decision: Option<&Decision>,
+    ) -> Result<(), StoreError> {
+        Contended::<S, Req>::stop_trying(&self.lock, &key.key, attempts, decision).await
+    }
+
+    fn refused<E>(&self, met: LockKey, attempts: &Self::Attempts, retry_after: Option<Duration>) -> Error<E> {
+        Contended::<S, Req>::refused(&self.lock, met, attempts, retry_after)
+    }
+
+    async fn run(
+        &self,
+        key: AccessedKey,
+        attempts: Self::Attempts,
+        acquired: Acquired,
+        inner: S,
+        request: Req,
+    ) -> CallResult<S, Req, OverHandler> {
+        Contended::<S, Req>::run(&self.lock, key.key, attempts, acquired, inner, request).await
+    }
+}
