@@ -468,7 +468,8 @@ async fn job_page<St: QueueStore + ListLocks + Sync>(
     Ok(page(&d.base(), &format!("Job {id}"), Some(visitor), &body))
 }
 
-/// The held locks and semaphores: key, remaining TTL, fence, holders / limit, line; and the
+/// The held locks, semaphores and read-write locks: key, remaining TTL, fence, holders / limit
+/// (or the writer), line (and the writers in it); and the
 /// throttled keys: their next free slot and the slots booked ahead.
 pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
     State(d): Shared<St>,
@@ -487,17 +488,25 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
         let (held, next_slot) = match lock.next_slot {
             Some(opens_in) if opens_in.is_zero() => ("throttle".to_string(), "open".to_string()),
             Some(opens_in) => ("throttle".to_string(), format!("in {} ms", opens_in.as_millis())),
+            None if lock.writing => ("1 writer".to_string(), String::new()),
+            // A read-write lock without a limit of readers.
+            None if lock.limit == u64::from(u32::MAX) => {
+                (format!("{} / no limit", lock.holders), String::new())
+            }
             None => (format!("{} / {}", lock.holders, lock.limit), String::new()),
+        };
+        let waiters = match lock.writers_waiting {
+            0 => lock.waiters.to_string(),
+            writers => format!("{} ({writers} to write)", lock.waiters),
         };
         let _ = write!(
             body,
             "<tr><td><code>{}</code></td><td class=num>{}</td><td class=num>{}</td><td class=num>{held}</td>\
-             <td class=num>{}</td><td class=num>{next_slot}</td><td>{}</td></tr>",
+             <td class=num>{waiters}</td><td class=num>{next_slot}</td><td>{}</td></tr>",
             escape(&lock.key),
             lock.remaining
                 .map_or("no TTL".into(), |left| format!("{} ms", left.as_millis())),
             lock.fence,
-            lock.waiters,
             escape(lock.reserved_for.as_deref().unwrap_or("")),
         );
     }

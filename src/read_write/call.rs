@@ -87,7 +87,12 @@ where
         Ok(attempt)
     }
 
-    async fn wait(&self, key: &AccessedKey, attempts: &mut Self::Attempts, delay: Duration) -> Result<(), StoreError> {
+    async fn wait(
+        &self,
+        key: &AccessedKey,
+        attempts: &mut Self::Attempts,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
         Contended::<S, Req>::wait(&self.lock, &key.key, attempts, delay).await
     }
 

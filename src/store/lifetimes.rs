@@ -59,9 +59,8 @@ impl fmt::Display for Lifetime {
 pub fn lifetime_of(kind: &str) -> Lifetime {
     match kind {
         "lock" => Lifetime::WhileHeld,
-        "fence" | "waiters" | "handoff" | "holds" | "permit-fence" | "permit-waiters" | "permit-holds" => {
-            Lifetime::Idle
-        }
+        "fence" | "waiters" | "handoff" | "holds" | "permit-fence" | "permit-waiters" | "permit-holds"
+        | "permit-writers" => Lifetime::Idle,
         "permits" | "permit-fences" | "permit-limit" | "throttle" | "throttle-bookings" => {
             Lifetime::UntilLastDeadline
         }

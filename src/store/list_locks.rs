@@ -22,8 +22,13 @@ pub struct LockInfo {
     /// How many hold the key now: 0 or 1 for a mutex, the permits held for a semaphore.
     pub holders: u64,
     /// How many may hold it at once: 1 for a mutex, a semaphore's limit as its last acquire
-    /// asked.
+    /// asked (a read-write lock's readers: 4294967295 when it has no limit).
     pub limit: u64,
+    /// Whether a writer holds it (a [read-write lock](crate::read_write)'s; then `holders` is
+    /// 1): else its holders read, or hold permits.
+    pub writing: bool,
+    /// How many of its `waiters` wait to write (a read-write lock's).
+    pub writers_waiting: u64,
     /// The waiters the key (or a permit of it) is reserved for while handed over, separated by
     /// spaces.
     pub reserved_for: Option<String>,

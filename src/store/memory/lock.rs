@@ -373,6 +373,8 @@ impl crate::store::ListLocks for MemoryStore {
                         holders: u64::from(reserved_for.is_none()),
                         limit: 1,
                         reserved_for,
+                        writing: false,
+                        writers_waiting: 0,
                         next_slot: None,
                     }
                 })
@@ -394,6 +396,8 @@ impl crate::store::ListLocks for MemoryStore {
                     holders: 0,
                     limit: 1,
                     reserved_for: None,
+                    writing: false,
+                    writers_waiting: 0,
                     next_slot: None,
                 });
             held.extend(unheld.collect::<Vec<_>>());

@@ -52,7 +52,8 @@ impl KeyPermits {
 
     /// Whether a writer holds the key, or has it reserved.
     pub(super) fn written(&self) -> bool {
-        self.writer.is_some_and(|writer| self.holders.contains_key(&writer))
+        self.writer
+            .is_some_and(|writer| self.holders.contains_key(&writer))
             || self.reserved.keys().any(|waiter| self.writers.contains(waiter))
     }
 
@@ -245,6 +246,18 @@ impl MemoryStore {
                         .count() as u64,
                     limit: u64::from(permits.limit),
                     reserved_for: (!reserved.is_empty()).then(|| reserved.join(" ")),
+                    writing: permits.writer.is_some_and(|writer| {
+                        permits
+                            .holders
+                            .get(&writer)
+                            .is_some_and(|(_, deadline)| *deadline > now)
+                    }),
+                    writers_waiting: permits
+                        .line
+                        .order
+                        .values()
+                        .filter(|waiter| permits.writers.contains(*waiter))
+                        .count() as u64,
                     next_slot: None,
                 })
             })

@@ -154,6 +154,8 @@ impl MemoryStore {
                 holders: 0,
                 limit: 0,
                 reserved_for: None,
+                writing: false,
+                writers_waiting: 0,
                 next_slot: Some(Duration::from_micros(schedule.opens_at().saturating_sub(now))),
             })
             .collect()

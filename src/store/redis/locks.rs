@@ -148,6 +148,8 @@ where
             holders: u64::from(held),
             limit: 1,
             reserved_for,
+            writing: false,
+            writers_waiting: 0,
             next_slot: None,
         }))
     }
@@ -156,13 +158,14 @@ where
     /// permit ran out. Its remaining time is the last deadline among its permits.
     async fn describe_semaphore(&self, key: &str, tag: &str) -> Result<Option<LockInfo>, StoreError> {
         let found = keys::PermitKeys::of_found_tag(&self.prefix, tag);
-        let (pttl, fence, waiters, holders, limit, entries): (
+        let (pttl, fence, waiters, holders, limit, entries, writers_waiting): (
             i64,
             Option<u64>,
             u64,
             u64,
             Option<u64>,
             Vec<String>,
+            u64,
         ) = redis::pipe()
             .pttl(key)
             .get(&found.fence)
@@ -170,6 +173,7 @@ where
             .hlen(&found.fences)
             .get(&found.limit)
             .zrange(key, 0, MAX_RESERVATIONS_SHOWN)
+            .scard(&found.writers)
             .query_async(&mut self.conn.clone())
             .await?;
         if pttl == -2 && waiters == 0 {
@@ -187,6 +191,9 @@ where
             holders,
             limit: limit.unwrap_or(0),
             reserved_for: (!reserved.is_empty()).then(|| reserved.join(" ")),
+            // A writer holds alone: its entry, marked (lua/permit_prelude.lua), is the one.
+            writing: entries.iter().any(|entry| entry.starts_with('!')),
+            writers_waiting,
             next_slot: None,
         }))
     }
@@ -222,6 +229,8 @@ where
             holders: 0,
             limit: 0,
             reserved_for: None,
+            writing: false,
+            writers_waiting: 0,
             next_slot: Some(Duration::from_micros(opens_at.saturating_sub(now))),
         }))
     }

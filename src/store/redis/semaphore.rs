@@ -11,7 +11,9 @@ use super::lock::{JoinReply, cap_args};
 use super::scripts::{PERMIT_ACQUIRE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE, PERMIT_RELEASE};
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, Holders, LineCap, LineJoin, LockToken, Waiter};
+use crate::lock::{
+    Acquisition, Fencing, FencingToken, Handoffs, Holders, LineCap, LineJoin, LockToken, Waiter,
+};
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
 use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired};

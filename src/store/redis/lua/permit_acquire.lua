@@ -24,6 +24,11 @@ end
 
 local waited = -1
 local reservation = waiter ~= '' and redis.call('ZSCORE', PERMITS, '@' .. waiter)
+-- A writer's reservation is the key alone (it was reserved for a writer); should the line
+-- have lost that it writes, it is not taken beside others.
+if reservation and writer and redis.call('ZCARD', PERMITS) > 1 then
+  reservation = false
+end
 if reservation then
   waited = RESERVATION_MS - (tonumber(reservation) - now)
   redis.call('ZREM', PERMITS, '@' .. waiter)

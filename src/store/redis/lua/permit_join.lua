@@ -23,10 +23,11 @@ if replacing ~= '' then
 end
 if writes then
   redis.call('SADD', WRITERS, waiter)
-  redis.call('PEXPIRE', WRITERS, IDLE_MS)
 else
   redis.call('SREM', WRITERS, waiter)
 end
+-- The writers live as long as the line (take_place): a writer is never taken for a reader.
+redis.call('PEXPIRE', WRITERS, IDLE_MS)
 local now = now_ms()
 local dropped = prune(now)
 return {hand_to_line(now, limit), dropped, ahead_of(waiter), 0, evicted}

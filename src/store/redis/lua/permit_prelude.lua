@@ -13,7 +13,7 @@ local PERMITS, FENCES, FENCE, LIMIT, WAITERS, HOLDS, WRITERS =
 -- LIMIT    string: the limit the last acquire asked for, for operators' tools (PX its TTL)
 -- WAITERS  zset: waiter -> arrival order; the line, first come first served
 -- HOLDS    string: the key's last hold in ms (expires IDLE_MS after the last release)
--- WRITERS  set: the waiters in line that write (expires IDLE_MS after the last writer joined)
+-- WRITERS  set: the waiters in line that write (expires with WAITERS, IDLE_MS after the last join)
 
 -- What starts a writer's holder name (tokens are hex).
 local WRITER_MARK = '!'
