@@ -4,6 +4,10 @@
 //! is above every earlier holder's; every strategy; the listing shows the mode, the readers and
 //! the waiting writers.
 
+/// Worker processes SIGKILLed at random while they read and write (a module, so that it
+/// shares this test binary).
+#[path = "read_write/process_faults.rs"]
+mod process_faults;
 mod support;
 
 use std::convert::Infallible;
