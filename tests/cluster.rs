@@ -17,6 +17,7 @@ use redefer::lock::{Acquisition, LockStore, current_locks};
 use redefer::lock_set::LockSetLayer;
 use redefer::queue::DelayQueue;
 use redefer::queue::QueueStats;
+use redefer::read_write::{Access, ReadWriteLayer};
 use redefer::strategy::{Coalesce, Defer, Retry, Supersede};
 use redefer::throttle::{Rate, ThrottleLayer};
 use redefer::{
@@ -569,7 +570,80 @@ async fn sets_of_keys_on_several_slots_never_overlap_nor_deadlock_on_a_cluster(k
     );
 }
 
+/// Readers and writers of documents on every master: a writer never has company, readers
+/// share, every request ends (each key's permits share its hash tag: one script each).
+async fn readers_and_writers_work_on_a_cluster(kind: Server) {
+    const DOCS: [&str; 4] = ["doc:1", "doc:2", "doc:3", "doc:4"];
+    let cluster = RedisCluster::start_of(kind, 3, 0);
+    let store = cluster_store(&cluster).await;
+    let masters: HashSet<u16> = DOCS.iter().map(|doc| cluster.master_of(doc)).collect();
+    assert!(masters.len() > 1, "the documents are spread over the masters");
+    // Per document: readers inside, and whether a writer is.
+    let inside: Arc<Mutex<std::collections::HashMap<String, (usize, bool)>>> = Arc::default();
+    let (broken, shared) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let doc: fn(&(String, bool)) -> Option<String> = |(doc, _)| Some(doc.clone());
+    let access: fn(&(String, bool)) -> Access =
+        |(_, writes)| if *writes { Access::Write } else { Access::Read };
+    let service = ReadWriteLayer::new(store.clone(), doc, access)
+        .on_conflict(
+            Retry::new(Backoff::exponential(
+                Duration::from_millis(2),
+                Duration::from_millis(20),
+            ))
+            .max_attempts(u32::MAX)
+            .max_wait(Duration::from_secs(60)),
+        )
+        .layer(service_fn({
+            let (inside, broken, shared) = (Arc::clone(&inside), Arc::clone(&broken), Arc::clone(&shared));
+            move |(doc, writes): (String, bool)| {
+                let (inside, broken, shared) =
+                    (Arc::clone(&inside), Arc::clone(&broken), Arc::clone(&shared));
+                async move {
+                    {
+                        let mut inside = inside.lock().unwrap();
+                        let (readers, writer) = inside.entry(doc.clone()).or_default();
+                        if *writer || (writes && *readers > 0) {
+                            broken.fetch_add(1, Ordering::SeqCst);
+                        }
+                        if !writes && *readers > 0 {
+                            shared.fetch_add(1, Ordering::SeqCst);
+                        }
+                        if writes { *writer = true } else { *readers += 1 }
+                    }
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    let mut inside = inside.lock().unwrap();
+                    let (readers, writer) = inside.entry(doc).or_default();
+                    if writes {
+                        *writer = false
+                    } else {
+                        *readers -= 1
+                    }
+                    Ok::<_, Infallible>(())
+                }
+            }
+        }));
+    let calls: Vec<_> = (0..80usize)
+        .map(|n| {
+            let request = (DOCS[n % 4].to_string(), n % 5 == 0);
+            tokio::spawn(service.clone().oneshot(request))
+        })
+        .collect();
+    let all = async {
+        for call in calls {
+            if let Err(error) = call.await.unwrap() {
+                panic!("{error:?}");
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("every request ends");
+    assert_eq!(broken.load(Ordering::SeqCst), 0, "a writer had company");
+    assert!(shared.load(Ordering::SeqCst) > 0, "readers shared a document");
+}
+
 for_each_server!(
+    readers_and_writers_work_on_a_cluster,
     sets_of_keys_on_several_slots_never_overlap_nor_deadlock_on_a_cluster,
     the_policies_for_what_waits_work_on_a_cluster,
     the_throttle_and_the_semaphore_work_on_a_cluster,
