@@ -23,6 +23,7 @@ mod peer;
 mod profile;
 mod promotion;
 mod queue;
+mod readers;
 mod redis_info;
 mod report;
 mod retry_after;
@@ -56,7 +57,7 @@ impl Size {
     }
 }
 
-const SCENARIOS: [&str; 13] = [
+const SCENARIOS: [&str; 14] = [
     "lock",
     "queue",
     "peer",
@@ -70,6 +71,7 @@ const SCENARIOS: [&str; 13] = [
     "retry_after",
     "profile",
     "transfers",
+    "readers",
 ];
 
 fn main() {
@@ -125,6 +127,7 @@ fn main() {
                     "retry_after" => retry_after::run(&server, size).await,
                     "profile" => profile::run(&server, size).await,
                     "transfers" => transfers::run(&server, size).await,
+                    "readers" => readers::run(&server, size).await,
                     _ => unreachable!("filtered against SCENARIOS"),
                 }
             }

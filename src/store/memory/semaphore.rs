@@ -288,19 +288,28 @@ impl MemoryStore {
                     *deadline = now + ttl;
                     return Ok(*fence);
                 }
-                let reserved = waiter.and_then(|waiter| state.reserved.remove(waiter));
+                let mut reserved = waiter.and_then(|waiter| state.reserved.remove(waiter));
+                if reserved.is_none() && !state.may_take(waiter, writes, permits) {
+                    // The line first: the permits that are free go to it; then the caller may
+                    // still find one.
+                    handed.reserved = state.hand_to_line(now, permits, reservation);
+                    reserved = waiter.and_then(|waiter| state.reserved.remove(waiter));
+                    if let Some(me) = waiter.filter(|_| reserved.is_some()) {
+                        // Handed to the caller itself, here: nobody is to be woken for it.
+                        handed.reserved.retain(|other| other != me);
+                    } else if !state.may_take(waiter, writes, permits) {
+                        return Err(Acquisition::Held {
+                            remaining: state.first_deadline().map(|deadline| deadline - now),
+                            ahead: state.line.ahead_of(waiter),
+                            typical_hold: typical_hold.map(|hold| hold / permits.max(1)),
+                            // Only reservations stand in the way: no holder it could not join.
+                            reserved: state.holders.is_empty()
+                                || !(writes || state.holders.len() >= permits as usize || state.written()),
+                        });
+                    }
+                }
                 if let Some(deadline) = reserved {
                     metric_names::handoff_taken(reservation.saturating_sub(deadline - now));
-                } else if !state.may_take(waiter, writes, permits) {
-                    handed.reserved = state.hand_to_line(now, permits, reservation);
-                    return Err(Acquisition::Held {
-                        remaining: state.first_deadline().map(|deadline| deadline - now),
-                        ahead: state.line.ahead_of(waiter),
-                        typical_hold: typical_hold.map(|hold| hold / permits.max(1)),
-                        // Only reservations stand in the way: no holder it could not join.
-                        reserved: state.holders.is_empty()
-                            || !(writes || state.holders.len() >= permits as usize || state.written()),
-                    });
                 }
                 if let Some(waiter) = waiter {
                     state.leave_line(waiter);
@@ -311,7 +320,9 @@ impl MemoryStore {
                     state.writer = Some(token);
                 }
                 state.limit = permits;
-                handed.reserved = state.hand_to_line(now, permits, reservation);
+                // Permits still free with waiters behind us (a holder's lease ran out): theirs.
+                let next = state.hand_to_line(now, permits, reservation);
+                handed.reserved.extend(next);
                 Ok(fence)
             })
         };

@@ -22,22 +22,40 @@ if fence then
   return {1, tonumber(fence), -1, 0, 0, {}, dropped}
 end
 
-local waited = -1
-local reservation = waiter ~= '' and redis.call('ZSCORE', PERMITS, '@' .. waiter)
--- A writer's reservation is the key alone (it was reserved for a writer); should the line
--- have lost that it writes, it is not taken beside others.
-if reservation and writer and redis.call('ZCARD', PERMITS) > 1 then
-  reservation = false
-end
-if reservation then
-  waited = RESERVATION_MS - (tonumber(reservation) - now)
-  redis.call('ZREM', PERMITS, '@' .. waiter)
-else
-  -- A free permit is the caller's when it fits and no waiter without a reservation is ahead
-  -- of it (reserved waiters stand at the front of the line, each counted in PERMITS).
+-- Whether the caller may take a free permit without a reservation: it fits, and no waiter
+-- without a reservation is ahead of it (reserved waiters stand at the front of the line,
+-- each counted in PERMITS).
+local function may_take()
   local reserved = redis.call('ZCARD', PERMITS) - redis.call('HLEN', FENCES)
-  if not (fits(writer, limit) and ahead_of(waiter) <= reserved) then
-    local handed = hand_to_line(now, limit)
+  return fits(writer, limit) and ahead_of(waiter) <= reserved
+end
+
+-- The permit reserved for the caller, if one is (its deadline). A writer's reservation is the
+-- key alone (it was reserved for a writer); should the line have lost that it writes, it is
+-- not taken beside others.
+local function reservation()
+  local deadline = waiter ~= '' and redis.call('ZSCORE', PERMITS, '@' .. waiter)
+  if deadline and writer and redis.call('ZCARD', PERMITS) > 1 then
+    return false
+  end
+  return deadline
+end
+
+local handed = {}
+local reserved = reservation()
+if not reserved and not may_take() then
+  -- The line first: the permits that are free go to it; then the caller may still find one.
+  handed = hand_to_line(now, limit)
+  reserved = reservation()
+  if reserved then
+    -- Handed to the caller itself, here: nobody is to be woken for it.
+    for i, other in ipairs(handed) do
+      if other == waiter then
+        table.remove(handed, i)
+        break
+      end
+    end
+  elseif not may_take() then
     local first = redis.call('ZRANGE', PERMITS, 0, 0, 'WITHSCORES')
     local remaining = first[2] and (tonumber(first[2]) - now) or -1
     local hold = tonumber(redis.call('GET', HOLDS)) or -1
@@ -51,6 +69,11 @@ else
   end
 end
 
+local waited = -1
+if reserved then
+  waited = RESERVATION_MS - (tonumber(reserved) - now)
+  redis.call('ZREM', PERMITS, '@' .. waiter)
+end
 if waiter ~= '' then
   redis.call('ZREM', WAITERS, waiter)
   redis.call('SREM', WRITERS, waiter)
@@ -61,8 +84,9 @@ redis.call('HSET', FENCES, token, fence)
 redis.call('SET', LIMIT, limit, 'PX', ttl)
 keep_alive(ttl)
 -- Permits still free with waiters behind us (a holder's TTL ran out): theirs now.
-local handed = {}
 if redis.call('EXISTS', WAITERS) == 1 then
-  handed = hand_to_line(now, limit)
+  for _, next_one in ipairs(hand_to_line(now, limit)) do
+    handed[#handed + 1] = next_one
+  end
 end
 return {1, fence, waited, 0, 0, handed, dropped}
