@@ -44,7 +44,9 @@
 //!   wait or stop, run), and the vocabulary they share (outcome, errors, conflicts, a key's
 //!   line, the job a call runs for): [`lock`] (the mutex, and the layer that runs a request
 //!   under it), [`semaphore`] (N permits per key, through the same layer), [`lock_set`]
-//!   (several keys at once, all or nothing), [`throttle`] (a rate per key). A new guard is a module beside them that supplies its part of the call path.
+//!   (several keys at once, all or nothing), [`read_write`] (readers beside writers, on the
+//!   lock's call path), [`throttle`] (a rate per key). A new guard is a module beside them
+//!   that supplies its part of the call path.
 //! - The policies in front of a guard: [`debounce`], [`idempotency`].
 //! - What a request does when its key is taken: [`strategy`].
 //! - The delay queue: [`queue`] (producers and workers use [`queue::DelayQueue`], operators

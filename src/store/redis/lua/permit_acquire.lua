@@ -26,8 +26,11 @@ end
 -- without a reservation is ahead of it (reserved waiters stand at the front of the line,
 -- each counted in PERMITS).
 local function may_take()
-  local reserved = redis.call('ZCARD', PERMITS) - redis.call('HLEN', FENCES)
-  return fits(writer, limit) and ahead_of(waiter) <= reserved
+  local ahead = ahead_of(waiter)
+  if ahead > 0 and ahead > redis.call('ZCARD', PERMITS) - redis.call('HLEN', FENCES) then
+    return false
+  end
+  return fits(writer, limit)
 end
 
 -- The permit reserved for the caller, if one is (its deadline). A writer's reservation is the
