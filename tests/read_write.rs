@@ -8,6 +8,10 @@
 /// shares this test binary).
 #[path = "read_write/process_faults.rs"]
 mod process_faults;
+/// Generated readers and writers, some dying holding the key (a module, so that it shares this
+/// test binary).
+#[path = "read_write/properties.rs"]
+mod properties;
 mod support;
 
 use std::convert::Infallible;
@@ -465,7 +469,54 @@ async fn the_listing_shows_the_mode_the_readers_and_the_waiting_writers<St: Sema
     release(&store, held, Holders::Writer(UNLIMITED)).await;
 }
 
+/// A writer whose handler outlives its TTL keeps the key (its holding is renewed): readers
+/// meanwhile are refused; and a writer cut off (its future dropped) gives the key back at
+/// once, not at the end of its TTL.
+async fn a_writer_is_renewed_and_released_on_every_exit_path<St: SemaphoreStore>(store: St) {
+    let (started, mut start) = tokio::sync::mpsc::channel::<()>(1);
+    let writer = layer(&store)
+        .ttl(Duration::from_millis(150))
+        .layer(service_fn(move |_: Request| {
+            let started = started.clone();
+            async move {
+                started.send(()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                Ok::<_, Infallible>(())
+            }
+        }));
+    let reader = layer(&store).layer(service_fn(|_: Request| async { Ok::<_, Infallible>(()) }));
+    let long = tokio::spawn(writer.clone().oneshot(write("long")));
+    start.recv().await.unwrap();
+    // Four TTLs while it writes: every reader is refused.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(matches!(
+            reader.clone().oneshot(read("r")).await,
+            Err(Error::Locked { .. })
+        ));
+    }
+    assert!(long.await.unwrap().unwrap().done().is_some());
+    // Cut off while it writes, with a TTL of a minute: the key is free at once.
+    let writer = layer(&store)
+        .ttl(Duration::from_secs(60))
+        .layer(service_fn(|_: Request| async {
+            std::future::pending::<()>().await;
+            Ok::<_, Infallible>(())
+        }));
+    let cut = tokio::spawn(writer.oneshot(write("forever")));
+    eventually(Duration::from_secs(10), "the writer holds the key", || async {
+        matches!(reader.clone().oneshot(read("r")).await, Err(Error::Locked { .. })).then_some(())
+    })
+    .await;
+    cut.abort();
+    eventually(Duration::from_secs(5), "the key is given back", || async {
+        reader.clone().oneshot(read("r")).await.ok().map(|_| ())
+    })
+    .await;
+}
+
 for_each_store!(
+    a_writer_is_renewed_and_released_on_every_exit_path,
     readers_share_a_key_and_a_writer_holds_it_alone,
     a_waiting_writer_holds_back_later_readers,
     the_readers_behind_a_writer_enter_together,

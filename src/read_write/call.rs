@@ -16,11 +16,24 @@ use crate::metric_names;
 use crate::semaphore::{Permits, SemaphoreStore};
 use crate::strategy::{ConflictStrategy, Decision};
 
-/// A request's key and what it does to it.
+/// A request's key and what it does to it: what a [`ReadWriteLayer`] guards a request by
+/// (its [`Guard`](crate::guard::Guard) key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccessedKey {
     pub(crate) key: LockKey,
     pub(crate) access: Access,
+}
+
+impl AccessedKey {
+    /// The key.
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    /// What the request does to it.
+    pub fn access(&self) -> Access {
+        self.access
+    }
 }
 
 impl<S, Req, St, X, A, Strat> Contended<S, Req> for ReadWriteLayer<St, X, A, Strat>

@@ -61,5 +61,6 @@ mod layer;
 mod service;
 
 pub use self::access::{Access, AccessExtractor};
+pub use self::call::AccessedKey;
 pub use self::layer::ReadWriteLayer;
 pub use self::service::ReadWriteService;
