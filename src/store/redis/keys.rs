@@ -130,9 +130,10 @@ impl LockKeys {
 /// keys of the same name: a key is guarded by one or the other.
 #[derive(Debug, Clone)]
 pub(crate) struct PermitKeys {
-    /// zset: holder token -> lease deadline, `@<waiter>` -> reservation deadline (ms, server clock).
+    /// zset: holder -> lease deadline, `@<waiter>` -> reservation deadline (ms, server clock).
+    /// A holder is its token, a writer's `!<token>` (a read-write lock's writer holds alone).
     pub(crate) permits: String,
-    /// hash: holder token -> the fencing token of its permit.
+    /// hash: holder (as in `permits`) -> the fencing token of its permit.
     pub(crate) fences: String,
     /// counter: the last fencing token handed out; outlives the permits.
     pub(crate) fence: String,
@@ -447,7 +448,7 @@ mod tests {
     fn the_permit_prelude_names_the_keys_in_script_order() {
         assert_declares(
             include_str!("lua/permit_prelude.lua"),
-            &["PERMITS", "FENCES", "FENCE", "LIMIT", "WAITERS", "HOLDS"],
+            &["PERMITS", "FENCES", "FENCE", "LIMIT", "WAITERS", "HOLDS", "WRITERS"],
         );
     }
 
