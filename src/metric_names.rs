@@ -16,6 +16,7 @@
 //! | `redefer_throttle_conflicts_total` | counter | `decision`: `retry`, `reject`, `defer`, `line_full`, `superseded` | requests over their key's rate, by what the strategy decided |
 //! | `redefer_throttle_booked_total` | counter | | slots booked ahead (by `Retry` callers and `Defer` jobs) |
 //! | `redefer_throttle_delay_seconds` | histogram | | from booking a slot to the slot |
+//! | `redefer_throttle_closed_total` | counter | | keys closed by their handlers (an upstream's "retry after") |
 //! | `redefer_coalesced_total` | counter | `keep`: `latest`, `first` | deferrals that joined their key's waiting job instead of adding one |
 //! | `redefer_debounced_total` | counter | `burst`: `new`, `joined` | requests a debounce deferred, by whether they started a burst's job or joined it |
 //! | `redefer_supersede_requests_total` | counter | | requests that asked their key's holders to stop (`Supersede`) |
@@ -93,6 +94,11 @@ pub(crate) fn throttle_conflict(decision: &'static str) {
 pub(crate) fn throttle_booked(wait: std::time::Duration) {
     counter!("redefer_throttle_booked_total").increment(1);
     histogram!("redefer_throttle_delay_seconds").record(wait.as_secs_f64());
+}
+
+/// A handler closed a throttled key.
+pub(crate) fn throttle_closed() {
+    counter!("redefer_throttle_closed_total").increment(1);
 }
 
 /// A semaphore permit taken (`1.0`) or given back (`-1.0`) by this process.

@@ -2,6 +2,9 @@
 //! documents), and the throttle layer with each strategy end to end: exact waits, booked
 //! slots, the rate kept over every window, and a throttle composed with a lock.
 
+/// Keys closed by their handlers (a module, so that it shares this test binary).
+#[path = "throttle/closing.rs"]
+mod closing;
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -15,6 +15,7 @@ mod support;
 
 mod chart;
 mod contention;
+mod crawler;
 mod handoff;
 mod idle;
 mod lock;
@@ -57,7 +58,7 @@ impl Size {
     }
 }
 
-const SCENARIOS: [&str; 14] = [
+const SCENARIOS: [&str; 15] = [
     "lock",
     "queue",
     "peer",
@@ -72,6 +73,7 @@ const SCENARIOS: [&str; 14] = [
     "profile",
     "transfers",
     "readers",
+    "crawler",
 ];
 
 fn main() {
@@ -128,6 +130,7 @@ fn main() {
                     "profile" => profile::run(&server, size).await,
                     "transfers" => transfers::run(&server, size).await,
                     "readers" => readers::run(&server, size).await,
+                    "crawler" => crawler::run(&server, size).await,
                     _ => unreachable!("filtered against SCENARIOS"),
                 }
             }

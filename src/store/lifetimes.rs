@@ -61,9 +61,8 @@ pub fn lifetime_of(kind: &str) -> Lifetime {
         "lock" => Lifetime::WhileHeld,
         "fence" | "waiters" | "handoff" | "holds" | "permit-fence" | "permit-waiters" | "permit-holds"
         | "permit-writers" => Lifetime::Idle,
-        "permits" | "permit-fences" | "permit-limit" | "throttle" | "throttle-bookings" => {
-            Lifetime::UntilLastDeadline
-        }
+        "permits" | "permit-fences" | "permit-limit" | "throttle" | "throttle-bookings"
+        | "throttle-closed" => Lifetime::UntilLastDeadline,
         "q:request" => Lifetime::RequestRecord,
         "wake" | "stop" | "permit-wake" | "q:wake" => Lifetime::Channel,
         _ => Lifetime::WithQueue,

@@ -37,6 +37,10 @@ pub struct LockInfo {
     /// `next_slot_ms`.
     #[serde(rename = "next_slot_ms", serialize_with = "super::time::serialize_opt_millis")]
     pub next_slot: Option<Duration>,
+    /// A throttled key a handler closed (an upstream's "429, retry after"): how long it stays
+    /// closed. In JSON, `closed_ms`.
+    #[serde(rename = "closed_ms", serialize_with = "super::time::serialize_opt_millis")]
+    pub closed_for: Option<Duration>,
 }
 
 /// Stores whose held locks can be listed: [`MemoryStore`](super::MemoryStore), and

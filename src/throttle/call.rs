@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::sleep;
 use tower::Service;
 
-use super::{Admission, ThrottleLayer, ThrottleStore};
+use super::{Admission, ThrottleLayer, ThrottleScope, ThrottleStore};
 use crate::error::StoreError;
 use crate::guard::{Attempt, CallResult, Contended, current_job};
 use crate::guard::{ConflictKind, Error, Nesting, NextSlot, ThrottledConflict, Waiter};
@@ -144,12 +144,19 @@ where
 
     async fn run(
         &self,
-        _: LockKey,
+        key: LockKey,
         _: ThrottleAttempts,
         (): (),
         inner: S,
         request: Req,
     ) -> CallResult<S, Req, N> {
-        N::call(inner, request).await
+        // The handler may close this key, or another of this throttle (`close.rs`).
+        let scope = ThrottleScope::new(key, self.store.clone(), self.rate);
+        let result = scope.clone().run(N::call(inner, request)).await;
+        match scope.reopening() {
+            // It asked its request to wait for a reopening: a job goes back without an attempt.
+            Some((key, retry_after)) => Err(Error::Throttled { key, retry_after }),
+            None => result,
+        }
     }
 }

@@ -15,6 +15,12 @@
 //! (a job deferred by a lock further in, say) books its slot and goes back to wait for it,
 //! using no attempt.
 //!
+//! **Limits the handler learns**: a handler whose upstream answers "429, retry after" closes
+//! the key until then ([`close_for`], or [`close_key_for`] for another key of the throttle):
+//! every process's requests and jobs for it wait for the reopening, exactly, and the key keeps
+//! its rate after it; [`Closed::retry_at_reopening`] sends the request's own job back to wait
+//! for it without using an attempt.
+//!
 //! One store call decides each request; booking a slot is one more. The keys of a throttled
 //! key carry its hash tag, so a throttle and a lock on the same key live on one Redis Cluster
 //! node.
@@ -26,11 +32,14 @@
 
 mod book;
 mod call;
+mod close;
 mod layer;
 mod rate;
 mod service;
 mod store;
 
+pub(crate) use self::close::ThrottleScope;
+pub use self::close::{CloseError, Closed, close_for, close_key_for};
 pub use self::layer::ThrottleLayer;
 pub use self::rate::{Rate, RateError};
 pub use self::service::ThrottleService;

@@ -63,6 +63,18 @@ pub trait ThrottleStore: Sealed + Clone + Send + Sync + 'static {
         rate: Rate,
         waiter: &Waiter,
     ) -> impl Future<Output = Result<Booking, StoreError>> + Send;
+
+    /// Closes `key` for `duration` from now, by the store's clock (an upstream answered "429,
+    /// retry after"): its next slot opens then and no earlier, for requests and bookings
+    /// alike, and the slots after it follow at `rate` (the bookings already made start no
+    /// earlier either, spaced at the rate: no burst at the reopening). A schedule already
+    /// later stays as it is. How long until the key's next slot opens.
+    fn close_for(
+        &self,
+        key: &LockKey,
+        rate: Rate,
+        duration: Duration,
+    ) -> impl Future<Output = Result<Duration, StoreError>> + Send;
 }
 
 /// How long a booking waits for its job past its slot before it is dropped (a job deleted by an

@@ -376,6 +376,7 @@ impl crate::store::ListLocks for MemoryStore {
                         writing: false,
                         writers_waiting: 0,
                         next_slot: None,
+                        closed_for: None,
                     }
                 })
                 .collect();
@@ -399,6 +400,7 @@ impl crate::store::ListLocks for MemoryStore {
                     writing: false,
                     writers_waiting: 0,
                     next_slot: None,
+                    closed_for: None,
                 });
             held.extend(unheld.collect::<Vec<_>>());
             held

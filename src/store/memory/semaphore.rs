@@ -259,6 +259,7 @@ impl MemoryStore {
                         .filter(|waiter| permits.writers.contains(*waiter))
                         .count() as u64,
                     next_slot: None,
+                    closed_for: None,
                 })
             })
             .take(limit)

@@ -27,6 +27,8 @@ struct KeySchedule {
     /// tolerance`, the schedule no longer matters.
     tolerance: u64,
     bookings: HashMap<Waiter, u64>,
+    /// Until when the key was closed (0: never), for the listing.
+    closed_until: u64,
 }
 
 /// The system clock in microseconds since the epoch.
@@ -115,6 +117,17 @@ impl ThrottleState {
         slot
     }
 
+    /// The script's steps for closing `key` for `duration`: how long until it opens, in
+    /// microseconds.
+    fn close(&mut self, key: &LockKey, rate: Rate, duration: Duration, now: u64) -> u64 {
+        let schedule = self.schedule(key, now, micros(rate.tolerance()));
+        let until = now.saturating_add(micros(duration));
+        schedule.free_at = schedule.free_at.max(until);
+        schedule.run_free_at = schedule.run_free_at.max(until);
+        schedule.closed_until = schedule.closed_until.max(until);
+        schedule.opens_at().saturating_sub(now)
+    }
+
     fn schedule(&mut self, key: &LockKey, now: u64, tolerance: u64) -> &mut KeySchedule {
         self.sweep(now);
         let schedule = self.keys.entry(key.clone()).or_default();
@@ -157,6 +170,8 @@ impl MemoryStore {
                 writing: false,
                 writers_waiting: 0,
                 next_slot: Some(Duration::from_micros(schedule.opens_at().saturating_sub(now))),
+                closed_for: (schedule.closed_until > now)
+                    .then(|| Duration::from_micros(schedule.closed_until - now)),
             })
             .collect()
     }
@@ -179,5 +194,10 @@ impl ThrottleStore for MemoryStore {
             at: SystemTime::UNIX_EPOCH + Duration::from_micros(slot),
             wait: Duration::from_micros(slot.saturating_sub(now)),
         })
+    }
+
+    async fn close_for(&self, key: &LockKey, rate: Rate, duration: Duration) -> Result<Duration, StoreError> {
+        let opens_in = lock_unpoisoned(&self.throttles).close(key, rate, duration, now_micros());
+        Ok(Duration::from_micros(opens_in))
     }
 }

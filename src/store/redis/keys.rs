@@ -193,7 +193,8 @@ impl PermitKeys {
     }
 }
 
-/// The keys of one throttled key, in the order `lua/throttle.lua` receives them in `KEYS`.
+/// The keys of one throttled key: `lua/throttle.lua` receives the state and the bookings in
+/// `KEYS`, `lua/throttle_close.lua` the state and the closing.
 #[derive(Debug, Clone)]
 pub(crate) struct ThrottleKeys {
     /// string: `<free_at>`, or `<free_at> <run_free_at>` once they differ: when the key's next
@@ -202,6 +203,9 @@ pub(crate) struct ThrottleKeys {
     /// zset: waiter (a job, or a caller waiting in place) -> its booked slot (microseconds),
     /// until it comes.
     pub(crate) bookings: String,
+    /// string: until when the key was closed (microseconds since the epoch), while it is: for
+    /// operators' tools.
+    pub(crate) closed: String,
 }
 
 impl ThrottleKeys {
@@ -218,12 +222,13 @@ impl ThrottleKeys {
         ThrottleKeys {
             state: lock_part(prefix, "throttle", tag),
             bookings: lock_part(prefix, "throttle-bookings", tag),
+            closed: lock_part(prefix, "throttle-closed", tag),
         }
     }
 
-    /// Both keys, in the order of the script's `KEYS`.
-    pub(crate) fn all(&self) -> [&str; 2] {
-        [&self.state, &self.bookings]
+    /// Every key of the throttled key.
+    pub(crate) fn all(&self) -> [&str; 3] {
+        [&self.state, &self.bookings, &self.closed]
     }
 }
 

@@ -151,6 +151,7 @@ where
             writing: false,
             writers_waiting: 0,
             next_slot: None,
+            closed_for: None,
         }))
     }
 
@@ -195,6 +196,7 @@ where
             writing: entries.iter().any(|entry| entry.starts_with('!')),
             writers_waiting,
             next_slot: None,
+            closed_for: None,
         }))
     }
 
@@ -202,13 +204,15 @@ where
     /// schedule is no longer ahead of the clock.
     async fn describe_throttle(&self, key: &str, tag: &str) -> Result<Option<LockInfo>, StoreError> {
         let found = keys::ThrottleKeys::of_found_tag(&self.prefix, tag);
-        let (pttl, state, booked, time): (i64, Option<String>, u64, (u64, u64)) = redis::pipe()
-            .pttl(key)
-            .get(key)
-            .zcard(&found.bookings)
-            .cmd("TIME")
-            .query_async(&mut self.conn.clone())
-            .await?;
+        let (pttl, state, booked, closed_until, time): (i64, Option<String>, u64, Option<u64>, (u64, u64)) =
+            redis::pipe()
+                .pttl(key)
+                .get(key)
+                .zcard(&found.bookings)
+                .get(&found.closed)
+                .cmd("TIME")
+                .query_async(&mut self.conn.clone())
+                .await?;
         let Some(state) = state else {
             return Ok(None);
         };
@@ -232,6 +236,9 @@ where
             writing: false,
             writers_waiting: 0,
             next_slot: Some(Duration::from_micros(opens_at.saturating_sub(now))),
+            closed_for: closed_until
+                .filter(|until| *until > now)
+                .map(|until| Duration::from_micros(until - now)),
         }))
     }
 }

@@ -92,9 +92,19 @@ script!(
     "permit_join.lua"
 );
 script!(PERMIT_LEAVE, PERMIT_PRELUDE, "permit_leave.lua");
-/// The throttle's one script: no prelude (two keys, no line).
+/// The throttle's scripts: the schedule's prelude only (no fences, no line).
+const THROTTLE_PRELUDE: &str = include_str!("lua/throttle_prelude.lua");
+/// A throttle script: its flags line, the schedule's prelude, its body.
+fn with_schedule(script: &str) -> String {
+    let (flags, body) = script.split_once('\n').unwrap_or((script, ""));
+    format!("{flags}\n{THROTTLE_PRELUDE}{body}")
+}
+/// The throttle's decision: a request admitted, refused or booked.
 pub(super) static THROTTLE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/throttle.lua")));
+    LazyLock::new(|| Script::new(&with_schedule(include_str!("lua/throttle.lua"))));
+/// A key closed until a time an upstream named.
+pub(super) static THROTTLE_CLOSE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&with_schedule(include_str!("lua/throttle_close.lua"))));
 script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
 script!(QUEUE_PENDING, QUEUE_PRELUDE, "queue_pending.lua");
 script!(REQUEST_RECORD, QUEUE_PRELUDE, "request_record.lua");

@@ -6,7 +6,7 @@ use redis::aio::ConnectionLike;
 
 use super::RedisStore;
 use super::keys::ThrottleKeys;
-use super::scripts::THROTTLE;
+use super::scripts::{THROTTLE, THROTTLE_CLOSE};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
@@ -79,5 +79,19 @@ where
                 "throttle booking answered status {status}"
             ))),
         }
+    }
+
+    async fn close_for(&self, key: &LockKey, rate: Rate, duration: Duration) -> Result<Duration, StoreError> {
+        self.prepare().await?;
+        let keys = ThrottleKeys::new(&self.prefix, key);
+        let opens_in: i64 = THROTTLE_CLOSE
+            .key(&keys.state)
+            .key(&keys.closed)
+            .arg(u64::try_from(rate.interval().as_micros()).unwrap_or(u64::MAX))
+            .arg(u64::try_from(rate.tolerance().as_micros()).unwrap_or(u64::MAX))
+            .arg(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(micros(opens_in))
     }
 }

@@ -9,8 +9,7 @@
 -- Each time moves one interval per request, from no earlier than `now - tolerance` (an idle key
 -- has its burst back).
 --
--- KEYS[1] state: "<free_at>", or "<free_at> <run_free_at>" once they differ (only bookings
--- make them differ), KEYS[2] bookings (zset: waiter -> slot).
+-- KEYS[1] state (read by throttle_prelude.lua), KEYS[2] bookings (zset: waiter -> slot).
 -- ARGV[1] interval (us), ARGV[2] tolerance (us), ARGV[3] '1' to book, '0' to decide,
 -- ARGV[4] the waiter (a booking's; '' for a request without one), ARGV[5] how long a booking
 -- waits for its waiter (ms).
@@ -21,26 +20,10 @@
 -- have 16: every number that goes back to Redis as a string is formatted with '%.0f'. The
 -- steps are written out rather than in local functions: a closure is made anew at every call.
 
-local state_key, bookings_key = KEYS[1], KEYS[2]
+local bookings_key = KEYS[2]
 local interval = tonumber(ARGV[1])
-local tolerance = tonumber(ARGV[2])
 local book = ARGV[3] == '1'
 local waiter = ARGV[4]
-
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-
-local free_at, run_free_at = 0, 0
-local state = redis.call('GET', state_key)
-if state then
-  local single = tonumber(state)
-  if single then
-    free_at, run_free_at = single, single
-  else
-    local a, b = string.match(state, '^(%d+) (%d+)$')
-    free_at, run_free_at = tonumber(a) or 0, tonumber(b) or 0
-  end
-end
 
 -- The waiter's booking: redeemed (admitted at its slot, once the runs allow), or found again.
 local slot = nil

@@ -1,0 +1,219 @@
+//! Limits the handler learns: a handler closes its throttled key (or another key of the same
+//! throttle) until a time an upstream named. Every caller and job of the key waits for the
+//! reopening, exactly: `FailFast` is told when, `Retry` runs after it, a job goes back without
+//! using an attempt; other keys are not slowed; the listing shows the closed key.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use redefer::queue::{DelayQueue, QueueStats};
+use redefer::strategy::{Defer, Retry};
+use redefer::throttle::{CloseError, Rate, ThrottleLayer, close_for, close_key_for};
+use redefer::{Backoff, Error, MemoryStore, Outcome, Scheduler, SchedulerOptions, current_job};
+use serde::{Deserialize, Serialize};
+use tower::{Layer, ServiceExt, service_fn};
+
+use super::Clocked;
+use crate::support::{eventually, for_each_store};
+
+const MS: Duration = Duration::from_millis(1);
+/// How long the handlers close their keys for.
+const CLOSED: Duration = Duration::from_millis(600);
+
+/// A request for a domain; `limited`: the upstream answers 429 to it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Fetch {
+    n: u32,
+    domain: String,
+    limited: bool,
+}
+
+fn fetch(n: u32, domain: &str, limited: bool) -> Fetch {
+    Fetch {
+        n,
+        domain: domain.to_string(),
+        limited,
+    }
+}
+
+fn rate() -> Rate {
+    Rate::per_second(20).unwrap()
+}
+
+/// A handler closes its key: a `FailFast` caller is told exactly when it reopens, a `Retry`
+/// caller runs after it, another key is not slowed, and the listing shows the key closed.
+async fn a_closed_key_makes_every_caller_wait_for_its_reopening<S: Clocked>(store: S) {
+    let starts: Arc<Mutex<Vec<(u32, SystemTime)>>> = Arc::default();
+    let handler = {
+        let (starts, clock) = (Arc::clone(&starts), store.clone());
+        service_fn(move |request: Fetch| {
+            let (starts, clock) = (Arc::clone(&starts), clock.clone());
+            async move {
+                let at = clock.now().await;
+                starts.lock().unwrap().push((request.n, at));
+                if request.limited {
+                    let closed = close_for(CLOSED).await?;
+                    assert_eq!(closed.key().as_str(), request.domain);
+                    assert!(closed.opens_in() + MS >= CLOSED, "{closed:?}");
+                }
+                Ok::<_, CloseError>(request.n)
+            }
+        })
+    };
+    let layer = ThrottleLayer::new(store.clone(), |f: &Fetch| Some(f.domain.clone()), rate());
+    let fail_fast = layer.clone().layer(handler.clone());
+    let retrying = layer
+        .on_conflict(Retry::new(Backoff::default()).max_wait(Duration::from_secs(5)))
+        .layer(handler);
+    // The upstream limits the first request: its key closes.
+    let closed_at = store.now().await;
+    assert_eq!(
+        fail_fast
+            .clone()
+            .oneshot(fetch(0, "a.example", true))
+            .await
+            .unwrap()
+            .done(),
+        Some(0)
+    );
+    match fail_fast.clone().oneshot(fetch(1, "a.example", false)).await {
+        Err(Error::Throttled { key, retry_after }) => {
+            assert_eq!(key.as_str(), "a.example");
+            assert!(
+                retry_after <= CLOSED && retry_after + 200 * MS > CLOSED,
+                "told to retry after {retry_after:?}"
+            );
+        }
+        other => panic!("a closed key admitted a request: {other:?}"),
+    }
+    // Another key is not slowed.
+    assert_eq!(
+        fail_fast
+            .clone()
+            .oneshot(fetch(2, "b.example", false))
+            .await
+            .unwrap()
+            .done(),
+        Some(2)
+    );
+    let listed = store.list_locks(100).await.unwrap();
+    let a = listed
+        .iter()
+        .find(|info| info.key == "a.example")
+        .expect("listed");
+    let left = a.closed_for.expect("shown closed");
+    assert!(left <= CLOSED && left + 300 * MS > CLOSED, "{a:?}");
+    assert!(
+        listed
+            .iter()
+            .find(|info| info.key == "b.example")
+            .is_some_and(|b| b.closed_for.is_none())
+    );
+    // A retrying caller runs once the key reopens, not before.
+    assert_eq!(
+        retrying
+            .oneshot(fetch(3, "a.example", false))
+            .await
+            .unwrap()
+            .done(),
+        Some(3)
+    );
+    let starts = starts.lock().unwrap().clone();
+    let (_, third) = starts.iter().find(|(n, _)| *n == 3).unwrap();
+    let waited = third.duration_since(closed_at).unwrap_or_default();
+    assert!(waited + 5 * MS >= CLOSED, "ran {waited:?} after the key closed");
+}
+
+/// A job whose handler hears 429 closes another key of its throttle (the domain, where the
+/// throttle's key is the URL's) and asks to wait for the reopening: it goes back without using
+/// an attempt and runs once after it; the jobs of that domain deferred meanwhile run after it
+/// too, each once; nothing is buried.
+async fn a_job_waits_for_the_reopening_without_using_an_attempt<S: Clocked>(store: S) {
+    let queue = DelayQueue::<Fetch, _>::new(store.clone(), "fetches").unwrap();
+    let runs: Arc<Mutex<Vec<(u32, u32, SystemTime)>>> = Arc::default();
+    let limited_once = Arc::new(Mutex::new(true));
+    let service = {
+        let (runs, clock, limited_once) = (Arc::clone(&runs), store.clone(), Arc::clone(&limited_once));
+        ThrottleLayer::new(store.clone(), |f: &Fetch| Some(f.domain.clone()), rate())
+            .on_conflict(Defer::new(queue.clone()))
+            .layer(service_fn(move |request: Fetch| {
+                let (runs, clock, limited_once) =
+                    (Arc::clone(&runs), clock.clone(), Arc::clone(&limited_once));
+                async move {
+                    let attempt = current_job().map_or(0, |job| job.attempt);
+                    let at = clock.now().await;
+                    runs.lock().unwrap().push((request.n, attempt, at));
+                    let limited = request.limited && std::mem::take(&mut *limited_once.lock().unwrap());
+                    if limited {
+                        close_key_for(&request.domain, CLOSED).await?.retry_at_reopening();
+                        return Err(CloseError::NotThrottled); // dropped: the request waits
+                    }
+                    Ok::<_, CloseError>(())
+                }
+            }))
+    };
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(SchedulerOptions {
+            max_idle: Duration::from_millis(100),
+            ..SchedulerOptions::default()
+        })
+        .start();
+    let closed_at = store.now().await;
+    queue
+        .push(&fetch(0, "c.example", true), Duration::ZERO)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "the first job ran", || async {
+        (!runs.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    // Requests for the closed domain meanwhile are deferred to the reopening.
+    for n in 1..4 {
+        match service.clone().oneshot(fetch(n, "c.example", false)).await {
+            Ok(Outcome::Deferred(_)) => {}
+            other => panic!("expected a deferral, got {other:?}"),
+        }
+    }
+    eventually(Duration::from_secs(10), "every job ran", || async {
+        (runs.lock().unwrap().len() == 5).then_some(())
+    })
+    .await;
+    let report = scheduler.shutdown().await;
+    let runs = runs.lock().unwrap().clone();
+    let mut ran: Vec<u32> = runs.iter().map(|(n, _, _)| *n).collect();
+    ran.sort();
+    assert_eq!(
+        ran,
+        [0, 0, 1, 2, 3],
+        "the limited job ran again, every other once: {runs:?}"
+    );
+    for (n, attempt, at) in &runs[1..] {
+        assert_eq!(*attempt, 0, "job {n} used an attempt");
+        let after = at.duration_since(closed_at).unwrap_or_default();
+        assert!(
+            after + 5 * MS >= CLOSED,
+            "job {n} ran {after:?} after the domain closed"
+        );
+    }
+    assert_eq!((report.acked, report.buried), (4, 0), "{report:?}");
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
+}
+
+for_each_store!(
+    a_closed_key_makes_every_caller_wait_for_its_reopening,
+    a_job_waits_for_the_reopening_without_using_an_attempt,
+);
+
+/// Outside a throttled handler there is no throttle to close a key of.
+#[tokio::test]
+async fn closing_outside_a_throttled_handler_is_refused() {
+    assert!(matches!(close_for(CLOSED).await, Err(CloseError::NotThrottled)));
+    let store = MemoryStore::new();
+    // Inside another guard's handler, still outside a throttle's.
+    let locked =
+        redefer::LockLayer::new(store, |_: &u32| Some("k".to_string())).layer(service_fn(|_: u32| async {
+            Ok::<_, std::convert::Infallible>(close_key_for("k", CLOSED).await)
+        }));
+    let inner = locked.oneshot(1).await.unwrap().done().unwrap();
+    assert!(matches!(inner, Err(CloseError::NotThrottled)));
+}
