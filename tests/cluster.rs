@@ -642,7 +642,59 @@ async fn readers_and_writers_work_on_a_cluster(kind: Server) {
     assert!(shared.load(Ordering::SeqCst) > 0, "readers shared a document");
 }
 
+/// Keys closed by their handlers on every master: each is refused until its reopening with
+/// the time to it, the others are admitted, and the listing of every master shows them closed.
+async fn keys_closed_by_their_handlers_wait_on_a_cluster(kind: Server) {
+    const DOMAINS: [&str; 4] = ["domain:1", "domain:2", "domain:3", "domain:4"];
+    let cluster = RedisCluster::start_of(kind, 3, 0);
+    let store = cluster_store(&cluster).await;
+    let masters: HashSet<u16> = DOMAINS.iter().map(|domain| cluster.master_of(domain)).collect();
+    assert!(masters.len() > 1, "the domains are spread over the masters");
+    let closed = Duration::from_secs(5);
+    let fetch = ThrottleLayer::new(
+        store.clone(),
+        |(domain, _): &(String, bool)| Some(domain.clone()),
+        Rate::per_second(100).unwrap().burst(5).unwrap(),
+    )
+    .layer(service_fn(move |(_, limited): (String, bool)| async move {
+        if limited {
+            redefer::throttle::close_for(closed).await?;
+        }
+        Ok::<_, redefer::throttle::CloseError>(())
+    }));
+    // Every other domain hears 429.
+    for (n, domain) in DOMAINS.iter().enumerate() {
+        let outcome = fetch.clone().oneshot((domain.to_string(), n % 2 == 0)).await;
+        assert!(outcome.is_ok(), "{domain}: {outcome:?}");
+    }
+    for (n, domain) in DOMAINS.iter().enumerate() {
+        match fetch.clone().oneshot((domain.to_string(), false)).await {
+            Err(redefer::Error::Throttled { retry_after, .. }) if n % 2 == 0 => {
+                assert!(
+                    retry_after > closed - Duration::from_secs(1),
+                    "{domain}: {retry_after:?}"
+                );
+            }
+            Ok(_) if n % 2 == 1 => {}
+            other => panic!("{domain}: {other:?}"),
+        }
+    }
+    let listed: HashSet<String> = store
+        .cluster_locks(1_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|entry| entry.closed_for.is_some())
+        .map(|entry| entry.key)
+        .collect();
+    assert_eq!(
+        listed,
+        HashSet::from(["domain:1".to_string(), "domain:3".to_string()])
+    );
+}
+
 for_each_server!(
+    keys_closed_by_their_handlers_wait_on_a_cluster,
     readers_and_writers_work_on_a_cluster,
     sets_of_keys_on_several_slots_never_overlap_nor_deadlock_on_a_cluster,
     the_policies_for_what_waits_work_on_a_cluster,

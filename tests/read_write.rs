@@ -497,17 +497,24 @@ async fn a_writer_is_renewed_and_released_on_every_exit_path<St: SemaphoreStore>
     }
     assert!(long.await.unwrap().unwrap().done().is_some());
     // Cut off while it writes, with a TTL of a minute: the key is free at once.
+    let (writing, mut started) = tokio::sync::mpsc::channel::<()>(1);
     let writer = layer(&store)
         .ttl(Duration::from_secs(60))
-        .layer(service_fn(|_: Request| async {
-            std::future::pending::<()>().await;
-            Ok::<_, Infallible>(())
+        .on_conflict(retry())
+        .layer(service_fn(move |_: Request| {
+            let writing = writing.clone();
+            async move {
+                writing.send(()).await.unwrap();
+                std::future::pending::<()>().await;
+                Ok::<_, Infallible>(())
+            }
         }));
     let cut = tokio::spawn(writer.oneshot(write("forever")));
-    eventually(Duration::from_secs(10), "the writer holds the key", || async {
-        matches!(reader.clone().oneshot(read("r")).await, Err(Error::Locked { .. })).then_some(())
-    })
-    .await;
+    started.recv().await.unwrap();
+    assert!(matches!(
+        reader.clone().oneshot(read("r")).await,
+        Err(Error::Locked { .. })
+    ));
     cut.abort();
     eventually(Duration::from_secs(5), "the key is given back", || async {
         reader.clone().oneshot(read("r")).await.ok().map(|_| ())

@@ -27,6 +27,9 @@ struct KeySchedule {
     /// tolerance`, the schedule no longer matters.
     tolerance: u64,
     bookings: HashMap<Waiter, u64>,
+    /// The bookings of jobs sent back to wait for their start (the script's `>` entries):
+    /// waiter -> its start, its run already counted.
+    sent_back: HashMap<Waiter, u64>,
     /// Until when the key was closed (0: never), for the listing.
     closed_until: u64,
 }
@@ -38,6 +41,10 @@ fn now_micros() -> u64 {
         .unwrap_or_default();
     u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
 }
+
+/// The most a job waits for its start within its run (its scheduler's place held all that
+/// while); a job told to wait longer goes back to wait in the queue (the script's constant).
+const MAX_RUN_WAIT_US: u64 = 1_000_000;
 
 fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
@@ -56,7 +63,7 @@ impl KeySchedule {
 
     /// Nothing left that an absent key would not decide the same way.
     fn is_stale(&self, now: u64) -> bool {
-        self.bookings.is_empty() && self.forget_at() <= now
+        self.bookings.is_empty() && self.sent_back.is_empty() && self.forget_at() <= now
     }
 
     /// One more run, starting at `at`.
@@ -71,6 +78,8 @@ impl KeySchedule {
         let retention = micros(BOOKING_RETENTION);
         self.bookings
             .retain(|_, slot| slot.saturating_add(retention) > now);
+        self.sent_back
+            .retain(|_, start| start.saturating_add(retention) > now);
     }
 }
 
@@ -79,12 +88,27 @@ impl ThrottleState {
     fn admit(&mut self, key: &LockKey, rate: Rate, booked_as: Option<&Waiter>, now: u64) -> Admission {
         let (interval, tolerance) = (micros(rate.interval()), micros(rate.tolerance()));
         let schedule = self.schedule(key, now, tolerance);
-        if let Some(slot) = booked_as.and_then(|waiter| schedule.bookings.remove(waiter)) {
-            let start = now.max(slot).max(schedule.run_free_at);
-            schedule.run_at(start, interval, tolerance);
-            return Admission::Redeemed {
-                wait: Duration::from_micros(start - now),
-            };
+        if let Some(waiter) = booked_as {
+            // Sent back to wait for its start: its run was counted then.
+            if let Some(start) = schedule.sent_back.remove(waiter) {
+                return Admission::Redeemed {
+                    wait: Duration::from_micros(start.saturating_sub(now)),
+                };
+            }
+            if let Some(slot) = schedule.bookings.remove(waiter) {
+                let start = now.max(slot).max(schedule.run_free_at);
+                schedule.run_at(start, interval, tolerance);
+                // A job would hold its scheduler's place all that while: it goes back to wait.
+                if start - now > MAX_RUN_WAIT_US && waiter.as_job().is_some() {
+                    schedule.sent_back.insert(waiter.clone(), start);
+                    return Admission::Throttled {
+                        opens_in: Duration::from_micros(start - now),
+                    };
+                }
+                return Admission::Redeemed {
+                    wait: Duration::from_micros(start - now),
+                };
+            }
         }
         let opens = schedule.opens_at();
         if opens > now {
@@ -104,7 +128,7 @@ impl ThrottleState {
     fn book(&mut self, key: &LockKey, rate: Rate, waiter: &Waiter, now: u64) -> u64 {
         let (interval, tolerance) = (micros(rate.interval()), micros(rate.tolerance()));
         let schedule = self.schedule(key, now, tolerance);
-        if let Some(&slot) = schedule.bookings.get(waiter) {
+        if let Some(&slot) = schedule.bookings.get(waiter).or(schedule.sent_back.get(waiter)) {
             return slot;
         }
         let slot = schedule.free_at.max(now);
@@ -163,7 +187,7 @@ impl MemoryStore {
                 key: key.as_str().to_string(),
                 remaining: Some(Duration::from_micros(schedule.forget_at().saturating_sub(now))),
                 fence: 0,
-                waiters: schedule.bookings.len() as u64,
+                waiters: (schedule.bookings.len() + schedule.sent_back.len()) as u64,
                 holders: 0,
                 limit: 0,
                 reserved_for: None,

@@ -14,7 +14,8 @@
 -- ARGV[4] the waiter (a booking's; '' for a request without one), ARGV[5] how long a booking
 -- waits for its waiter (ms).
 -- Returns {status, wait (us), slot (us since the epoch)}: status 1 admitted now, 2 a booking
--- redeemed (start after wait), 0 refused (wait: until the next slot), 3 booked.
+-- redeemed (start after wait), 0 refused (wait: until the next slot; for a job sent back to
+-- wait for its booked start, until that start), 3 booked.
 --
 -- Lua turns numbers into strings with 14 significant digits, and microseconds since the epoch
 -- have 16: every number that goes back to Redis as a string is formatted with '%.0f'. The
@@ -25,22 +26,42 @@ local interval = tonumber(ARGV[1])
 local book = ARGV[3] == '1'
 local waiter = ARGV[4]
 
+-- The most a job waits for its start within its run (its scheduler's place held all that
+-- while); a job told to wait longer goes back to wait in the queue (below).
+local MAX_RUN_WAIT_US = 1000000
+-- What starts the booking of a job sent back to wait for its start: its run already counted.
+local SENT_BACK = '>'
+
 -- The waiter's booking: redeemed (admitted at its slot, once the runs allow), or found again.
-local slot = nil
+local slot, sent_back = nil, false
 if waiter ~= '' then
   slot = redis.call('ZSCORE', bookings_key, waiter)
+  if not slot then
+    slot = redis.call('ZSCORE', bookings_key, SENT_BACK .. waiter)
+    sent_back = slot ~= false
+  end
   if slot then
     slot = tonumber(slot)
     if book then
       return {3, math.max(0, slot - now), slot}
     end
-    redis.call('ZREM', bookings_key, waiter)
+    redis.call('ZREM', bookings_key, sent_back and SENT_BACK .. waiter or waiter)
   end
 end
 
 local status, start
-if slot then
+if sent_back then
+  -- Its run was counted when it was sent back: it starts at its start.
+  status = 2
+elseif slot then
   status, start = 2, math.max(now, slot, run_free_at)
+  -- A job that would wait long in its run (its key closed until an upstream's retry-after,
+  -- the runs before it late) would hold its scheduler's place all that while, and slow other
+  -- keys: it goes back to wait in the queue, refused until its start, its booking kept for it
+  -- there and its run counted now.
+  if start - now > MAX_RUN_WAIT_US and string.sub(waiter, 1, 2) == 'j|' then
+    status, slot = 4, start
+  end
 elseif not book then
   local opens = math.max(free_at, run_free_at)
   if opens > now then
@@ -67,9 +88,17 @@ else
 end
 
 if status == 2 then
+  if sent_back then
+    return {2, math.max(0, slot - now), slot}
+  end
   return {2, start - now, slot}
 elseif status == 1 then
   return {1, 0, now}
+elseif status == 4 then
+  local retention_ms = tonumber(ARGV[5])
+  redis.call('ZADD', bookings_key, string.format('%.0f', start), SENT_BACK .. waiter)
+  redis.call('PEXPIRE', bookings_key, math.floor((start - now) / 1000) + retention_ms)
+  return {0, start - now, start}
 end
 -- A booking is kept even when its slot is open now: the job is stored after this, and takes
 -- its slot whenever it comes.
