@@ -12,6 +12,9 @@ mod process_faults;
 /// test binary).
 #[path = "read_write/properties.rs"]
 mod properties;
+/// The storm of SIGKILLs the process-fault module runs in.
+#[path = "support/storm.rs"]
+mod storm;
 mod support;
 
 use std::convert::Infallible;
