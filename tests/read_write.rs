@@ -4,6 +4,9 @@
 //! is above every earlier holder's; every strategy; the listing shows the mode, the readers and
 //! the waiting writers.
 
+/// Holdings seen from outside, and the checks on them (for the property module).
+#[path = "support/holdings.rs"]
+mod holdings;
 /// Worker processes SIGKILLed at random while they read and write (a module, so that it
 /// shares this test binary).
 #[path = "read_write/process_faults.rs"]

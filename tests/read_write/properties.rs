@@ -3,7 +3,8 @@
 //! each holding for a generated time; some die holding (their holding is never released and
 //! frees only when its lease runs out). At no instant does a writer hold beside anyone, nor
 //! more readers than the limit; fences strictly increase in time; every caller that waits in
-//! line is served (none starves).
+//! line is served (none starves). The holdings and their checks are the semaphore's property
+//! test's (`support/holdings.rs`).
 //!
 //! `PROPTEST_CASES` raises the number of cases for long runs (the defaults fit CI).
 
@@ -11,19 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestRunner};
-use redefer::lock::{Acquisition, Holders, LockStore};
+use redefer::lock::Holders;
 use redefer::read_write::{Access, ReadWriteLayer};
 use redefer::semaphore::SemaphoreStore;
 use redefer::strategy::Retry;
-use redefer::{Backoff, Fencing, FencingToken, LockKey, LockToken, MemoryStore, Outcome, current_lock};
+use redefer::{Backoff, LockKey, MemoryStore, Outcome, current_lock};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt, service_fn};
 
-use crate::support::{RedisServer, Server};
-
-/// The lease of every holding: a holder that dies frees the key this long after its acquire.
-const TTL: Duration = Duration::from_millis(150);
+use crate::holdings::{Holding, TTL, die_holding, fences_increase, never_beside_a_writer, on_server, run};
+use crate::support::Server;
 
 /// One caller: how long after the previous one it arrives, whether it writes, how long it
 /// holds the key, whether it dies holding it.
@@ -60,25 +58,6 @@ fn load() -> impl Strategy<Value = Load> {
         proptest::collection::vec(caller, 2..16),
     )
         .prop_map(|(readers, callers)| Load { readers, callers })
-}
-
-/// One holding as seen from outside: a subset of the time it really held the key (from the
-/// acquire's answer to the release's request, or for a holder that died to its acquire's
-/// request plus the TTL), when the caller asked for it, whether it wrote, and its fence.
-#[derive(Debug, Clone, Copy)]
-struct Holding {
-    asked: Instant,
-    start: Instant,
-    end: Instant,
-    writes: bool,
-    fence: FencingToken,
-}
-
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(default)
 }
 
 /// A request of the load: when it was asked, whether it writes, how long it holds.
@@ -164,122 +143,23 @@ async fn check<St: SemaphoreStore>(store: St, load: Load) -> Result<(), String> 
     fences_increase(&holdings)
 }
 
-/// A caller that takes the key (polling, as a newcomer) and dies holding it: never released,
-/// never renewed. Its holding ends when its lease runs out, at the earliest `TTL` after the
-/// request that took it.
-async fn die_holding<St: LockStore>(
-    store: &St,
-    key: &LockKey,
-    holders: Holders,
-    holdings: &Mutex<Vec<Holding>>,
-    asked: Instant,
-) {
-    loop {
-        let sent = Instant::now();
-        let taken = store
-            .acquire(key, LockToken::random(), TTL, holders, None, Fencing::On)
-            .await
-            .unwrap();
-        match taken {
-            Acquisition::Acquired(fence) => {
-                holdings.lock().unwrap().push(Holding {
-                    asked,
-                    start: Instant::now(),
-                    // The server's clock is read in whole ms.
-                    end: sent + TTL - Duration::from_millis(2),
-                    writes: matches!(holders, Holders::Writer(_)),
-                    fence: fence.expect("fenced"),
-                });
-                return;
-            }
-            Acquisition::Held { .. } => tokio::time::sleep(Duration::from_millis(5)).await,
-        }
-    }
-}
-
-/// At no instant a writer beside another holding, nor more than `limit` readers.
-fn never_beside_a_writer(limit: u32, holdings: &[Holding]) -> Result<(), String> {
-    let mut events: Vec<(Instant, i32, bool)> = holdings
-        .iter()
-        .flat_map(|holding| {
-            [
-                (holding.start, 1, holding.writes),
-                (holding.end, -1, holding.writes),
-            ]
-        })
-        .collect();
-    // At one instant, ends before starts: the intervals are half-open.
-    events.sort_by_key(|(at, change, _)| (*at, *change));
-    let (mut readers, mut writers) = (0i64, 0i64);
-    for (_, change, writes) in events {
-        if writes {
-            writers += i64::from(change);
-        } else {
-            readers += i64::from(change);
-        }
-        if writers > 1 || (writers == 1 && readers > 0) || readers > i64::from(limit) {
-            return Err(format!(
-                "{writers} writers and {readers} readers held the key at once (limit {limit}): {holdings:?}"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A holding asked for after another ended has a higher fence; no two share one.
-fn fences_increase(holdings: &[Holding]) -> Result<(), String> {
-    for a in holdings {
-        for b in holdings {
-            if a.end <= b.asked && a.fence >= b.fence {
-                return Err(format!("{b:?} began after {a:?} ended, with a fence no higher"));
-            }
-            if !std::ptr::eq(a, b) && a.fence == b.fence {
-                return Err(format!("two holdings share fence {}", a.fence));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn run<St: SemaphoreStore>(store: St, runtime: &tokio::runtime::Runtime, default_cases: u32) {
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(cases(default_cases)));
-    runner
-        .run(&load(), |load| {
-            runtime
-                .block_on(check(store.clone(), load))
-                .map_err(TestCaseError::fail)
-        })
-        .unwrap();
-}
-
 #[test]
 fn never_a_writer_beside_anyone_in_memory() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    run(
-        MemoryStore::new().with_reservation(Duration::from_millis(300)),
-        &runtime,
-        16,
-    );
-}
-
-fn on_server(server: Server) {
-    if !server.available() {
-        return;
-    }
-    let redis = RedisServer::start_of(server);
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let store = runtime
-        .block_on(redis.store())
-        .with_reservation(Duration::from_millis(300));
-    run(store, &runtime, 8);
+    let store = MemoryStore::new().with_reservation(Duration::from_millis(300));
+    run(store, &runtime, 16, load(), check);
 }
 
 #[test]
 fn never_a_writer_beside_anyone_on_redis() {
-    on_server(Server::Redis);
+    on_server(Server::Redis, |store, runtime| {
+        run(store, runtime, 8, load(), check)
+    });
 }
 
 #[test]
 fn never_a_writer_beside_anyone_on_valkey() {
-    on_server(Server::Valkey);
+    on_server(Server::Valkey, |store, runtime| {
+        run(store, runtime, 8, load(), check)
+    });
 }
