@@ -277,7 +277,9 @@ async fn booked_jobs_of_a_closed_key_do_not_hold_the_schedulers_places<S: Clocke
                 after < Duration::from_millis(1_500),
                 "{request:?} waited {after:?} for a place"
             );
-        } else if *at > closed {
+        } else if *at > closed + 100 * MS {
+            // (A fetch admitted just before the closing may read the clock in its handler just
+            // after: those start within milliseconds of it.)
             let after = at.duration_since(closing).unwrap_or_default();
             assert!(
                 after + 5 * MS >= LONG,
