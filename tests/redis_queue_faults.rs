@@ -277,17 +277,19 @@ async fn an_idle_scheduler_sends_only_a_few_commands_per_second(kind: Server) {
     let store = server.store().await;
     let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
     let (scheduler, _) = recording_scheduler(store, &queue, SchedulerOptions::default());
-    // Wait until it has started (its first claim and its first gauge refresh are two scripts),
-    // then count what it sends over a quiet window.
+    // Wait until it has started (its first claim and its first gauge refresh are two scripts,
+    // and it has subscribed to its wake-ups: on a busy host the subscription can come after
+    // both), then count what it sends over a quiet window.
     eventually(Duration::from_secs(10), "the scheduler has started", || async {
         let info: String = server.cmd(::redis::cmd("INFO").arg("commandstats")).await;
-        let scripts: u64 = info
-            .lines()
-            .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
-        (scripts >= 2).then_some(())
+        let calls = |command: &str| -> u64 {
+            info.lines()
+                .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        (calls("evalsha") >= 2 && calls("subscribe") >= 1).then_some(())
     })
     .await;
     let _: () = server
