@@ -283,7 +283,7 @@ async fn a_limit_of_readers_holds_the_next_in_line<St: SemaphoreStore>(store: St
             async move {
                 let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
                 Ok::<_, Infallible>(())
             }
@@ -481,12 +481,12 @@ async fn the_listing_shows_the_mode_the_readers_and_the_waiting_writers<St: Sema
 async fn a_writer_is_renewed_and_released_on_every_exit_path<St: SemaphoreStore>(store: St) {
     let (started, mut start) = tokio::sync::mpsc::channel::<()>(1);
     let writer = layer(&store)
-        .ttl(Duration::from_millis(150))
+        .ttl(Duration::from_millis(450))
         .layer(service_fn(move |_: Request| {
             let started = started.clone();
             async move {
                 started.send(()).await.unwrap();
-                tokio::time::sleep(Duration::from_millis(600)).await;
+                tokio::time::sleep(Duration::from_millis(1_800)).await;
                 Ok::<_, Infallible>(())
             }
         }));
@@ -495,7 +495,7 @@ async fn a_writer_is_renewed_and_released_on_every_exit_path<St: SemaphoreStore>
     start.recv().await.unwrap();
     // Four TTLs while it writes: every reader is refused.
     for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(120)).await;
+        tokio::time::sleep(Duration::from_millis(360)).await;
         assert!(matches!(
             reader.clone().oneshot(read("r")).await,
             Err(Error::Locked { .. })
