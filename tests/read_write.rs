@@ -27,11 +27,11 @@ use std::time::Duration;
 
 use rand::{RngExt, SeedableRng};
 use redefer::lock::{Acquisition, Holders, LockStore};
-use redefer::queue::{DelayQueue, QueueStats, QueueStore};
+use redefer::queue::{DelayQueue, PendingStore, QueueStats, QueueStore};
 use redefer::read_write::{Access, ReadWriteLayer};
 use redefer::semaphore::SemaphoreStore;
 use redefer::store::ListLocks;
-use redefer::strategy::{Defer, Retry};
+use redefer::strategy::{Coalesce, Defer, Retry};
 use redefer::{
     Backoff, Error, Fencing, FencingToken, LockKey, LockToken, Outcome, Scheduler, SchedulerOptions,
     current_lock,
@@ -528,7 +528,45 @@ async fn a_writer_is_renewed_and_released_on_every_exit_path<St: SemaphoreStore>
     .await;
 }
 
+/// `Coalesce` keeps one waiting job per key and access: the requests to write a held key make
+/// one job (the latest runs), the requests to read it another; a read never takes the place of
+/// a waiting write.
+async fn coalesce_keeps_a_waiting_write_and_a_waiting_read_apart<
+    St: SemaphoreStore + QueueStore + PendingStore,
+>(
+    store: St,
+) {
+    let queue = DelayQueue::<Request, _>::new(store.clone(), "documents").unwrap();
+    let order = Order::default();
+    let service = layer(&store)
+        .on_conflict(Coalesce::latest(queue.clone()))
+        .layer(recorder(&order));
+    let (writer, _) = hold(&store, Holders::Writer(UNLIMITED)).await;
+    let mut jobs = Vec::new();
+    for request in [write("w1"), read("r1"), write("w2"), read("r2")] {
+        match service.clone().oneshot(request).await {
+            Ok(Outcome::Deferred(deferred)) => jobs.push(deferred.job_id),
+            other => panic!("expected a deferral, got {other:?}"),
+        }
+    }
+    assert_eq!(jobs[0], jobs[2], "one waiting job for the writes");
+    assert_eq!(jobs[1], jobs[3], "one waiting job for the reads");
+    assert_ne!(jobs[0], jobs[1], "a read does not take a write's place");
+    let scheduler = Scheduler::new(queue.clone(), service).options(quick()).start();
+    release(&store, writer, Holders::Writer(UNLIMITED)).await;
+    eventually(Duration::from_secs(10), "both jobs ran", || async {
+        (order.lock().unwrap().len() == 2).then_some(())
+    })
+    .await;
+    scheduler.shutdown().await;
+    let mut ran = order.lock().unwrap().clone();
+    ran.sort();
+    assert_eq!(ran, ["r2", "w2"], "each job ran once, with its latest request");
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
+}
+
 for_each_store!(
+    coalesce_keeps_a_waiting_write_and_a_waiting_read_apart,
     a_writer_is_renewed_and_released_on_every_exit_path,
     readers_share_a_key_and_a_writer_holds_it_alone,
     a_waiting_writer_holds_back_later_readers,

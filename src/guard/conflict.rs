@@ -31,8 +31,9 @@ pub struct Conflict {
     pub key: LockKey,
     /// What the request waits for, as one key: its own key, or for a set of keys
     /// ([`LockSetLayer`](crate::lock_set::LockSetLayer)) one key naming the whole set (the
-    /// keys joined by `+`). A deferring strategy that keeps one waiting job per key
-    /// ([`Coalesce`](crate::strategy::Coalesce)) keeps it under this.
+    /// keys joined by `+`), or for a write of a [read-write lock](crate::read_write) a name of
+    /// its own (a read waits for its key). A deferring strategy that keeps one waiting job per
+    /// key ([`Coalesce`](crate::strategy::Coalesce)) keeps it under this.
     pub waits_for: LockKey,
     /// How many conflicts this call met before this one (0 for the first).
     pub attempt: u32,

@@ -39,5 +39,6 @@ mod service;
 mod store;
 
 pub use self::layer::{KeySetExtractor, LockSetLayer, MAX_SET_KEYS};
+pub(crate) use self::name::digest_name;
 pub use self::service::LockSetService;
 pub use self::store::{HeldKey, LockSetStore, SetAcquisition};

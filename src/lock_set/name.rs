@@ -28,10 +28,18 @@ pub(crate) fn set_name(keys: &[LockKey]) -> LockKey {
         }
     }
     if name.len() > MAX_KEY_LEN {
-        name = format!("+{:032x}", fnv1a_128(name.as_bytes()));
+        return digest_name(&name);
     }
     // Never empty, at most MAX_KEY_LEN bytes: a valid key.
     LockKey::new(name).unwrap_or_else(|_| keys[0].clone())
+}
+
+/// A name for `text`, whatever its length: `+` and its 128-bit digest (FNV-1a) in hex. No key,
+/// nor a set's name of keys that fit (each shorter than [`MAX_KEY_LEN`] once joined), starts
+/// so unless a key does itself.
+pub(crate) fn digest_name(text: &str) -> LockKey {
+    let name = format!("+{:032x}", fnv1a_128(text.as_bytes()));
+    LockKey::new(name).expect("33 bytes: a valid key")
 }
 
 /// The 128-bit FNV-1a digest of `bytes`: stable across processes and builds.

@@ -12,6 +12,7 @@ use crate::error::StoreError;
 use crate::guard::{Attempt, CallResult, Contended, Error, OverHandler};
 use crate::key::LockKey;
 use crate::lock::{Acquired, LockAttempts};
+use crate::lock_set::digest_name;
 use crate::metric_names;
 use crate::semaphore::{Permits, SemaphoreStore};
 use crate::strategy::{ConflictStrategy, Decision};
@@ -65,6 +66,17 @@ where
 
     fn strategy(&self) -> &Strat {
         &self.lock.strategy
+    }
+
+    /// A read waits for its key, as the lock's call does; a write for a name of its own, so
+    /// that a deferring strategy that keeps one waiting job per key
+    /// ([`Coalesce`](crate::strategy::Coalesce)) keeps a waiting write and a waiting read
+    /// apart: a read's request never takes the place of a write's, nor the reverse.
+    fn waits_for(&self, key: &AccessedKey, met: &LockKey) -> LockKey {
+        match key.access {
+            Access::Read => met.clone(),
+            Access::Write => digest_name(&format!("write\0{met}")),
+        }
     }
 
     fn span(&self, key: &AccessedKey) -> tracing::Span {
