@@ -26,13 +26,12 @@ use crate::strategy::{ConflictStrategy, Decision};
 
 /// What one locked call keeps from attempt to attempt.
 pub(crate) struct LockAttempts<St: LockStore> {
-    /// The store as this call holds its key: the layer's, or its writer's side (a read-write
-    /// lock's write).
-    store: St,
     /// Where the key is held: this layer's store, as a mutex or as permits.
     space: LockSpace,
     token: LockToken,
-    /// Releases the key (and leaves the line) on every exit path, cancellation included.
+    /// Releases the key (and leaves the line) on every exit path, cancellation included. It
+    /// keeps the store as this call holds its key: the layer's, or its writers' side (a
+    /// read-write lock's write), which every step of the call uses.
     release: ReleaseOnDrop<St>,
     /// A re-injected job meets the lock as its own waiter: the key may be reserved for it.
     job: Option<Waiter>,
@@ -46,6 +45,11 @@ impl<St: LockStore> LockAttempts<St> {
     /// conflict, a superseding strategy): an uncontended call allocates nothing for it.
     fn caller(&self) -> Waiter {
         self.job.clone().unwrap_or_else(|| Waiter::caller(self.token))
+    }
+
+    /// The store as this call holds its key.
+    fn store(&self) -> &St {
+        self.release.store()
     }
 }
 
@@ -97,11 +101,11 @@ where
         let sent = Instant::now();
         attempts.release.arm();
         let me = attempts.line.place.as_ref().or(attempts.job.as_ref());
-        let holders = attempts.store.holders(key);
+        let holders = attempts.store().holders(key);
         // An error leaves the release armed: not knowing whether the acquire took effect, it
         // releases by token on its way out (and leaves the line).
         let acquisition = attempts
-            .store
+            .store()
             .acquire(key, attempts.token, self.ttl, holders, me, self.fencing)
             .await?;
         let (remaining, ahead, typical_hold, reserved) = match acquisition {
@@ -121,7 +125,7 @@ where
         ::metrics::gauge!(metric_names::LOCK_WAITERS).set(ahead as f64);
         let typical_hold = typical_hold.or_else(|| self.holds.typical());
         let line = super::line_of(
-            attempts.store.clone(),
+            attempts.store().clone(),
             key.clone(),
             attempts.line.place.clone(),
             attempts.caller(),
@@ -145,10 +149,7 @@ where
         delay: Duration,
     ) -> Result<(), StoreError> {
         let me = attempts.caller();
-        attempts
-            .line
-            .join(&attempts.store, key, me, &mut attempts.release)
-            .await?;
+        attempts.line.join(key, me, &mut attempts.release).await?;
         attempts.line.wait_turn(delay).await;
         Ok(())
     }
@@ -160,11 +161,7 @@ where
         decision: Option<&Decision>,
     ) -> Result<(), StoreError> {
         let LockAttempts {
-            store,
-            release,
-            job,
-            line,
-            ..
+            release, job, line, ..
         } = attempts;
         match (decision, &*job) {
             // A job waits in line: its scheduler puts it back to wait for its turn.
@@ -173,7 +170,7 @@ where
                 // the next handoff, not into a free key.
                 let (remaining, reserved) = attempts.holder;
                 crate::guard::lock_met(remaining.filter(|_| !reserved));
-                store.join(key, me, line.place.as_ref()).await?;
+                release.store().join(key, me, line.place.as_ref()).await?;
                 release.waiting_as(None);
             }
             (Some(Decision::Deferred(deferred)), _) => match &deferred.queue {
@@ -182,17 +179,17 @@ where
                 // The job takes the caller's place in line, or the end of it.
                 Some(queue) => {
                     let job = Waiter::job(queue, &deferred.job_id);
-                    if let Err(error) = store.join(key, &job, line.place.as_ref()).await {
+                    if let Err(error) = release.store().join(key, &job, line.place.as_ref()).await {
                         // Stored, but not in line: it runs at its fallback due time.
                         tracing::warn!(%error, "the deferred job could not join the line");
-                        line.leave(store, key, release).await;
+                        line.leave(key, release).await;
                     }
                     release.waiting_as(None);
                 }
-                None => line.leave(store, key, release).await,
+                None => line.leave(key, release).await,
             },
             // A caller that stops waiting must not hold up the others.
-            _ => line.leave(store, key, release).await,
+            _ => line.leave(key, release).await,
         }
         Ok(())
     }
@@ -222,10 +219,10 @@ where
         let stop = self
             .strategy
             .supersedes()
-            .then(|| StopListener::start(&attempts.store, &key, attempts.caller()));
+            .then(|| StopListener::start(attempts.store(), &key, attempts.caller()));
         let token = attempts.token;
         let renewal = Renewal::start("lock", self.ttl, acquired_at, {
-            let (store, key, ttl) = (attempts.store.clone(), key.clone(), self.ttl);
+            let (store, key, ttl) = (attempts.store().clone(), key.clone(), self.ttl);
             move || {
                 let (store, key) = (store.clone(), key.clone());
                 async move { store.extend_holding(&key, token, ttl, store.holders(&key)).await }
@@ -280,8 +277,7 @@ impl<St: LockStore, X, Strat> LockLayer<St, X, Strat> {
         }
         let token = LockToken::random();
         Ok(LockAttempts {
-            release: ReleaseOnDrop::new(store.clone(), key.clone(), token),
-            store,
+            release: ReleaseOnDrop::new(store, key.clone(), token),
             space,
             token,
             job: current_job().map(|job| Waiter::job(&job.shard, &job.id)),
@@ -302,7 +298,6 @@ impl PlaceInLine {
     /// Joins the line as `me`, once: later retries keep the place.
     async fn join<St: LockStore>(
         &mut self,
-        store: &St,
         key: &LockKey,
         me: Waiter,
         guard: &mut ReleaseOnDrop<St>,
@@ -311,9 +306,10 @@ impl PlaceInLine {
             return Ok(());
         }
         // Listen before joining: the key may be handed to us as we join.
+        let store = guard.store();
         self.handoffs = Some(store.line_handoffs(key, store.holders(key)));
         guard.waiting_as(Some(me.clone()));
-        store.join(key, &me, None).await?;
+        guard.store().join(key, &me, None).await?;
         self.place = Some(me);
         Ok(())
     }
@@ -340,9 +336,10 @@ impl PlaceInLine {
     }
 
     /// Leaves the line, if in it: a caller that stops waiting must not hold up the others.
-    async fn leave<St: LockStore>(&mut self, store: &St, key: &LockKey, guard: &mut ReleaseOnDrop<St>) {
+    async fn leave<St: LockStore>(&mut self, key: &LockKey, guard: &mut ReleaseOnDrop<St>) {
         let Some(me) = self.place.take() else { return };
         guard.waiting_as(None);
+        let store = guard.store();
         if let Err(error) = store.leave_line(key, &me, store.holders(key)).await {
             tracing::warn!(%key, %error, "cannot leave the line; the reservation for us will run out");
         }

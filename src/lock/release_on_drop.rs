@@ -54,6 +54,11 @@ impl<St: LockStore> ReleaseOnDrop<St> {
         }
     }
 
+    /// The store it releases in: the one the call holds its key in.
+    pub(crate) fn store(&self) -> &St {
+        &self.store
+    }
+
     /// The caller's place in line, to leave if the guard is dropped; `None` once the caller
     /// left it, or took the lock (which takes it out of the line).
     pub(crate) fn waiting_as(&mut self, waiter: Option<Waiter>) {
