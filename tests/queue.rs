@@ -1,5 +1,8 @@
 //! Conformance of the delay queue over every store: push, claim, leases, settle, inspect.
 
+/// Fair shares across groups (a module, so that it shares this test binary).
+#[path = "queue/fair_shares.rs"]
+mod fair_shares;
 mod support;
 
 use std::collections::HashSet;

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Codec, Counters, Debounce, DelayQueue, Due, JobId, QueueError, QueueName, QueueStore};
+use super::{Codec, Counters, Debounce, DelayQueue, Due, JobGroup, JobId, QueueError, QueueName, QueueStore};
 use crate::error::StoreError;
 use crate::key::LockKey;
 
@@ -111,6 +111,22 @@ pub trait PendingStore: QueueStore {
         envelope: Vec<u8>,
         due: Due,
         rules: PendingRules,
+    ) -> impl Future<Output = Result<PendingPush, StoreError>> + Send {
+        self.push_pending_in_group(queue, key, id, envelope, due, None, rules)
+    }
+
+    /// [`push_pending`](Self::push_pending), a new job in `group` when one is given (a job
+    /// joined keeps its own; see [`JobGroup`]).
+    #[allow(clippy::too_many_arguments)]
+    fn push_pending_in_group(
+        &self,
+        queue: &QueueName,
+        key: &LockKey,
+        id: &JobId,
+        envelope: Vec<u8>,
+        due: Due,
+        group: Option<&JobGroup>,
+        rules: PendingRules,
     ) -> impl Future<Output = Result<PendingPush, StoreError>> + Send;
 }
 
@@ -208,7 +224,7 @@ where
             let (_, envelope) = encode(&id)?;
             let pushed = self
                 .store()
-                .push_pending(&shard, key, &id, envelope, due, rules)
+                .push_pending_in_group(&shard, key, &id, envelope, due, self.group.as_ref(), rules)
                 .await
                 .map_err(super::push_error)?;
             let coalesced = |id, due, revision, joined, superseded| Coalesced {

@@ -79,7 +79,8 @@ where
         let mut scheduled = Vec::with_capacity(items.len());
         for (shard, jobs) in self.shards.names().iter().zip(&by_shard) {
             for page in jobs.chunks(MAX_PAGE) {
-                let (due, stored) = match self.store.push_many(shard, page, Due::In(delay)).await {
+                let pushed = self.store.push_many_in_group(shard, page, Due::In(delay), self.group.as_ref());
+                let (due, stored) = match pushed.await {
                     Ok(pushed) => pushed,
                     Err(error) => return Err(push_error(error)),
                 };
@@ -104,7 +105,8 @@ where
     ) -> Result<Scheduled, QueueError> {
         self.register().await;
         let job = [(id, bytes)];
-        match self.store.push_many(self.shards.of(&job[0].0), &job, due).await {
+        let shard = self.shards.of(&job[0].0);
+        match self.store.push_many_in_group(shard, &job, due, self.group.as_ref()).await {
             Ok((due, stored)) if stored.first() == Some(&true) => {
                 let [(id, _)] = job;
                 Ok(Scheduled { id, due })

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use super::operator::{ControlQueue, InspectQueue, QueueRegistry};
-use super::{Counters, JobId, QueueName, Retention, Wakeups};
+use super::{Counters, JobGroup, JobId, QueueName, Retention, Wakeups};
 use crate::error::StoreError;
 use crate::sealed::Sealed;
 use crate::token::LockToken;
@@ -89,6 +89,18 @@ pub trait QueueCore: Sealed + Clone + Send + Sync + 'static {
         queue: &QueueName,
         jobs: &[(JobId, Vec<u8>)],
         due: Due,
+    ) -> impl Future<Output = Result<(SystemTime, Vec<bool>), StoreError>> + Send {
+        self.push_many_in_group(queue, jobs, due, None)
+    }
+
+    /// [`push_many`](Self::push_many), the jobs in `group` when one is given (see
+    /// [`JobGroup`]).
+    fn push_many_in_group(
+        &self,
+        queue: &QueueName,
+        jobs: &[(JobId, Vec<u8>)],
+        due: Due,
+        group: Option<&JobGroup>,
     ) -> impl Future<Output = Result<(SystemTime, Vec<bool>), StoreError>> + Send;
 
     /// Claims up to `max` due jobs for `lease` (at most [`MAX_LEASE`](super::MAX_LEASE)),

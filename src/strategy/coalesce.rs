@@ -8,13 +8,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::defer::{back_to_wait, lock_wait_fallback};
+use super::group_of::{GroupOf, queue_for};
 use super::line_cap::take_place;
 use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
 use crate::guard::Deferred;
 use crate::guard::LineCap;
 use crate::metric_names;
-use crate::queue::{Codec, DelayQueue, Due, JobId, Joining, Json, Keep, PendingStore};
+use crate::queue::{Codec, DelayQueue, Due, JobGroup, JobId, Joining, Json, Keep, PendingStore};
 
 /// Defers a request whose key is held (or over its [rate](crate::throttle::Rate)) like
 /// [`Defer`](super::Defer), except that a key has at most one waiting job: a request deferred
@@ -74,6 +75,7 @@ use crate::queue::{Codec, DelayQueue, Due, JobId, Joining, Json, Keep, PendingSt
 pub struct Coalesce<Req, St, Enc = Json> {
     queue: DelayQueue<Req, St, Enc>,
     keep: Keep,
+    group_of: Option<GroupOf<Req>>,
     line_cap: Option<LineCap>,
 }
 
@@ -82,6 +84,7 @@ impl<Req, St, Enc> std::fmt::Debug for Coalesce<Req, St, Enc> {
         f.debug_struct("Coalesce")
             .field("queue", &self.queue)
             .field("keep", &self.keep)
+            .field("group_of", &self.group_of.is_some())
             .field("line_cap", &self.line_cap)
             .finish()
     }
@@ -92,6 +95,7 @@ impl<Req, St: Clone, Enc: Clone> Clone for Coalesce<Req, St, Enc> {
         Coalesce {
             queue: self.queue.clone(),
             keep: self.keep,
+            group_of: self.group_of.clone(),
             line_cap: self.line_cap,
         }
     }
@@ -103,6 +107,7 @@ impl<Req, St, Enc> Coalesce<Req, St, Enc> {
         Coalesce {
             queue,
             keep,
+            group_of: None,
             line_cap: None,
         }
     }
@@ -116,6 +121,16 @@ impl<Req, St, Enc> Coalesce<Req, St, Enc> {
     /// dropped as duplicates while it waits.
     pub fn first(queue: DelayQueue<Req, St, Enc>) -> Self {
         Coalesce::new(queue, Keep::First)
+    }
+
+    /// Puts each key's new waiting job in the group `group_of` gives for the request that
+    /// stores it, as [`Defer::group`](super::Defer::group) does (a request that joins a waiting
+    /// job leaves it in its group).
+    pub fn group(self, group_of: impl Fn(&Req) -> Option<JobGroup> + Send + Sync + 'static) -> Self {
+        Coalesce {
+            group_of: Some(std::sync::Arc::new(group_of)),
+            ..self
+        }
     }
 
     /// Caps the key's line, as [`Defer::max_waiting`](super::Defer::max_waiting) does: a
@@ -142,8 +157,8 @@ where
         if let Some(back) = back_to_wait(self.queue.name(), &conflict) {
             return Either::Left(back);
         }
+        let queue = queue_for(&self.queue, self.group_of.as_ref(), request);
         let request = request.clone();
-        let queue = self.queue.clone();
         let (keep, line_cap) = (self.keep, self.line_cap);
         // A caller that waited in place before deferring arrived that long ago: a newer
         // request's payload already in the job stays. One that meets its first conflict is

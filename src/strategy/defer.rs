@@ -8,6 +8,7 @@ use futures_util::future::Either;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::group_of::{GroupOf, queue_for};
 use super::line_cap::take_place;
 use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
@@ -15,7 +16,7 @@ use crate::guard::Deferred;
 use crate::guard::LineCap;
 use crate::guard::current_job;
 use crate::guard::current_request_id;
-use crate::queue::{Codec, DelayQueue, JobId, Json, QueueError, QueueName, RawJobState};
+use crate::queue::{Codec, DelayQueue, JobGroup, JobId, Json, QueueError, QueueName, RawJobState};
 use crate::queue::{Due, QueueStore};
 
 /// Stores a request whose lock is held (or whose key is over its
@@ -64,6 +65,7 @@ use crate::queue::{Due, QueueStore};
 pub struct Defer<Req, St, Enc = Json> {
     queue: DelayQueue<Req, St, Enc>,
     job_id: Option<Arc<JobIdOf<Req>>>,
+    group_of: Option<GroupOf<Req>>,
     line_cap: Option<LineCap>,
 }
 
@@ -75,6 +77,7 @@ impl<Req, St, Enc> std::fmt::Debug for Defer<Req, St, Enc> {
         f.debug_struct("Defer")
             .field("queue", &self.queue)
             .field("job_id", &self.job_id.is_some())
+            .field("group_of", &self.group_of.is_some())
             .field("line_cap", &self.line_cap)
             .finish()
     }
@@ -85,6 +88,7 @@ impl<Req, St: Clone, Enc: Clone> Clone for Defer<Req, St, Enc> {
         Defer {
             queue: self.queue.clone(),
             job_id: self.job_id.clone(),
+            group_of: self.group_of.clone(),
             line_cap: self.line_cap,
         }
     }
@@ -96,6 +100,7 @@ impl<Req, St, Enc> Defer<Req, St, Enc> {
         Defer {
             queue,
             job_id: None,
+            group_of: None,
             line_cap: None,
         }
     }
@@ -121,6 +126,29 @@ impl<Req, St, Enc> Defer<Req, St, Enc> {
     pub fn job_id(self, job_id: impl Fn(&Req) -> Option<String> + Send + Sync + 'static) -> Self {
         Defer {
             job_id: Some(Arc::new(job_id)),
+            ..self
+        }
+    }
+
+    /// Puts each request's job in the group `group_of` gives (its tenant; none: ungrouped), so
+    /// that once due it waits in its group's turn, not behind another group's backlog (see
+    /// [`JobGroup`]).
+    ///
+    /// ```
+    /// use redefer::{MemoryStore, strategy::Defer};
+    /// use redefer::queue::{DelayQueue, JobGroup};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Export { tenant: String, report: u64 }
+    ///
+    /// let queue = DelayQueue::<Export, _>::new(MemoryStore::new(), "exports")?;
+    /// let defer = Defer::new(queue).group(|export: &Export| JobGroup::new(export.tenant.clone()).ok());
+    /// # let _ = defer;
+    /// # Ok::<(), redefer::KeyError>(())
+    /// ```
+    pub fn group(self, group_of: impl Fn(&Req) -> Option<JobGroup> + Send + Sync + 'static) -> Self {
+        Defer {
+            group_of: Some(Arc::new(group_of)),
             ..self
         }
     }
@@ -172,7 +200,7 @@ where
             Ok(id) => self.queue.encode_new(id, request).map_err(Into::into),
             Err(invalid) => Err(invalid.into()),
         };
-        let queue = self.queue.clone();
+        let queue = queue_for(&self.queue, self.group_of.as_ref(), request);
         let fallback = lock_wait_fallback(&queue, &conflict);
         let line_cap = self.line_cap;
         Either::Right(async move {

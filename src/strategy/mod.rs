@@ -15,6 +15,7 @@
 mod coalesce;
 mod defer;
 mod fail_fast;
+mod group_of;
 mod line_cap;
 mod retry;
 mod supersede;

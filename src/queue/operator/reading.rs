@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{InspectQueue, JobSet, ListCursor, QueueOperator, QueueStats, RawJobState};
-use crate::queue::{Codec, Envelope, JobId, MAX_PAGE, MinuteActivity, QueueError};
+use crate::queue::{Codec, Envelope, GroupWaiting, JobId, MAX_PAGE, MinuteActivity, QueueError, QueueGroups};
 
 /// One entry of [`QueueOperator::list`].
 #[derive(Debug)]
@@ -66,6 +66,46 @@ where
             total.paused |= stats.paused;
         }
         Ok(total)
+    }
+
+    /// How many jobs wait per group ([`JobGroup`](crate::queue::JobGroup)), the `most` largest
+    /// groups first, over all the queue's shards (a shard's jobs are its own: a group's count
+    /// sums its shards'). Exact while each shard has at most [`MAX_PAGE`] groups waiting;
+    /// beyond, the counts of the groups each shard reads among its [`MAX_PAGE`] largest.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redefer::MemoryStore;
+    /// use redefer::queue::{DelayQueue, JobGroup};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let queue = DelayQueue::<u64, _>::new(MemoryStore::new(), "reports")?;
+    /// queue.in_group(JobGroup::new("a")?).push_many(&[1, 2, 3], Duration::ZERO).await?;
+    /// queue.in_group(JobGroup::new("b")?).push(&4, Duration::ZERO).await?;
+    /// let groups = queue.operator().groups(10).await?;
+    /// assert_eq!(groups.groups, 2);
+    /// assert_eq!((groups.largest[0].group.as_str(), groups.largest[0].waiting), ("a", 3));
+    /// # Ok(()) }
+    /// ```
+    pub async fn groups(&self, most: usize) -> Result<QueueGroups, QueueError> {
+        let shards = self.queue.shards.names();
+        if let [shard] = shards {
+            return Ok(self.queue.store().groups(shard, most).await?);
+        }
+        let mut waiting: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+        for shard in shards {
+            for group in self.queue.store().groups(shard, MAX_PAGE).await?.largest {
+                *waiting.entry(group.group).or_default() += group.waiting;
+            }
+        }
+        let count = waiting.len() as u64;
+        let mut largest: Vec<GroupWaiting> = waiting
+            .into_iter()
+            .map(|(group, waiting)| GroupWaiting::new(group, waiting))
+            .collect();
+        largest.sort_by(|a, b| b.waiting.cmp(&a.waiting).then_with(|| b.group.cmp(&a.group)));
+        largest.truncate(most);
+        Ok(QueueGroups::new(count, largest))
     }
 
     /// Up to `limit` entries of `set` (of every shard), oldest first. Bytes that do not decode

@@ -186,6 +186,15 @@ pub trait InspectQueue: QueueCore {
     /// Counts the queue's jobs.
     fn stats(&self, queue: &QueueName) -> impl Future<Output = Result<QueueStats, StoreError>> + Send;
 
+    /// How many jobs wait per group, the `most` largest groups (at most
+    /// [`MAX_PAGE`](crate::queue::MAX_PAGE)) first, ties by name, the last first (see
+    /// [`JobGroup`](crate::queue::JobGroup)).
+    fn groups(
+        &self,
+        queue: &QueueName,
+        most: usize,
+    ) -> impl Future<Output = Result<crate::queue::QueueGroups, StoreError>> + Send;
+
     /// Up to `limit` (at most [`MAX_PAGE`](crate::queue::MAX_PAGE)) entries of `set` in time order
     /// (ties by id), from the first or from just `after` an entry.
     fn list(

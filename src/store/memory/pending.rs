@@ -7,7 +7,7 @@ use super::MemoryStore;
 use super::queue::{due_ms, now_ms};
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::queue::{Due, JobId, Keep, PendingPush, PendingRules, PendingStore, QueueName};
+use crate::queue::{Due, JobGroup, JobId, Keep, PendingPush, PendingRules, PendingStore, QueueName};
 use crate::store::time::{after_epoch_ms, from_epoch_ms};
 
 /// The keys' pending jobs of one queue, as the `PENDING` and `PENDING_JOBS` hashes of
@@ -62,6 +62,7 @@ impl MemoryStore {
         id: &JobId,
         envelope: Vec<u8>,
         due: Due,
+        group: Option<&JobGroup>,
         rules: PendingRules,
     ) -> PendingPush {
         self.with_queue(queue, |q| {
@@ -122,7 +123,7 @@ impl MemoryStore {
                 return PendingPush::Moved;
             }
             let due = due_ms(due);
-            q.store_new(id, envelope, due);
+            q.store_new(id, envelope, due, group);
             let record = Record {
                 job: id.clone(),
                 revision: 1,
@@ -138,15 +139,16 @@ impl MemoryStore {
 }
 
 impl PendingStore for MemoryStore {
-    async fn push_pending(
+    async fn push_pending_in_group(
         &self,
         queue: &QueueName,
         key: &LockKey,
         id: &JobId,
         envelope: Vec<u8>,
         due: Due,
+        group: Option<&JobGroup>,
         rules: PendingRules,
     ) -> Result<PendingPush, StoreError> {
-        Ok(self.push_pending_now(queue, key, id, envelope, due, rules))
+        Ok(self.push_pending_now(queue, key, id, envelope, due, group, rules))
     }
 }

@@ -8,11 +8,12 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
 use super::MemoryStore;
+use super::fair_shares::FairShares;
 use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::queue::rules::{NO_ENVELOPE, lease_ran_out, oversized};
 use crate::queue::{
-    ACTIVITY_MINUTES, Cancelled, ClaimBatch, ClaimLimits, Counters, Due, JobId, JobSet, ListCursor,
+    ACTIVITY_MINUTES, Cancelled, ClaimBatch, ClaimLimits, Counters, Due, JobGroup, JobId, JobSet, ListCursor,
     MAX_LEASE, MAX_PAGE, MinuteActivity, QueueCore, QueueName, RawClaim, Retention, Wakeups,
 };
 use crate::store::handover::Promotion;
@@ -20,8 +21,12 @@ use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
 
 /// One queue: the same sets as in Redis, scores in ms since the epoch.
 pub(super) struct QueueState {
+    /// The waiting jobs that are not ready (see `fair`), by due time.
     pub(super) delayed: BTreeSet<(i64, JobId)>,
+    /// Every waiting job's due time, ready or not.
     pub(super) due_of: HashMap<JobId, i64>,
+    /// The groups, and the due jobs of a queue that has groups, in their fair order.
+    pub(super) fair: FairShares,
     pub(super) inflight: BTreeSet<(i64, JobId)>,
     pub(super) leases: HashMap<JobId, (i64, LockToken)>,
     pub(super) jobs: HashMap<JobId, Vec<u8>>,
@@ -50,6 +55,7 @@ impl Default for QueueState {
         QueueState {
             delayed: BTreeSet::new(),
             due_of: HashMap::new(),
+            fair: FairShares::default(),
             inflight: BTreeSet::new(),
             leases: HashMap::new(),
             jobs: HashMap::new(),
@@ -81,10 +87,16 @@ pub(super) fn due_ms(due: Due) -> i64 {
 }
 
 impl QueueState {
-    /// Makes job `id` wait until `due` (ms since the epoch), moving it if it waits already.
+    /// Makes job `id` wait until `due` (ms since the epoch), moving it if it waits already (a
+    /// ready job moved leaves the ready ones: it is ready again when due).
     pub(super) fn schedule(&mut self, id: JobId, due: i64) {
-        if let Some(old) = self.due_of.insert(id.clone(), due) {
-            self.delayed.remove(&(old, id.clone()));
+        match self.due_of.insert(id.clone(), due) {
+            Some(old) => {
+                if !self.fair.unready_at(&id, old) {
+                    self.delayed.remove(&(old, id.clone()));
+                }
+            }
+            None => self.fair.count(&id, true),
         }
         let first = self
             .delayed
@@ -122,10 +134,45 @@ impl QueueState {
         self.jobs.contains_key(id)
     }
 
-    /// Stores a new job due at `due` (ms since the epoch), as `queue_push_many.lua` does.
-    pub(super) fn store_new(&mut self, id: &JobId, envelope: Vec<u8>, due: i64) {
+    /// Stores a new job due at `due` (ms since the epoch), in `group` if one is given, as
+    /// `queue_push_many.lua` does: a grouped job due now is ready at once.
+    pub(super) fn store_new(&mut self, id: &JobId, envelope: Vec<u8>, due: i64, group: Option<&JobGroup>) {
         self.jobs.insert(id.clone(), envelope);
+        if let Some(group) = group {
+            self.fair.join(id, group);
+            if due <= now_ms() {
+                self.due_of.insert(id.clone(), due);
+                self.fair.count(id, true);
+                self.fair.make_ready(id.clone(), due);
+                self.wake.send_modify(|n| *n = n.wrapping_add(1));
+                return;
+            }
+        }
         self.schedule(id.clone(), due);
+    }
+
+    /// Makes waiting or returning job `id` due now, ahead of every group's turn when the queue
+    /// has groups: the lock it waits for was handed to it (`hand_now` of `queue_prelude.lua`).
+    pub(super) fn hand_now(&mut self, id: &JobId, now: i64) {
+        if !self.fair.on() {
+            self.schedule(id.clone(), now);
+            return;
+        }
+        let due = match self.due_of.get(id).copied() {
+            Some(due) => {
+                if !self.fair.unready_at(id, due) {
+                    self.delayed.remove(&(due, id.clone()));
+                }
+                due.min(now)
+            }
+            None => {
+                self.fair.count(id, true);
+                now
+            }
+        };
+        self.due_of.insert(id.clone(), due);
+        self.fair.hand_now(id.clone(), due);
+        self.wake.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Moves job `id`, already out of the waiting and in-flight sets, to the dead-letter set at
@@ -146,7 +193,13 @@ impl QueueState {
     pub(super) fn unschedule(&mut self, id: &JobId) -> bool {
         self.pending.forget_job(id);
         match self.due_of.remove(id) {
-            Some(due) => self.delayed.remove(&(due, id.clone())),
+            Some(due) => {
+                if !self.fair.unready_at(id, due) {
+                    self.delayed.remove(&(due, id.clone()));
+                }
+                self.fair.count(id, false);
+                true
+            }
             None => false,
         }
     }
@@ -168,7 +221,14 @@ impl QueueState {
                 .collect()
         };
         match set {
-            JobSet::Waiting => page(&self.delayed),
+            JobSet::Waiting => {
+                // A waiting job is delayed or ready: both pages, merged in time order.
+                let mut merged = page(&self.delayed);
+                merged.extend(page(&self.fair.ready_due));
+                merged.sort();
+                merged.truncate(limit);
+                merged
+            }
             JobSet::InFlight => page(&self.inflight),
             JobSet::Done => page(&self.done),
             JobSet::Dead => {
@@ -245,9 +305,12 @@ impl MemoryStore {
     /// Makes the waiting job `id` due `after` from now, if sooner (see `queue_promote.lua`).
     pub(super) fn promote_now(&self, queue: &QueueName, id: &JobId, after: Duration) -> Promotion {
         self.with_queue(queue, |q| {
-            if let Some(due) = q.due_of.get(id) {
-                let at = after_epoch_ms(now_ms(), after);
-                if *due > at {
+            if let Some(due) = q.due_of.get(id).copied() {
+                let now = now_ms();
+                let at = after_epoch_ms(now, after);
+                if at <= now && q.fair.on() {
+                    q.hand_now(id, now);
+                } else if due > at {
                     q.schedule(id.clone(), at);
                 }
                 Promotion::Promoted
@@ -263,11 +326,12 @@ impl MemoryStore {
 }
 
 impl QueueCore for MemoryStore {
-    async fn push_many(
+    async fn push_many_in_group(
         &self,
         queue: &QueueName,
         jobs: &[(JobId, Vec<u8>)],
         due: Due,
+        group: Option<&JobGroup>,
     ) -> Result<(SystemTime, Vec<bool>), StoreError> {
         Ok(self.with_queue(queue, |q| {
             let due = due_ms(due);
@@ -278,7 +342,7 @@ impl QueueCore for MemoryStore {
                     if q.jobs.contains_key(id) {
                         return false;
                     }
-                    q.store_new(id, envelope.clone(), due);
+                    q.store_new(id, envelope.clone(), due, group);
                     true
                 })
                 .collect();
@@ -331,13 +395,33 @@ impl QueueCore for MemoryStore {
                 }
             }
             let deadline = after_epoch_ms(now, lease.min(MAX_LEASE));
-            let due: Vec<(i64, JobId)> = q
-                .delayed
-                .iter()
-                .take_while(|(due, _)| *due <= now)
-                .take(max)
-                .cloned()
-                .collect();
+            let due: Vec<(i64, JobId)> = if q.fair.on() {
+                // Due jobs become ready first, a page per claim; the claim takes what the
+                // groups' turns say.
+                let became: Vec<(i64, JobId)> = q
+                    .delayed
+                    .iter()
+                    .take_while(|(due, _)| *due <= now)
+                    .take(MAX_PAGE)
+                    .cloned()
+                    .collect();
+                for (due, id) in became {
+                    q.delayed.remove(&(due, id.clone()));
+                    q.fair.make_ready(id, due);
+                }
+                q.fair
+                    .in_order()
+                    .take(max)
+                    .map(|id| (q.due_of.get(id).copied().unwrap_or(now), id.clone()))
+                    .collect()
+            } else {
+                q.delayed
+                    .iter()
+                    .take_while(|(due, _)| *due <= now)
+                    .take(max)
+                    .cloned()
+                    .collect()
+            };
             let mut jobs = Vec::with_capacity(due.len());
             for (due, id) in due {
                 q.unschedule(&id);
@@ -379,7 +463,10 @@ impl QueueCore for MemoryStore {
                 ],
             );
             // A lease is recoverable 1 ms after its deadline (see above).
-            let next_due = q.delayed.first().map(|(due, _)| *due);
+            let next_due = match q.fair.ready_count() {
+                0 => q.delayed.first().map(|(due, _)| *due),
+                _ => Some(now),
+            };
             let next_recovery = q.inflight.first().map(|(deadline, _)| deadline.saturating_add(1));
             let next_at = next_due.into_iter().chain(next_recovery).min();
             ClaimBatch {
@@ -408,6 +495,7 @@ impl QueueCore for MemoryStore {
                             Some(retention) => q.keep_finished(id, now, retention),
                             None => drop(q.jobs.remove(*id)),
                         }
+                        q.fair.forget(id);
                         q.expiries.remove(*id);
                         q.handed.remove(*id);
                     }
@@ -444,12 +532,13 @@ impl QueueCore for MemoryStore {
             if let Some(envelope) = envelope {
                 q.jobs.insert(id.clone(), envelope);
             }
-            // Its lock was handed to it while it ran: its turn is now.
-            let due = if q.handed.remove(id) {
-                now_ms()
-            } else {
-                after_epoch_ms(now_ms(), delay)
-            };
+            // Its lock was handed to it while it ran: its turn is now, ahead of its group's.
+            let now = now_ms();
+            if q.handed.remove(id) {
+                q.hand_now(id, now);
+                return Some(from_epoch_ms(now));
+            }
+            let due = after_epoch_ms(now, delay);
             q.schedule(id.clone(), due);
             Some(from_epoch_ms(due))
         }))
@@ -522,6 +611,7 @@ impl QueueCore for MemoryStore {
             let waiting = q.unschedule(id);
             let dead = q.dead.remove(id).is_some();
             let bytes = q.jobs.remove(id).is_some();
+            q.fair.forget(id);
             q.expiries.remove(id);
             if waiting || dead || bytes {
                 Cancelled::Deleted

@@ -5,7 +5,7 @@ use super::queue::now_ms;
 use crate::error::StoreError;
 use crate::queue::{
     ACTIVITY_MINUTES, ControlQueue, InspectQueue, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE,
-    MinuteActivity, QueueName, QueueRegistry, QueueStats, RawJob, RawJobState, RegisteredQueue,
+    MinuteActivity, QueueGroups, QueueName, QueueRegistry, QueueStats, RawJob, RawJobState, RegisteredQueue,
 };
 use crate::store::time::from_epoch_ms;
 
@@ -46,14 +46,18 @@ impl InspectQueue for MemoryStore {
         Ok(self.with_queue(queue, |q| {
             let now = now_ms();
             QueueStats {
-                waiting: q.delayed.len() as u64,
-                due: q.delayed.iter().take_while(|(due, _)| *due <= now).count() as u64,
+                waiting: q.due_of.len() as u64,
+                due: (q.delayed.iter().take_while(|(due, _)| *due <= now).count() + q.fair.ready_count()) as u64,
                 in_flight: q.inflight.len() as u64,
                 dead: q.dead.len() as u64,
                 done: q.done.len() as u64,
                 paused: q.paused,
             }
         }))
+    }
+
+    async fn groups(&self, queue: &QueueName, most: usize) -> Result<QueueGroups, StoreError> {
+        Ok(self.with_queue(queue, |q| q.fair.largest(most.min(MAX_PAGE))))
     }
 
     async fn list(
@@ -155,6 +159,7 @@ impl ControlQueue for MemoryStore {
                 }
                 q.dead.remove(id);
                 q.jobs.remove(id);
+                q.fair.forget(id);
                 q.expiries.remove(id);
                 q.handed.remove(id);
             }

@@ -314,10 +314,20 @@ pub(crate) struct QueueKeys {
     /// hash: a claim's lease -> the ids it claimed (MessagePack), `<lease>#` -> how many of
     /// them it still holds.
     pub(crate) claims: String,
+    /// zset: job id -> its start tag, of the due jobs of a queue with groups (fair order).
+    pub(crate) ready: String,
+    /// zset: job id -> due time (ms), of the jobs in `ready`.
+    pub(crate) ready_due: String,
+    /// hash: job id -> `<weight> <group>`, of a grouped job.
+    pub(crate) groups: String,
+    /// zset: group -> the start tag of its next ready job.
+    pub(crate) group_tags: String,
+    /// zset: group -> how many of its jobs wait.
+    pub(crate) group_waiting: String,
     /// hash: a lock key's [`pending_field`](Self::pending_field) -> the record of its waiting
-    /// job (`Coalesce`, `DebounceLayer`): `KEYS[15]` of the scripts that end jobs' waits.
+    /// job (`Coalesce`, `DebounceLayer`): `KEYS[20]` of the scripts that end jobs' waits.
     pub(crate) pending: String,
-    /// hash: a waiting job's id -> its lock key's field in `pending`: `KEYS[16]` of those.
+    /// hash: a waiting job's id -> its lock key's field in `pending`: `KEYS[21]` of those.
     pub(crate) pending_jobs: String,
     /// pub/sub channel: a job became the first due. Not a key: scripts get it in `ARGV[1]`.
     pub(crate) wake: String,
@@ -341,6 +351,11 @@ impl QueueKeys {
             activity: key(":activity"),
             paused: key(":paused"),
             claims: key(":claims"),
+            ready: key(":ready"),
+            ready_due: key(":ready-due"),
+            groups: key(":groups"),
+            group_tags: key(":group-tags"),
+            group_waiting: key(":group-waiting"),
             pending: key(":pending"),
             pending_jobs: key(":pending-jobs"),
             wake: key(":wake"),
@@ -348,7 +363,7 @@ impl QueueKeys {
     }
 
     /// The keys in the order of the scripts' `KEYS`.
-    pub(crate) fn in_script_order(&self) -> [&str; 14] {
+    pub(crate) fn in_script_order(&self) -> [&str; 19] {
         [
             &self.delayed,
             &self.inflight,
@@ -364,6 +379,11 @@ impl QueueKeys {
             &self.activity,
             &self.paused,
             &self.claims,
+            &self.ready,
+            &self.ready_due,
+            &self.groups,
+            &self.group_tags,
+            &self.group_waiting,
         ]
     }
 
@@ -377,7 +397,7 @@ impl QueueKeys {
     }
 
     /// string: the record of request `id` on this queue shard (`running` or `finished`, with
-    /// its TTL), for the idempotency guard: `KEYS[15]` of `request_record.lua`.
+    /// its TTL), for the idempotency guard: `KEYS[20]` of `request_record.lua`.
     pub(crate) fn request(prefix: &Prefix, name: &QueueName, id: &JobId) -> String {
         tagged(prefix, "q", name.as_str(), &format!(":request:{id}"))
     }

@@ -4,11 +4,11 @@ use redis::aio::ConnectionLike;
 
 use super::RedisStore;
 use super::keys::QueueKeys;
-use super::queue::due_args;
+use super::queue::{due_args, stored_group};
 use super::scripts::QUEUE_PENDING;
 use crate::error::StoreError;
 use crate::key::LockKey;
-use crate::queue::{Due, JobId, PendingPush, PendingRules, PendingStore, QueueName};
+use crate::queue::{Due, JobGroup, JobId, PendingPush, PendingRules, PendingStore, QueueName};
 use crate::store::time::{from_epoch_ms, millis};
 
 /// The script's reply: status, job id, revision, due ms.
@@ -18,13 +18,14 @@ impl<Conn> PendingStore for RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn push_pending(
+    async fn push_pending_in_group(
         &self,
         queue: &QueueName,
         key: &LockKey,
         id: &JobId,
         envelope: Vec<u8>,
         due: Due,
+        group: Option<&JobGroup>,
         rules: PendingRules,
     ) -> Result<PendingPush, StoreError> {
         self.prepare().await?;
@@ -48,6 +49,7 @@ where
             .arg(max_wait)
             .arg(rules.counters.as_arg())
             .arg(millis(rules.arrived_ago))
+            .arg(stored_group(group))
             .invoke_async(&mut self.conn.clone())
             .await?;
         let job = || {

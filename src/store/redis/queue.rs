@@ -17,7 +17,7 @@ use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::queue::rules::NOT_A_JOB_ID;
 use crate::queue::{
-    Cancelled, ClaimBatch, ClaimLimits, Counters, Due, JobId, MAX_PAGE, QueueCore, QueueName, RawClaim,
+    Cancelled, ClaimBatch, ClaimLimits, Counters, Due, JobGroup, JobId, MAX_PAGE, QueueCore, QueueName, RawClaim,
     Retention, Wakeups,
 };
 use crate::store::time::{from_epoch_ms, millis, to_epoch_ms, ttl_millis};
@@ -59,7 +59,7 @@ impl<Conn> RedisStore<Conn> {
     }
 
     /// A call of a queue script that ends jobs' waits (claim, cancel, burial of a waiting job,
-    /// purge): the queue's keys, then its coalesce records (`KEYS[15]`, `KEYS[16]`), which
+    /// purge): the queue's keys, then its coalesce records (`KEYS[20]`, `KEYS[21]`), which
     /// the script forgets for the jobs that no longer wait. The names are built once.
     pub(super) fn waits_ending_script<'a>(
         &self,
@@ -82,6 +82,11 @@ fn invocation<'a>(script: &'a Script, keys: &QueueKeys) -> ScriptInvocation<'a> 
     }
     invocation.arg(&keys.wake);
     invocation
+}
+
+/// A job's group as the scripts store it (`GROUPS`), `''` for none.
+pub(super) fn stored_group(group: Option<&JobGroup>) -> String {
+    group.map(JobGroup::stored).unwrap_or_default()
 }
 
 /// How a push script reads a due time: `in` a delay, or `at` an epoch time, in ms.
@@ -133,16 +138,17 @@ impl<Conn> QueueCore for RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn push_many(
+    async fn push_many_in_group(
         &self,
         queue: &QueueName,
         jobs: &[(JobId, Vec<u8>)],
         due: Due,
+        group: Option<&JobGroup>,
     ) -> Result<(SystemTime, Vec<bool>), StoreError> {
         self.prepare().await?;
         let (mode, at) = due_args(due);
         let mut invocation = self.queue_script(&QUEUE_PUSH_MANY, queue);
-        invocation.arg(mode).arg(at);
+        invocation.arg(mode).arg(at).arg(stored_group(group));
         for (id, envelope) in jobs.iter().take(MAX_PAGE) {
             invocation.arg(id.as_str()).arg(envelope.as_slice());
         }

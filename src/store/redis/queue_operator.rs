@@ -7,11 +7,11 @@ use super::RedisStore;
 use super::keys::{self, QueueKeys};
 use super::queue::ListReply;
 use super::scripts::{
-    QUEUE_INSPECT, QUEUE_LIST, QUEUE_PAUSE, QUEUE_PURGE, QUEUE_REQUEUE, QUEUE_RUN_NOW, QUEUE_STATS,
+    QUEUE_GROUPS, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PAUSE, QUEUE_PURGE, QUEUE_REQUEUE, QUEUE_RUN_NOW, QUEUE_STATS,
 };
 use crate::error::StoreError;
 use crate::queue::{
-    ControlQueue, Counters, InspectQueue, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE, MinuteActivity,
+    ControlQueue, Counters, GroupWaiting, InspectQueue, JobId, QueueGroups, JobSet, ListCursor, ListedJob, MAX_PAGE, MinuteActivity,
     QueueName, QueueRegistry, QueueStats, RawJob, RawJobState, RegisteredQueue,
 };
 use crate::store::time::{from_epoch_ms, to_epoch_ms};
@@ -54,6 +54,20 @@ where
             done,
             paused,
         })
+    }
+
+    async fn groups(&self, queue: &QueueName, most: usize) -> Result<QueueGroups, StoreError> {
+        let (groups, flat): (u64, Vec<(String, f64)>) = self
+            .queue_script(&QUEUE_GROUPS, queue)
+            .arg(most.min(MAX_PAGE))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        // A count is a whole number the scripts wrote; one another client broke reads as 0.
+        let largest = flat
+            .into_iter()
+            .map(|(group, waiting)| GroupWaiting::new(group, waiting.max(0.0) as u64))
+            .collect();
+        Ok(QueueGroups::new(groups, largest))
     }
 
     async fn list(

@@ -118,6 +118,7 @@ script!(QUEUE_CANCEL, QUEUE_PRELUDE, "queue_cancel.lua");
 script!(QUEUE_INSPECT, QUEUE_PRELUDE, "queue_inspect.lua");
 script!(QUEUE_STATS, QUEUE_PRELUDE, "queue_stats.lua");
 script!(QUEUE_LIST, QUEUE_PRELUDE, "queue_list.lua");
+script!(QUEUE_GROUPS, QUEUE_PRELUDE, "queue_groups.lua");
 script!(QUEUE_REQUEUE, QUEUE_PRELUDE, "queue_requeue.lua");
 script!(QUEUE_PURGE, QUEUE_PRELUDE, "queue_purge.lua");
 script!(QUEUE_PROMOTE, QUEUE_PRELUDE, "queue_promote.lua");
@@ -125,7 +126,7 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 34] = [
+static ALL: [&LazyLock<Script>; 35] = [
     &LOCK_ACQUIRE,
     &SET_ACQUIRE,
     &SET_JOIN,
@@ -155,6 +156,7 @@ static ALL: [&LazyLock<Script>; 34] = [
     &QUEUE_INSPECT,
     &QUEUE_STATS,
     &QUEUE_LIST,
+    &QUEUE_GROUPS,
     &QUEUE_REQUEUE,
     &QUEUE_PURGE,
     &QUEUE_PROMOTE,
@@ -182,7 +184,7 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 29] = [
+    const SCRIPTS: [(&str, &str); 30] = [
         ("permit_acquire", include_str!("lua/permit_acquire.lua")),
         ("permit_extend", include_str!("lua/permit_extend.lua")),
         ("permit_release", include_str!("lua/permit_release.lua")),
@@ -210,6 +212,7 @@ mod tests {
         ("queue_inspect", include_str!("lua/queue_inspect.lua")),
         ("queue_stats", include_str!("lua/queue_stats.lua")),
         ("queue_list", include_str!("lua/queue_list.lua")),
+        ("queue_groups", include_str!("lua/queue_groups.lua")),
         ("queue_requeue", include_str!("lua/queue_requeue.lua")),
         ("queue_purge", include_str!("lua/queue_purge.lua")),
     ];
@@ -221,7 +224,7 @@ mod tests {
             let flags = text.lines().next().unwrap_or_default();
             let expected = match name {
                 "queue_push_many" | "queue_pending" => "#!lua",
-                "queue_inspect" | "queue_stats" | "queue_list" => "#!lua flags=no-writes",
+                "queue_inspect" | "queue_stats" | "queue_list" | "queue_groups" => "#!lua flags=no-writes",
                 _ => "#!lua flags=allow-oom",
             };
             assert_eq!(flags, expected, "{name}.lua");

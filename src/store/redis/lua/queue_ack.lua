@@ -69,10 +69,11 @@ if #done > 0 then
   batched('ZREM', INFLIGHT, own)
   redis.call('HDEL', JOBS, unpack(done))
   redis.call('HDEL', LEASES, unpack(done))
-  -- Mostly both absent: one look at the two keys costs less than handing each every id.
-  if redis.call('EXISTS', EXPIRIES, HANDED) > 0 then
+  -- Mostly all absent: one look at the keys costs less than handing each every id.
+  if redis.call('EXISTS', EXPIRIES, HANDED, GROUPS) > 0 then
     redis.call('HDEL', EXPIRIES, unpack(done))
     redis.call('HDEL', HANDED, unpack(done))
+    redis.call('HDEL', GROUPS, unpack(done))
   end
   record(ARGV[4], now, {'done', #done})
 end

@@ -4,9 +4,10 @@
 -- ARGV[2] job id, ARGV[3] reason, ARGV[4] '1' to count the activity.
 -- Returns 1 when buried, 0 when it was not waiting (claimed meanwhile, or gone).
 local id = ARGV[2]
-if redis.call('ZREM', DELAYED, id) == 0 then
+if not unwait(id) then
   return 0
 end
+count_waiting({id}, -1)
 forget_pending({id})
 local now = now_ms()
 bury_now(id, ARGV[3], now)

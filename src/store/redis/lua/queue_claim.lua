@@ -53,7 +53,7 @@ end
 if #expired > 0 then
   -- The jobs each lease still holds go back, due at its deadline. Leases are taken whole, until
   -- `max` jobs went back: at most `max` leases of at most MAX_PAGE jobs each.
-  local back, ids, ended, returning = {}, {}, {}, 0
+  local back, back_ids, ids, ended, returning = {}, {}, {}, {}, 0
   for i = 1, #expired, 2 do
     if returning >= max then
       break
@@ -73,11 +73,13 @@ if #expired > 0 then
       else
         back[#back + 1] = deadline
         back[#back + 1] = id
+        back_ids[#back_ids + 1] = id
       end
     end
   end
   batched('ZREM', INFLIGHT, ended)
   batched('ZADD', DELAYED, back)
+  count_waiting(back_ids, 1)
   batched('HDEL', LEASES, ids)
   next_deadline = tonumber(redis.call('ZRANGE', INFLIGHT, 0, 0, 'WITHSCORES')[2])
 end
@@ -85,18 +87,47 @@ end
 -- Flat, four entries per claimed job (id, due ms, envelope, fencing token): a table per job
 -- cost the script an allocation each, and the reply a nested array each.
 local claimed, taken = {}, 0
--- One more than it takes: when that one is due too, the claimer is told to come back at once
--- without a look at the next due time (a call less per claim in a drain).
-local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'WITHSCORES', 'LIMIT', 0, max + 1)
-local more_due = #due / 2 > max
-local count = math.min(#due / 2, max)
-if count > 0 then
-  local ids = {}
-  for i = 1, count do
-    ids[i] = due[2 * i - 1]
+-- The jobs to take, in order, with their due times; and whether more are due.
+local ids, dues, more_due = {}, {}, false
+if grouped() then
+  -- Due jobs become ready first (the ones whose lease ran out above among them), a page per
+  -- claim: a claim takes what the groups' turns say, from READY.
+  local became = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'WITHSCORES', 'LIMIT', 0, MAX_PAGE)
+  if #became > 0 then
+    local promoted, at = {}, {}
+    for i = 1, #became / 2 do
+      promoted[i], at[i] = became[2 * i - 1], became[2 * i]
+    end
+    redis.call('ZREMRANGEBYRANK', DELAYED, 0, #promoted - 1)
+    make_ready(promoted, at, redis.call('HMGET', GROUPS, unpack(promoted)), now)
+    more_due = #promoted == MAX_PAGE
   end
-  -- They are the first `count` by score: removed by rank, without looking each one up.
-  redis.call('ZREMRANGEBYRANK', DELAYED, 0, count - 1)
+  local ready = redis.call('ZRANGE', READY, 0, max)
+  more_due = more_due or #ready > max
+  for i = 1, math.min(#ready, max) do
+    ids[i] = ready[i]
+  end
+  if #ids > 0 then
+    redis.call('ZREMRANGEBYRANK', READY, 0, #ids - 1)
+    dues = redis.call('ZMSCORE', READY_DUE, unpack(ids))
+    redis.call('ZREM', READY_DUE, unpack(ids))
+    count_waiting(ids, -1)
+  end
+else
+  -- One more than it takes: when that one is due too, the claimer is told to come back at once
+  -- without a look at the next due time (a call less per claim in a drain).
+  local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'WITHSCORES', 'LIMIT', 0, max + 1)
+  more_due = #due / 2 > max
+  for i = 1, math.min(#due / 2, max) do
+    ids[i], dues[i] = due[2 * i - 1], due[2 * i]
+  end
+  if #ids > 0 then
+    -- They are the first by score: removed by rank, without looking each one up.
+    redis.call('ZREMRANGEBYRANK', DELAYED, 0, #ids - 1)
+  end
+end
+local count = #ids
+if count > 0 then
   -- Claimed (or buried below), a key's pending job is no longer waiting: a request now is a
   -- new job.
   forget_pending(ids)
@@ -119,7 +150,7 @@ if count > 0 then
     else
       taken = taken + 1
       held[taken] = id
-      local at = math.floor(tonumber(due[2 * i]))
+      local at = math.floor(tonumber(dues[i]) or now)
       claimed[4 * taken - 3] = id
       claimed[4 * taken - 2] = at
       claimed[4 * taken - 1] = envelope

@@ -6,8 +6,8 @@
 -- retention) or 'missing'; envelope and reason may be nil.
 local id = ARGV[2]
 local envelope = redis.call('HGET', JOBS, id)
-local at = redis.call('ZSCORE', DELAYED, id)
-if at then return {'delayed', tonumber(at), envelope, false} end
+local at = waiting_due(id)
+if at then return {'delayed', at, envelope, false} end
 local holder = redis.call('HGET', LEASES, id)
 if holder then
   at = redis.call('ZSCORE', INFLIGHT, lease_entry(id, holder))

@@ -66,35 +66,61 @@ if set == INFLIGHT then
   return page
 end
 
-local first = 0
-local skip_ties = false
-if after_id ~= '' then
-  local score = redis.call('ZSCORE', set, after_id)
-  if score and tonumber(score) == after_ms then
-    first = redis.call('ZRANK', set, after_id) + 1
-  else
-    first = redis.call('ZCOUNT', set, '-inf', '(' .. after_ms)
-    skip_ties = true
-  end
-end
--- Entries at the cursor's time up to its id were on the previous page: fetch enough to pass
--- them, in pages of `count`, a bounded number of times.
-local entries = {}
-for _ = 1, 16 do
-  local part = redis.call('ZRANGE', set, first, first + count - 1, 'WITHSCORES')
-  first = first + count
-  for i = 1, #part, 2 do
-    local at = tonumber(part[i + 1])
-    if skip_ties and at == after_ms and part[i] <= after_id then
-      -- on the previous page
+-- The first `count` entries of sorted set `set` after the cursor: {id, time, id, time, ...}.
+local function page_of(set)
+  local first = 0
+  local skip_ties = false
+  if after_id ~= '' then
+    local score = redis.call('ZSCORE', set, after_id)
+    if score and tonumber(score) == after_ms then
+      first = redis.call('ZRANK', set, after_id) + 1
     else
-      skip_ties = false
-      entries[#entries + 1] = part[i]
-      entries[#entries + 1] = at
+      first = redis.call('ZCOUNT', set, '-inf', '(' .. after_ms)
+      skip_ties = true
     end
   end
-  if #entries >= 2 * count or #part < 2 * count then
-    break
+  -- Entries at the cursor's time up to its id were on the previous page: fetch enough to pass
+  -- them, in pages of `count`, a bounded number of times.
+  local entries = {}
+  for _ = 1, 16 do
+    local part = redis.call('ZRANGE', set, first, first + count - 1, 'WITHSCORES')
+    first = first + count
+    for i = 1, #part, 2 do
+      local at = tonumber(part[i + 1])
+      if skip_ties and at == after_ms and part[i] <= after_id then
+        -- on the previous page
+      else
+        skip_ties = false
+        entries[#entries + 1] = part[i]
+        entries[#entries + 1] = at
+      end
+    end
+    if #entries >= 2 * count or #part < 2 * count then
+      break
+    end
+  end
+  return entries
+end
+
+local entries = page_of(set)
+if set == DELAYED and grouped() then
+  -- A waiting job is in DELAYED or, ready, in READY_DUE: both pages, merged in time order.
+  local ready = page_of(READY_DUE)
+  if #ready > 0 then
+    local merged = {}
+    for i = 1, #entries, 2 do
+      merged[#merged + 1] = {entries[i], entries[i + 1]}
+    end
+    for i = 1, #ready, 2 do
+      merged[#merged + 1] = {ready[i], ready[i + 1]}
+    end
+    table.sort(merged, function(a, b)
+      return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1])
+    end)
+    entries = {}
+    for i = 1, math.min(#merged, count) do
+      entries[2 * i - 1], entries[2 * i] = merged[i][1], merged[i][2]
+    end
   end
 end
 if #entries == 0 then

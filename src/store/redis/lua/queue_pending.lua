@@ -1,10 +1,10 @@
 #!lua
 -- Stores a job as its key's pending job on this shard, or joins the one that waits there.
--- KEYS[15] PENDING hash: a lock key (its encoded hash tag) -> its waiting job's record,
+-- KEYS[20] PENDING hash: a lock key (its encoded hash tag) -> its waiting job's record,
 --          '<revision> <first> <arrived> <job id>': how many requests the job has carried, when
 --          its first request was stored, when the request whose payload it carries arrived
 --          (ms, server clock), and the job.
--- KEYS[16] PENDING_JOBS hash: job id -> its lock key's field in PENDING. Whatever ends a job's
+-- KEYS[21] PENDING_JOBS hash: job id -> its lock key's field in PENDING. Whatever ends a job's
 --          wait (a claim, a cancel, a burial, a purge) forgets its record by it: a record lives
 --          while its job waits, and no longer (forget_pending in queue_prelude.lua).
 -- ARGV[2] job id, ARGV[3] envelope, ARGV[4] 'in' (ARGV[5] = delay ms) or 'at' (ARGV[5] =
@@ -13,12 +13,13 @@
 -- ms: a payload replaced makes the job due a period from now, but no later than the longest
 -- wait after its first request. ARGV[10] '1' to count the activity (a request that joins is
 -- 'coalesced'), ARGV[11] how long ago the request arrived, in ms (a caller that waited in place
--- before deferring).
+-- before deferring), ARGV[12] the job's group as GROUPS stores it ('' for none; a job joined
+-- keeps its own).
 -- Returns {status, job id, revision, due ms}: 0 the id asked for is no longer pending or is
 -- taken (nothing written), 1 joined (replaced with 'latest', dropped with 'first'), 2 encode
 -- the envelope for the returned job and push again (nothing written), 3 stored, 4 the job
 -- carries a request that arrived later than this one (with 'latest': nothing written).
-local PENDING, PENDING_JOBS = KEYS[15], KEYS[16]
+local PENDING, PENDING_JOBS = KEYS[20], KEYS[21]
 local id, envelope, keep, field = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local now = now_ms()
 local arrived = now - (tonumber(ARGV[11]) or 0)
@@ -34,9 +35,8 @@ if found then
   revision, first, last_arrived, pending = tonumber(r) or 0, tonumber(f), tonumber(a), job
 end
 if pending then
-  local due = redis.call('ZSCORE', DELAYED, pending)
+  local due = waiting_due(pending)
   if due then
-    due = tonumber(due)
     if keep == 'first' then
       record(ARGV[10], now, {'coalesced', 1})
       return {1, pending, revision, due}
@@ -72,7 +72,9 @@ if ARGV[4] == 'in' then
   due = now + due
 end
 redis.call('HSET', JOBS, id, envelope)
-schedule(id, due)
+if ARGV[12] == '' or not join_group({id}, ARGV[12], due, now) then
+  schedule(id, due)
+end
 write_record(1, now, id)
 redis.call('HSET', PENDING_JOBS, id, field)
 return {3, id, 1, due}

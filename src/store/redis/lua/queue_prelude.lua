@@ -3,7 +3,9 @@
 -- in this order (src/store/redis/keys.rs builds the list), and the steps several scripts share.
 local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED, DONE, FINISHED, ACTIVITY, PAUSED, CLAIMS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
--- DELAYED  zset: job id -> due time (ms since the epoch, server clock)
+local READY, READY_DUE, GROUPS, GROUP_TAGS, GROUP_WAITING = KEYS[15], KEYS[16], KEYS[17], KEYS[18], KEYS[19]
+-- DELAYED  zset: job id -> due time (ms since the epoch, server clock), of the waiting jobs
+--          not in READY
 -- INFLIGHT zset: lease -> its deadline (ms). A lease is a claim's, `<token>:<first fence>` (padded),
 --          holding the jobs that claim took (listed in CLAIMS), or one job's own, named by the
 --          job's id, once that job's lease was extended (or stored so by redefer 0.2)
@@ -23,12 +25,26 @@ local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED, DO
 -- PAUSED   string: present while the queue is paused (claims hand out nothing)
 -- CLAIMS   hash: a claim's lease -> the ids it claimed (a MessagePack array), and
 --          `<lease>#` -> how many of them it still holds; both go with the lease
+-- Fair shares across groups (src/queue/group.rs): a job pushed in a group waits, once due, in
+-- READY, where claims take jobs in start-time fair queuing order; while any job is grouped,
+-- every due job goes through READY (an ungrouped one as the group '').
+-- READY    zset: job id -> its start tag, of the due jobs of a queue that has groups: a
+--          claim takes the lowest. A group's jobs get tags 1/weight apart, from the tag of
+--          the first job ready (the virtual time) on: each group's turn comes in proportion to
+--          its weight, however long any group's backlog. A job handed its key: '-inf' (first).
+-- READY_DUE zset: job id -> due time (ms), of the jobs in READY: a waiting job is in DELAYED
+--          or in READY and READY_DUE
+-- GROUPS   hash: job id -> '<weight> <group>', of a grouped job, while the job is stored
+-- GROUP_TAGS zset: group -> the tag its next ready job gets at least; forgotten while no job
+--          is ready, and below the virtual time (it is then the virtual time)
+-- GROUP_WAITING zset: group -> how many of its jobs wait (DELAYED or READY), for operators
+
 -- One lease per claim, not per job: a claim writes one INFLIGHT entry for its whole batch, and
 -- an ack removes it with its last job. An INFLIGHT entry per job cost more than the rest of
 -- the claim and the ack together (a small sorted set is a listpack: each insert scans it).
 
 -- The scripts that end a job's wait (claim, cancel, bury_waiting, purge) also get, after
--- these, KEYS[15] PENDING and KEYS[16] PENDING_JOBS: the records of the jobs that coalesce
+-- these, KEYS[20] PENDING and KEYS[21] PENDING_JOBS: the records of the jobs that coalesce
 -- keeps waiting per lock key (queue_pending.lua), which forget_pending below drops.
 
 -- The pub/sub channel that wakes sleeping schedulers; every queue script gets it in ARGV[1],
@@ -42,6 +58,7 @@ local SETS = {delayed = DELAYED, inflight = INFLIGHT, dead = DEAD, done = DONE}
 local MAX_PAGE = 1000
 local MAX_JOB_ID_LEN = 128
 local MAX_LEASE_MS = 86400000
+local MAX_GROUP_WEIGHT = 1000
 local ACTIVITY_MINUTES = 60
 
 -- A lease length asked for, in ms, within 1 .. MAX_LEASE_MS: no lease ends later than that,
@@ -152,13 +169,182 @@ local function held_jobs(lease, with_orphan)
   return held
 end
 
+-- Calls `command key ...` with `args` in chunks, within Lua's limit on unpacked values.
+local function batched(command, key, args)
+  for first = 1, #args, 1000 do
+    redis.call(command, key, unpack(args, first, math.min(first + 999, #args)))
+  end
+end
+
+-- Whether the queue has groups: grouped jobs stored, or jobs ready. Looked up once per script.
+local has_groups = nil
+local function grouped()
+  if has_groups == nil then
+    has_groups = redis.call('EXISTS', GROUPS, READY) > 0
+  end
+  return has_groups
+end
+
+-- The group and weight of a GROUPS value ('<weight> <group>'); nil for an ungrouped job.
+-- A value another client wrote is a group of weight 1.
+local function group_of(value)
+  if not value then
+    return nil, 1
+  end
+  local weight, group = string.match(value, '^(%d+) (.*)$')
+  if not weight then
+    return value, 1
+  end
+  return group, math.max(1, math.min(tonumber(weight), MAX_GROUP_WEIGHT))
+end
+
+-- Adds `delta` to the waiting count of the group of each job of `ids` (at most MAX_PAGE),
+-- given its GROUPS values when the caller read them; a count reaching 0 goes.
+local function count_waiting(ids, delta, values)
+  if #ids == 0 or not grouped() then
+    return
+  end
+  values = values or redis.call('HMGET', GROUPS, unpack(ids))
+  local counts, order = {}, {}
+  for i = 1, #ids do
+    local group = group_of(values[i])
+    if group then
+      if not counts[group] then
+        order[#order + 1] = group
+        counts[group] = 0
+      end
+      counts[group] = counts[group] + delta
+    end
+  end
+  for _, group in ipairs(order) do
+    if tonumber(redis.call('ZINCRBY', GROUP_WAITING, counts[group], group)) <= 0 then
+      redis.call('ZREM', GROUP_WAITING, group)
+    end
+  end
+end
+
+-- Makes jobs `ids`, due at `dues`, with GROUPS values `values`, ready (at most MAX_PAGE): each
+-- gets its group's next start tag, at least the virtual time (the lowest tag ready), and
+-- moves its group's next tag 1/weight on. Wakes sleeping schedulers when none was ready.
+local function make_ready(ids, dues, values, now)
+  local lowest = redis.call('ZRANGEBYSCORE', READY, '(-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local virtual = tonumber(lowest[2])
+  if not virtual then
+    -- Nothing ready: the groups' past turns are forgotten, and tags start again from 0.
+    redis.call('UNLINK', GROUP_TAGS)
+    virtual = 0
+  else
+    -- A group whose next tag is below the virtual time starts at it: its entry is useless.
+    redis.call('ZREMRANGEBYSCORE', GROUP_TAGS, '-inf', '(' .. virtual)
+  end
+  local tags, names = {}, {}
+  local groups, weights = {}, {}
+  for i = 1, #ids do
+    local group, weight = group_of(values[i])
+    group = group or ''
+    groups[i], weights[i] = group, weight
+    if tags[group] == nil then
+      names[#names + 1] = group
+      tags[group] = false
+    end
+  end
+  local found = redis.call('ZMSCORE', GROUP_TAGS, unpack(names))
+  for i, group in ipairs(names) do
+    tags[group] = tonumber(found[i]) or virtual
+  end
+  local ready, ready_due = {}, {}
+  for i, id in ipairs(ids) do
+    local group = groups[i]
+    local tag = math.max(tags[group], virtual)
+    tags[group] = tag + 1 / weights[i]
+    ready[2 * i - 1], ready[2 * i] = tag, id
+    ready_due[2 * i - 1], ready_due[2 * i] = dues[i], id
+  end
+  local next_tags = {}
+  for _, group in ipairs(names) do
+    next_tags[#next_tags + 1] = tags[group]
+    next_tags[#next_tags + 1] = group
+  end
+  batched('ZADD', READY, ready)
+  batched('ZADD', READY_DUE, ready_due)
+  batched('ZADD', GROUP_TAGS, next_tags)
+  -- With a job ready before, schedulers are claiming, not asleep.
+  if not lowest[1] then
+    redis.call('PUBLISH', WAKE, now)
+  end
+end
+
+-- Puts new jobs `ids` (at most MAX_PAGE), due at `due`, in group `group` (as GROUPS stores
+-- it): counted in their group, and ready at once when due, so that their group's turn comes
+-- whatever waits in DELAYED. Whether they are ready; else the caller schedules them.
+local function join_group(ids, group, due, now)
+  local groups, dues, values = {}, {}, {}
+  for i, id in ipairs(ids) do
+    groups[2 * i - 1], groups[2 * i] = id, group
+    dues[i], values[i] = due, group
+  end
+  batched('HSET', GROUPS, groups)
+  has_groups = true
+  count_waiting(ids, 1, values)
+  if due > now then
+    return false
+  end
+  make_ready(ids, dues, values, now)
+  return true
+end
+
+-- When waiting job `id` is due, whether in DELAYED or ready; nil when it does not wait.
+local function waiting_due(id)
+  local due = redis.call('ZSCORE', DELAYED, id)
+  if not due and grouped() then
+    due = redis.call('ZSCORE', READY_DUE, id)
+  end
+  return due and tonumber(due)
+end
+
+-- Takes job `id` out of the waiting jobs (DELAYED or READY); whether it was waiting. Its
+-- group's count is the caller's.
+local function unwait(id)
+  if redis.call('ZREM', DELAYED, id) == 1 then
+    return true
+  end
+  if grouped() and redis.call('ZREM', READY, id) == 1 then
+    redis.call('ZREM', READY_DUE, id)
+    return true
+  end
+  return false
+end
+
 -- Makes job `id` wait until `due`, and wakes sleeping schedulers when it is now the first due:
--- they sleep until the previous first, which this one comes before.
+-- they sleep until the previous first, which this one comes before. A ready job moved (a
+-- debounce) leaves READY: it becomes ready again when due.
 local function schedule(id, due)
+  if grouped() and redis.call('ZREM', READY, id) == 1 then
+    redis.call('ZREM', READY_DUE, id)
+  end
   redis.call('ZADD', DELAYED, due, id)
   if redis.call('ZRANGE', DELAYED, 0, 0)[1] == id then
     redis.call('PUBLISH', WAKE, due)
   end
+end
+
+-- Makes waiting or claimed job `id` due at once, ahead of every group's turn: the lock it
+-- waits for was handed to it, and a handed key is held for it.
+local function hand_now(id, now)
+  if not grouped() then
+    schedule(id, now)
+    return
+  end
+  local due = redis.call('ZSCORE', DELAYED, id)
+  if due then
+    redis.call('ZREM', DELAYED, id)
+    redis.call('ZADD', READY_DUE, math.min(tonumber(due), now), id)
+  else
+    -- Ready already (its due time stays), or back from its run (due now).
+    redis.call('ZADD', READY_DUE, 'NX', now, id)
+  end
+  redis.call('ZADD', READY, '-inf', id)
+  redis.call('PUBLISH', WAKE, now)
 end
 
 -- Moves job `id`, already out of the waiting and in-flight sets, to the dead-letter set at
@@ -168,13 +354,6 @@ local function bury_now(id, reason, now)
   redis.call('HSET', ERRORS, id, reason)
   redis.call('HDEL', EXPIRIES, id)
   redis.call('HDEL', HANDED, id)
-end
-
--- Calls `command key ...` with `args` in chunks, within Lua's limit on unpacked values.
-local function batched(command, key, args)
-  for first = 1, #args, 1000 do
-    redis.call(command, key, unpack(args, first, math.min(first + 999, #args)))
-  end
 end
 
 -- Adds `counts` ({counter, n, counter, n, ...}) to the current minute's activity, when
@@ -227,10 +406,10 @@ local function record(counting, now, counts)
 end
 
 -- Forgets the coalesce records of `ids`, jobs that stopped waiting (at most MAX_PAGE), in
--- PENDING (KEYS[15]) and PENDING_JOBS (KEYS[16]) of the scripts that get them: a record stands
+-- PENDING (KEYS[20]) and PENDING_JOBS (KEYS[21]) of the scripts that get them: a record stands
 -- for a waiting job only. One look when no job waits as a key's pending job.
 local function forget_pending(ids)
-  local pending, pending_jobs = KEYS[15], KEYS[16]
+  local pending, pending_jobs = KEYS[20], KEYS[21]
   if #ids == 0 or redis.call('EXISTS', pending_jobs) == 0 then
     return
   end

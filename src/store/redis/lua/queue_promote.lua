@@ -1,15 +1,19 @@
 #!lua flags=allow-oom
 -- Makes a waiting job due now, waking schedulers (the lock it waits for was handed to it), or
 -- in ARGV[3] ms if that is sooner than its due time (the runner-up: should the first in line
--- never come, it takes over when that reservation runs out).
+-- never come, it takes over when that reservation runs out). A job due now goes ahead of
+-- every group's turn (a handed key is held for it).
 -- ARGV[2] job id, ARGV[3] ms from now.
 -- Returns 1 when it was waiting (now due), 2 when it is in flight (its run is under way),
 -- 0 when there is no such job waiting or running (cancelled, dead or done).
 local id = ARGV[2]
-local due = redis.call('ZSCORE', DELAYED, id)
+local due = waiting_due(id)
 if due then
-  local at = now_ms() + tonumber(ARGV[3])
-  if tonumber(due) > at then
+  local now = now_ms()
+  local at = now + tonumber(ARGV[3])
+  if at <= now and grouped() then
+    hand_now(id, now)
+  elseif due > at then
     schedule(id, at)
   end
   return 1

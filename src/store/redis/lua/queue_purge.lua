@@ -33,15 +33,35 @@ if set == INFLIGHT then
   if #ids == 0 then
     return 0
   end
+elseif set == DELAYED then
+  -- The waiting jobs: the ready ones first (they are due), then the others.
+  if grouped() then
+    ids = redis.call('ZRANGE', READY, 0, most - 1)
+    if #ids > 0 then
+      redis.call('ZREM', READY, unpack(ids))
+      redis.call('ZREM', READY_DUE, unpack(ids))
+    end
+  end
+  if #ids < most then
+    local later = redis.call('ZRANGE', DELAYED, 0, most - #ids - 1)
+    if #later > 0 then
+      redis.call('ZREM', DELAYED, unpack(later))
+      for _, id in ipairs(later) do
+        ids[#ids + 1] = id
+      end
+    end
+  end
+  if #ids == 0 then
+    return 0
+  end
+  forget_pending(ids)
+  count_waiting(ids, -1)
 else
   ids = redis.call('ZRANGE', set, 0, most - 1)
   if #ids == 0 then
     return 0
   end
   redis.call('ZREM', set, unpack(ids))
-  if set == DELAYED then
-    forget_pending(ids)
-  end
 end
 if set == DONE then
   -- A finished job's id may be in use again by a new job: only its record goes.
@@ -53,4 +73,5 @@ batched('HDEL', ERRORS, ids)
 batched('HDEL', LEASES, ids)
 batched('HDEL', EXPIRIES, ids)
 batched('HDEL', HANDED, ids)
+batched('HDEL', GROUPS, ids)
 return #ids

@@ -12,12 +12,16 @@ end_lease(id)
 if ARGV[4] ~= '' then
   redis.call('HSET', JOBS, id, ARGV[4])
 end
-local due = now_ms() + tonumber(ARGV[5])
+local now = now_ms()
+local due = now + tonumber(ARGV[5])
+count_waiting({id}, 1)
 if redis.call('HDEL', HANDED, id) == 1 then
-  -- Its lock was handed to it while it ran: its turn is now.
-  due = now_ms()
+  -- Its lock was handed to it while it ran: its turn is now, ahead of its group's.
+  due = now
+  hand_now(id, now)
+else
+  schedule(id, due)
 end
-schedule(id, due)
 -- A new envelope records a failed attempt; without one, the job only waits for its turn.
-record(ARGV[6], now_ms(), {ARGV[4] ~= '' and 'failed' or 'postponed', 1})
+record(ARGV[6], now, {ARGV[4] ~= '' and 'failed' or 'postponed', 1})
 return due

@@ -3,11 +3,12 @@
 -- ARGV[2] job id.
 -- Returns 1 when the job was waiting and is due now, 0 when it is not waiting.
 local id = ARGV[2]
-if not redis.call('ZSCORE', DELAYED, id) then
+local due = waiting_due(id)
+if not due then
   return 0
 end
 local now = now_ms()
-if tonumber(redis.call('ZSCORE', DELAYED, id)) > now then
+if due > now then
   schedule(id, now)
 end
 return 1

@@ -1,9 +1,10 @@
 #!lua flags=no-writes
 -- Counts a queue's jobs by the server's clock.
 -- Returns {waiting, due now, in flight, dead, finished and kept, 1 when paused else 0}.
+local ready = redis.call('ZCARD', READY_DUE)
 return {
-  redis.call('ZCARD', DELAYED),
-  redis.call('ZCOUNT', DELAYED, '-inf', now_ms()),
+  redis.call('ZCARD', DELAYED) + ready,
+  redis.call('ZCOUNT', DELAYED, '-inf', now_ms()) + ready,
   redis.call('HLEN', LEASES),
   redis.call('ZCARD', DEAD),
   redis.call('ZCARD', DONE),

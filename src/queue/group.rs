@@ -1,0 +1,146 @@
+//! Fair shares across tenants: the group a job is pushed in, and what operators read of the
+//! groups.
+//!
+//! A queue hands out due jobs in due order, so one tenant's backlog makes every other
+//! tenant's job wait behind all of it. A job pushed in a [`JobGroup`] waits, once due, in its
+//! group's turn instead: claims take the groups' due jobs in turn (start-time fair queuing:
+//! each job gets a tag `1 / weight` after its group's previous one, from the lowest tag
+//! waiting on), so a group of weight 3 gets three jobs for every one of a group of weight 1
+//! while both have due jobs, and a group alone takes every claim (work-conserving). A claim's
+//! work is bounded whatever the number of groups and the size of their backlogs: one sorted
+//! set of due jobs by tag, read from its head.
+//!
+//! Every guarantee of the queue stays: one claimer at a time per job, leases, recovery after a
+//! crash, the dead-letter set, the key's line; a job handed its key runs at once, ahead of
+//! every group's turn (the key is held for it). A queue without grouped jobs runs as before,
+//! with no step of the groups'.
+
+use std::fmt;
+
+use crate::error::KeyError;
+
+/// The longest group name, in bytes.
+pub const MAX_GROUP_LEN: usize = 256;
+
+/// The largest weight of a group (the Lua scripts apply it too: `MAX_GROUP_WEIGHT`).
+pub const MAX_GROUP_WEIGHT: u32 = 1000;
+
+/// The group a job is pushed in (its tenant, customer, account), with the group's weight: the
+/// share of the claims it gets while other groups have due jobs too.
+///
+/// Given at push ([`DelayQueue::in_group`](super::DelayQueue::in_group)) or at deferral
+/// ([`Defer::group`](crate::strategy::Defer::group),
+/// [`Coalesce::group`](crate::strategy::Coalesce::group)); a job keeps its group across its
+/// attempts. The weight is the job's: jobs of one group pushed with different weights each
+/// count with their own.
+///
+/// ```
+/// use redefer::queue::JobGroup;
+///
+/// let tenant = JobGroup::new("tenant-7")?.weight(3);
+/// assert_eq!((tenant.name(), tenant.share()), ("tenant-7", 3));
+/// assert!(JobGroup::new("").is_err());
+/// # Ok::<(), redefer::KeyError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JobGroup {
+    name: String,
+    weight: u32,
+}
+
+impl JobGroup {
+    /// The group `name` (any UTF-8 text of 1 to [`MAX_GROUP_LEN`] bytes), of weight 1.
+    pub fn new(name: impl Into<String>) -> Result<Self, KeyError> {
+        let name = name.into();
+        crate::key::validate_name("job group", &name, MAX_GROUP_LEN)?;
+        Ok(JobGroup { name, weight: 1 })
+    }
+
+    /// The group with weight `weight`, within 1 to [`MAX_GROUP_WEIGHT`] (a weight out of that
+    /// range is brought into it).
+    pub fn weight(self, weight: u32) -> Self {
+        JobGroup {
+            weight: weight.clamp(1, MAX_GROUP_WEIGHT),
+            ..self
+        }
+    }
+
+    /// The group's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The group's weight.
+    pub fn share(&self) -> u32 {
+        self.weight
+    }
+
+    /// The group as the stores keep it with each job: `<weight> <name>`.
+    pub(crate) fn stored(&self) -> String {
+        format!("{} {}", self.weight, self.name)
+    }
+}
+
+impl fmt::Display for JobGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// One group's waiting jobs (see [`QueueGroups`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupWaiting {
+    /// The group's name, as found (another client may have written any text).
+    pub group: String,
+    /// How many of its jobs wait (due or not).
+    pub waiting: u64,
+}
+
+/// The waiting work of a queue per group, the largest groups first (ties by name, the last
+/// first): what
+/// [`QueueOperator::groups`](super::QueueOperator::groups) reads.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct QueueGroups {
+    /// How many groups have waiting jobs.
+    pub groups: u64,
+    /// The largest groups, at most as many as asked for.
+    pub largest: Vec<GroupWaiting>,
+}
+
+impl QueueGroups {
+    /// The groups' counts, the largest first.
+    pub fn new(groups: u64, largest: Vec<GroupWaiting>) -> Self {
+        QueueGroups { groups, largest }
+    }
+}
+
+impl GroupWaiting {
+    /// `group` with `waiting` jobs.
+    pub fn new(group: impl Into<String>, waiting: u64) -> Self {
+        GroupWaiting {
+            group: group.into(),
+            waiting,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_weight_is_brought_into_its_range() {
+        let group = JobGroup::new("a").unwrap();
+        assert_eq!(group.clone().weight(0).share(), 1);
+        assert_eq!(group.clone().weight(5_000).share(), MAX_GROUP_WEIGHT);
+        assert_eq!(group.weight(3).stored(), "3 a");
+    }
+
+    #[test]
+    fn the_lua_side_has_the_same_largest_weight() {
+        let prelude = include_str!("../store/redis/lua/queue_prelude.lua");
+        assert!(prelude.contains(&format!("local MAX_GROUP_WEIGHT = {MAX_GROUP_WEIGHT}\n")));
+    }
+}
