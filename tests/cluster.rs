@@ -15,8 +15,8 @@ use redefer::debounce::{Debounce, DebounceLayer};
 use redefer::lock::LineCap;
 use redefer::lock::{Acquisition, LockStore, current_locks};
 use redefer::lock_set::LockSetLayer;
-use redefer::queue::DelayQueue;
 use redefer::queue::QueueStats;
+use redefer::queue::{DelayQueue, GroupWaiting, JobGroup};
 use redefer::read_write::{Access, ReadWriteLayer};
 use redefer::strategy::{Coalesce, Defer, Retry, Supersede};
 use redefer::throttle::{Rate, ThrottleLayer};
@@ -572,6 +572,48 @@ async fn sets_of_keys_on_several_slots_never_overlap_nor_deadlock_on_a_cluster(k
 
 /// Readers and writers of documents on every master: a writer never has company, readers
 /// share, every request ends (each key's permits share its hash tag: one script each).
+/// Fair shares on a sharded queue over a cluster: a small tenant's jobs come in the first
+/// claims of every shard despite a large tenant's backlog, each job once, and the groups are
+/// listed over the shards.
+async fn groups_share_a_sharded_queue_on_a_cluster(kind: Server) {
+    let cluster = RedisCluster::start_of(kind, 3, 0);
+    let store = cluster_store(&cluster).await;
+    let queue = DelayQueue::<u64, _>::new(store, "tenants")
+        .unwrap()
+        .shards(3)
+        .unwrap();
+    let big: Vec<u64> = (0..1_500).collect();
+    queue
+        .in_group(JobGroup::new("a").unwrap())
+        .push_many(&big, Duration::ZERO)
+        .await
+        .unwrap();
+    let small: Vec<u64> = (10_000..10_006).collect();
+    queue
+        .in_group(JobGroup::new("b").unwrap())
+        .push_many(&small, Duration::ZERO)
+        .await
+        .unwrap();
+    let groups = queue.operator().groups(10).await.unwrap();
+    assert_eq!(
+        groups.largest,
+        [GroupWaiting::new("a", 1_500), GroupWaiting::new("b", 6)]
+    );
+    // A claim takes up to its batch from each shard in turn: B's six come within the first
+    // claims, while A's backlog is still nearly whole.
+    let mut seen = HashSet::new();
+    let mut of_b = 0;
+    for _ in 0..4 {
+        for job in queue.claim(12, Duration::from_secs(30)).await.unwrap().jobs {
+            assert!(seen.insert(job.envelope.payload), "claimed once");
+            of_b += usize::from(job.envelope.payload >= 10_000);
+            assert!(queue.ack(&job.lease).await.unwrap());
+        }
+    }
+    assert_eq!(of_b, 6, "B's jobs in the first {} claimed", seen.len());
+    assert!(seen.len() <= 48, "{}", seen.len());
+}
+
 async fn readers_and_writers_work_on_a_cluster(kind: Server) {
     const DOCS: [&str; 4] = ["doc:1", "doc:2", "doc:3", "doc:4"];
     let cluster = RedisCluster::start_of(kind, 3, 0);
@@ -696,6 +738,7 @@ async fn keys_closed_by_their_handlers_wait_on_a_cluster(kind: Server) {
 for_each_server!(
     keys_closed_by_their_handlers_wait_on_a_cluster,
     readers_and_writers_work_on_a_cluster,
+    groups_share_a_sharded_queue_on_a_cluster,
     sets_of_keys_on_several_slots_never_overlap_nor_deadlock_on_a_cluster,
     the_policies_for_what_waits_work_on_a_cluster,
     the_throttle_and_the_semaphore_work_on_a_cluster,

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use fantoccini::{Client, ClientBuilder, Locator};
 use redefer::dashboard::{Dashboard, DashboardOptions};
 use redefer::lock::LockStore;
-use redefer::queue::{DelayQueue, JobId, JobSet, QueueCore, RawJobState};
+use redefer::queue::{DelayQueue, JobGroup, JobId, JobSet, QueueCore, RawJobState};
 use redefer::{LockKey, LockToken, RedisStore};
 use serde_json::{Value, json};
 
@@ -559,6 +559,48 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
         locks.contains("in 59") || locks.contains("in 60"),
         "the next slot, a minute ahead: {locks}"
     );
+}
+
+/// The waiting jobs per group: the JSON API and the queue's page list them, the largest first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_jobs_per_group_are_shown_largest_first() {
+    let server = RedisServer::start();
+    let (store, queue, _) = deployment(&server).await;
+    for (tenant, count) in [("tenant-<b>", 1), ("tenant-a", 3)] {
+        let items: Vec<Value> = (0..count).map(|n| json!({ "n": n })).collect();
+        queue
+            .in_group(JobGroup::new(tenant).unwrap())
+            .push_many(&items, Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    let url = serve(Dashboard::new(store, DashboardOptions::default())).await;
+    let http = http_client();
+    let groups: Value = http
+        .get(format!("{url}/api/queues/orders/groups"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        groups,
+        json!({ "groups": 2, "largest": [
+            { "group": "tenant-a", "waiting": 3 },
+            { "group": "tenant-<b>", "waiting": 1 },
+        ] })
+    );
+    let page = http
+        .get(format!("{url}/queues/orders"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("<table id=groups>"), "{page}");
+    assert!(page.contains("<td>tenant-&lt;b&gt;</td>"), "escaped: {page}");
 }
 
 /// The JSON API reads what the pages show and runs the same actions, with the bearer token

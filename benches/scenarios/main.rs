@@ -29,6 +29,7 @@ mod redis_info;
 mod report;
 mod retry_after;
 mod scale;
+mod tenants;
 mod throttle;
 mod transfers;
 
@@ -58,7 +59,7 @@ impl Size {
     }
 }
 
-const SCENARIOS: [&str; 15] = [
+const SCENARIOS: [&str; 16] = [
     "lock",
     "queue",
     "peer",
@@ -74,6 +75,7 @@ const SCENARIOS: [&str; 15] = [
     "transfers",
     "readers",
     "crawler",
+    "tenants",
 ];
 
 fn main() {
@@ -131,6 +133,7 @@ fn main() {
                     "transfers" => transfers::run(&server, size).await,
                     "readers" => readers::run(&server, size).await,
                     "crawler" => crawler::run(&server, size).await,
+                    "tenants" => tenants::run(&server, size).await,
                     _ => unreachable!("filtered against SCENARIOS"),
                 }
             }

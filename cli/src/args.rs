@@ -57,6 +57,11 @@ pub enum Command {
         #[arg(long)]
         after: Option<String>,
     },
+    /// Count the waiting jobs per group (fair shares across tenants), the largest groups first.
+    Groups {
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
     /// Show one job in full.
     Show { id: String },
     /// Move dead jobs back to the queue, due now.

@@ -62,6 +62,19 @@ where
                 "paused": stats.paused,
             }))
         }
+        Command::Groups { limit } => {
+            let groups = queue()?.groups(limit).await?;
+            if !cli.json && groups.groups > groups.largest.len() as u64 {
+                eprintln!("redefer: the {} largest of {} groups", groups.largest.len(), groups.groups);
+            }
+            Output::Table(
+                groups
+                    .largest
+                    .iter()
+                    .map(|group| json!({ "group": group.group, "waiting": group.waiting }))
+                    .collect(),
+            )
+        }
         Command::List { set, limit, after } => {
             let queue = queue()?;
             let after = after.as_deref().map(parse_cursor).transpose()?;

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use redefer::lock::{LockStore, Waiter};
-use redefer::queue::{DelayQueue, JobId, QueueName};
+use redefer::queue::{DelayQueue, JobGroup, JobId, QueueName};
 use redefer::throttle::{Rate, ThrottleStore};
 use redefer::{LockKey, LockToken};
 use serde_json::Value;
@@ -481,6 +481,34 @@ async fn a_sharded_queue_is_read_with_its_registered_shards_and_a_wrong_count_is
         "{wrong}"
     );
     assert_eq!(json(&server, &prefix, &["queues"])[0]["shards"], 4);
+}
+
+/// `groups` counts the waiting jobs per group over a sharded queue's shards, the largest first,
+/// and says how many it left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_lists_the_waiting_jobs_per_group_largest_first() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store, "orders")
+        .unwrap()
+        .shards(2)
+        .unwrap();
+    for (tenant, count) in [("small", 2), ("large", 7), ("middle", 4)] {
+        let items: Vec<Value> = (0..count).map(|n| serde_json::json!(n)).collect();
+        queue
+            .in_group(JobGroup::new(tenant).unwrap())
+            .push_many(&items, Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    let groups = json(&server, &prefix, &["groups", "--limit", "2"]);
+    assert_eq!(
+        groups,
+        serde_json::json!([{ "group": "large", "waiting": 7 }, { "group": "middle", "waiting": 4 }])
+    );
+    let table = redefer(&server, &prefix, &["groups"]).unwrap();
+    assert!(table.contains("large") && table.contains("small"), "{table}");
 }
 
 /// The global options go before the command or after it (`redefer queues --url URL`), and a

@@ -65,6 +65,25 @@ pub(super) async fn queue<St: QueueStore + ListLocks + Sync>(
     respond(d.known_queue(&name).await.map(|(_, stats)| json!(stats)))
 }
 
+/// `GET /api/queues/{queue}/groups`: how many jobs wait per group, the largest groups first
+/// (a page of them), and how many groups wait.
+pub(super) async fn groups<St: QueueStore + ListLocks + Sync>(
+    State(d): Shared<St>,
+    Path(name): Path<String>,
+) -> Response {
+    let answer = async {
+        let (queue, _) = d.known_queue(&name).await?;
+        let groups = queue.groups(d.options.page_size).await.map_err(Problem::store)?;
+        let largest: Vec<Value> = groups
+            .largest
+            .iter()
+            .map(|group| json!({ "group": group.group, "waiting": group.waiting }))
+            .collect();
+        Ok::<_, Problem>(json!({ "groups": groups.groups, "largest": largest }))
+    };
+    respond(answer.await)
+}
+
 #[derive(serde::Deserialize)]
 pub(super) struct JobsQuery {
     set: Option<String>,

@@ -94,6 +94,7 @@ where
             .route("/api/locks", get(api::locks::<St>))
             .route("/api/queues/{queue}", get(api::queue::<St>))
             .route("/api/queues/{queue}/jobs", get(api::jobs::<St>))
+            .route("/api/queues/{queue}/groups", get(api::groups::<St>))
             .route("/api/queues/{queue}/jobs/{id}", get(api::job::<St>))
             .route_layer(from_fn_with_state(
                 Arc::clone(&dashboard),

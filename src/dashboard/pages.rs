@@ -151,6 +151,9 @@ pub(super) struct QueueQuery {
 }
 
 /// A queue: its counts, actions, and one set's jobs, a page at a time by score.
+/// How many groups a queue's page shows (the largest).
+const GROUPS_SHOWN: usize = 10;
+
 pub(super) async fn queue<St: QueueStore + ListLocks + Sync>(
     State(dashboard): Shared<St>,
     Path(name): Path<String>,
@@ -202,6 +205,31 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
          <td class=num>{}</td><td class=num>{}</td><td class=num>{}</td></tr></table>",
         stats.waiting, stats.due, stats.in_flight, stats.dead, stats.done
     );
+    // The waiting work per group (fair shares), when the queue has groups: the largest first.
+    if let Ok(groups) = queue.groups(GROUPS_SHOWN).await
+        && groups.groups > 0
+    {
+        let _ = write!(
+            body,
+            "<h2>Waiting per group</h2><p id=group-count>{} groups wait{}.</p>\
+             <table id=groups><tr><th>group</th><th class=num>waiting</th></tr>",
+            groups.groups,
+            if groups.groups > groups.largest.len() as u64 {
+                "; the largest"
+            } else {
+                ""
+            }
+        );
+        for group in &groups.largest {
+            let _ = write!(
+                body,
+                "<tr><td>{}</td><td class=num>{}</td></tr>",
+                escape(&group.group),
+                group.waiting
+            );
+        }
+        body.push_str("</table>");
+    }
     // What the policies for waiting did in the last hour; a broken activity hash costs only this.
     if let Ok(activity) = queue.activity().await {
         let (coalesced, superseded) = activity

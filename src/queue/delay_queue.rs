@@ -9,7 +9,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    Codec, Counters, Envelope, JobGroup, JobId, Json, QueueCore, QueueError, QueueName, Retention, RetryPolicy, Shards,
+    Codec, Counters, Envelope, JobGroup, JobId, Json, QueueCore, QueueError, QueueName, Retention,
+    RetryPolicy, Shards,
 };
 use crate::error::KeyError;
 use crate::trace_context::TraceContext;
@@ -51,8 +52,9 @@ pub struct DelayQueue<T, St, Enc = Json> {
     pub(super) counters: Counters,
     /// Whether this handle (and its clones) has put the queue in the store's registry.
     registered: Arc<AtomicBool>,
-    /// The group this handle's pushes are in, if any ([`in_group`](Self::in_group)).
-    pub(super) group: Option<JobGroup>,
+    /// The group this handle's pushes are in, if any ([`in_group`](Self::in_group)); shared,
+    /// so that a handle stays small (strategies and layers hold one).
+    pub(super) group: Option<Arc<JobGroup>>,
     payload: PhantomData<fn(T) -> T>,
 }
 
@@ -128,7 +130,7 @@ impl<T, St: Clone, Enc: Clone> DelayQueue<T, St, Enc> {
     /// ```
     pub fn in_group(&self, group: JobGroup) -> Self {
         DelayQueue {
-            group: Some(group),
+            group: Some(Arc::new(group)),
             ..self.clone()
         }
     }

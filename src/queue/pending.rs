@@ -224,7 +224,7 @@ where
             let (_, envelope) = encode(&id)?;
             let pushed = self
                 .store()
-                .push_pending_in_group(&shard, key, &id, envelope, due, self.group.as_ref(), rules)
+                .push_pending_in_group(&shard, key, &id, envelope, due, self.group.as_deref(), rules)
                 .await
                 .map_err(super::push_error)?;
             let coalesced = |id, due, revision, joined, superseded| Coalesced {

@@ -79,7 +79,9 @@ where
         let mut scheduled = Vec::with_capacity(items.len());
         for (shard, jobs) in self.shards.names().iter().zip(&by_shard) {
             for page in jobs.chunks(MAX_PAGE) {
-                let pushed = self.store.push_many_in_group(shard, page, Due::In(delay), self.group.as_ref());
+                let pushed =
+                    self.store
+                        .push_many_in_group(shard, page, Due::In(delay), self.group.as_deref());
                 let (due, stored) = match pushed.await {
                     Ok(pushed) => pushed,
                     Err(error) => return Err(push_error(error)),
@@ -106,7 +108,11 @@ where
         self.register().await;
         let job = [(id, bytes)];
         let shard = self.shards.of(&job[0].0);
-        match self.store.push_many_in_group(shard, &job, due, self.group.as_ref()).await {
+        match self
+            .store
+            .push_many_in_group(shard, &job, due, self.group.as_deref())
+            .await
+        {
             Ok((due, stored)) if stored.first() == Some(&true) => {
                 let [(id, _)] = job;
                 Ok(Scheduled { id, due })

@@ -24,7 +24,11 @@ async fn drain<St: QueueStore>(q: &DelayQueue<String, St>, batch: usize, total: 
     let mut order = Vec::new();
     while order.len() < total {
         let claimed = q.claim(batch, LEASE).await.unwrap();
-        assert!(!claimed.jobs.is_empty(), "ran dry after {} of {total}", order.len());
+        assert!(
+            !claimed.jobs.is_empty(),
+            "ran dry after {} of {total}",
+            order.len()
+        );
         for job in claimed.jobs {
             assert!(q.ack(&job.lease).await.unwrap());
             order.push(job.envelope.payload);
@@ -72,7 +76,10 @@ async fn weighted_groups_share_the_claims_in_proportion<St: QueueStore>(store: S
         .unwrap();
     let first = drain(&q, 20, 200).await;
     let heavy = first.iter().filter(|payload| payload.starts_with('h')).count();
-    assert!(heavy.abs_diff(150) <= 2, "{heavy} of 200 claims went to the heavy group");
+    assert!(
+        heavy.abs_diff(150) <= 2,
+        "{heavy} of 200 claims went to the heavy group"
+    );
 }
 
 /// A group alone takes every claim, in push order: fairness never leaves a claim short.
@@ -85,7 +92,11 @@ async fn a_group_alone_takes_every_claim_in_push_order<St: QueueStore>(store: St
         grouped.push(payload, Duration::ZERO).await.unwrap();
     }
     let claimed = q.claim(50, LEASE).await.unwrap();
-    let order: Vec<String> = claimed.jobs.iter().map(|job| job.envelope.payload.clone()).collect();
+    let order: Vec<String> = claimed
+        .jobs
+        .iter()
+        .map(|job| job.envelope.payload.clone())
+        .collect();
     assert_eq!(order, pushed);
     assert!(q.claim(50, LEASE).await.unwrap().jobs.is_empty());
 }
@@ -98,20 +109,36 @@ async fn grouped_jobs_keep_every_guarantee_of_the_queue<St: QueueStore>(store: S
     let a = q.in_group(group("a"));
     let b = q.in_group(group("b"));
     a.push_many(&payloads("a", 3), Duration::ZERO).await.unwrap();
-    let later = b.push(&"b-later".to_string(), Duration::from_millis(300)).await.unwrap();
+    let later = b
+        .push(&"b-later".to_string(), Duration::from_millis(300))
+        .await
+        .unwrap();
     let cancelled = b.push(&"b-cancelled".to_string(), Duration::ZERO).await.unwrap();
     assert_eq!(q.operator().stats().await.unwrap(), stats(5, 4, 0, 0));
     let groups = q.operator().groups(10).await.unwrap();
     assert_eq!(groups.groups, 2);
-    assert_eq!(groups.largest, [GroupWaiting::new("a", 3), GroupWaiting::new("b", 2)]);
+    assert_eq!(
+        groups.largest,
+        [GroupWaiting::new("a", 3), GroupWaiting::new("b", 2)]
+    );
 
     // Ready jobs are waiting jobs to every operator's reading and change.
     let waiting = q.operator().list(JobSet::Waiting, 10).await.unwrap();
     assert_eq!(waiting.len(), 5, "{waiting:?}");
-    assert_eq!(waiting.last().map(|entry| entry.id.clone()), Some(later.id.to_string()));
+    assert_eq!(
+        waiting.last().map(|entry| entry.id.clone()),
+        Some(later.id.to_string())
+    );
     let job = q.operator().job(&cancelled.id).await.unwrap().unwrap();
-    assert!(matches!(job.state, RawJobState::Delayed { .. }), "{:?}", job.state);
-    assert_eq!(q.cancel(&cancelled.id).await.unwrap(), redefer::queue::Cancelled::Deleted);
+    assert!(
+        matches!(job.state, RawJobState::Delayed { .. }),
+        "{:?}",
+        job.state
+    );
+    assert_eq!(
+        q.cancel(&cancelled.id).await.unwrap(),
+        redefer::queue::Cancelled::Deleted
+    );
     assert_eq!(q.operator().stats().await.unwrap(), stats(4, 3, 0, 0));
 
     // A claimer that dies: its jobs come back after its lease, in their group's turn.
@@ -120,7 +147,10 @@ async fn grouped_jobs_keep_every_guarantee_of_the_queue<St: QueueStore>(store: S
         jobs.iter().map(|job| job.envelope.payload.clone()).collect()
     };
     assert_eq!(order(&short.jobs), ["a0", "a1", "a2"]);
-    assert_eq!(q.operator().groups(10).await.unwrap().largest, [GroupWaiting::new("b", 1)]);
+    assert_eq!(
+        q.operator().groups(10).await.unwrap().largest,
+        [GroupWaiting::new("b", 1)]
+    );
     let again = eventually(Duration::from_secs(5), "the jobs back after their lease", || {
         let q = q.clone();
         async move { Some(q.claim(10, LEASE).await.unwrap().jobs).filter(|jobs| !jobs.is_empty()) }
@@ -144,7 +174,10 @@ async fn grouped_jobs_keep_every_guarantee_of_the_queue<St: QueueStore>(store: S
     assert!(q.ack(&again[2].lease).await.unwrap());
     assert_eq!(q.operator().stats().await.unwrap(), stats(2, 0, 0, 1));
     let groups = q.operator().groups(10).await.unwrap();
-    assert_eq!(groups.largest, [GroupWaiting::new("b", 1), GroupWaiting::new("a", 1)]);
+    assert_eq!(
+        groups.largest,
+        [GroupWaiting::new("b", 1), GroupWaiting::new("a", 1)]
+    );
 
     // The rest runs: "b-later" once due, "a0" after its backoff.
     let mut rest = Vec::new();
@@ -200,19 +233,28 @@ async fn a_job_handed_its_key_runs_ahead_of_every_groups_turn<St: QueueStore + L
         .layer(service_fn(move |edit: Edit| {
             let starts = Arc::clone(&recorded);
             async move {
-                starts.lock().unwrap().push((edit.key, tokio::time::Instant::now()));
+                starts
+                    .lock()
+                    .unwrap()
+                    .push((edit.key, tokio::time::Instant::now()));
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 Ok::<_, std::convert::Infallible>(())
             }
         }));
     let held = LockKey::new("doc:held").unwrap();
     let holder = LockToken::random();
-    store.try_acquire(&held, holder, Duration::from_secs(30)).await.unwrap();
+    store
+        .try_acquire(&held, holder, Duration::from_secs(30))
+        .await
+        .unwrap();
     let edit = Edit {
         key: "doc:held".to_string(),
         tenant: "a".to_string(),
     };
-    assert!(matches!(service.clone().oneshot(edit).await, Ok(Outcome::Deferred(_))));
+    assert!(matches!(
+        service.clone().oneshot(edit).await,
+        Ok(Outcome::Deferred(_))
+    ));
     let backlog: Vec<Edit> = (0..300)
         .map(|n| Edit {
             key: format!("doc:{n}"),

@@ -49,8 +49,10 @@ impl FairShares {
 
     /// Records the group of a new job.
     pub(super) fn join(&mut self, id: &JobId, group: &JobGroup) {
-        self.groups
-            .insert(id.clone(), (group.name().to_string(), group.share().min(MAX_GROUP_WEIGHT)));
+        self.groups.insert(
+            id.clone(),
+            (group.name().to_string(), group.share().min(MAX_GROUP_WEIGHT)),
+        );
     }
 
     /// Forgets the group of a job no longer stored.

@@ -55,6 +55,8 @@ struct Record {
 }
 
 impl MemoryStore {
+    // The arguments of `PendingStore::push_pending_in_group`, whose body this is.
+    #[allow(clippy::too_many_arguments)]
     fn push_pending_now(
         &self,
         queue: &QueueName,

@@ -47,7 +47,8 @@ impl InspectQueue for MemoryStore {
             let now = now_ms();
             QueueStats {
                 waiting: q.due_of.len() as u64,
-                due: (q.delayed.iter().take_while(|(due, _)| *due <= now).count() + q.fair.ready_count()) as u64,
+                due: (q.delayed.iter().take_while(|(due, _)| *due <= now).count() + q.fair.ready_count())
+                    as u64,
                 in_flight: q.inflight.len() as u64,
                 dead: q.dead.len() as u64,
                 done: q.done.len() as u64,

@@ -17,8 +17,8 @@ use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::queue::rules::NOT_A_JOB_ID;
 use crate::queue::{
-    Cancelled, ClaimBatch, ClaimLimits, Counters, Due, JobGroup, JobId, MAX_PAGE, QueueCore, QueueName, RawClaim,
-    Retention, Wakeups,
+    Cancelled, ClaimBatch, ClaimLimits, Counters, Due, JobGroup, JobId, MAX_PAGE, QueueCore, QueueName,
+    RawClaim, Retention, Wakeups,
 };
 use crate::store::time::{from_epoch_ms, millis, to_epoch_ms, ttl_millis};
 

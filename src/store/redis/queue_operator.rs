@@ -7,12 +7,13 @@ use super::RedisStore;
 use super::keys::{self, QueueKeys};
 use super::queue::ListReply;
 use super::scripts::{
-    QUEUE_GROUPS, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PAUSE, QUEUE_PURGE, QUEUE_REQUEUE, QUEUE_RUN_NOW, QUEUE_STATS,
+    QUEUE_GROUPS, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PAUSE, QUEUE_PURGE, QUEUE_REQUEUE, QUEUE_RUN_NOW,
+    QUEUE_STATS,
 };
 use crate::error::StoreError;
 use crate::queue::{
-    ControlQueue, Counters, GroupWaiting, InspectQueue, JobId, QueueGroups, JobSet, ListCursor, ListedJob, MAX_PAGE, MinuteActivity,
-    QueueName, QueueRegistry, QueueStats, RawJob, RawJobState, RegisteredQueue,
+    ControlQueue, Counters, GroupWaiting, InspectQueue, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE,
+    MinuteActivity, QueueGroups, QueueName, QueueRegistry, QueueStats, RawJob, RawJobState, RegisteredQueue,
 };
 use crate::store::time::{from_epoch_ms, to_epoch_ms};
 
