@@ -282,6 +282,9 @@ struct Workload {
     hostile: Vec<Hostile>,
     claimers: usize,
     batch: usize,
+    /// How many groups the jobs are pushed in (job n in group n mod groups, of weight
+    /// 1 + n mod groups); 0: no groups, jobs in due order.
+    groups: usize,
     /// The action for the n-th delivery of a job is `actions[(job + n) % len]`; the last
     /// delivery a job may get is always an ack, so every workload drains.
     actions: Vec<JobAction>,
@@ -295,15 +298,19 @@ fn workload(max_jobs: usize, bad_ids: bool) -> impl Strategy<Value = Workload> {
         proptest::collection::vec(hostile(bad_ids), 0..8),
         1usize..=8,
         1usize..=32,
+        0usize..=3,
         proptest::collection::vec(action, 1..12),
     )
-        .prop_map(|(due_offsets_ms, hostile, claimers, batch, actions)| Workload {
-            due_offsets_ms,
-            hostile,
-            claimers,
-            batch,
-            actions,
-        })
+        .prop_map(
+            |(due_offsets_ms, hostile, claimers, batch, groups, actions)| Workload {
+                due_offsets_ms,
+                hostile,
+                claimers,
+                batch,
+                groups,
+                actions,
+            },
+        )
 }
 
 /// Deliveries after which a job is always acked, so that crashes and retries end.
@@ -339,7 +346,15 @@ async fn check_workload<St: QueueStore>(
         });
     let mut pushed = HashSet::new();
     for (n, offset) in load.due_offsets_ms.iter().enumerate() {
-        let id = queue
+        let pusher = match load.groups {
+            0 => queue.clone(),
+            groups => queue.in_group(
+                redefer::queue::JobGroup::new(format!("g{}", n % groups))
+                    .unwrap()
+                    .weight((n % groups) as u32 + 1),
+            ),
+        };
+        let id = pusher
             .push(&(n as u64), Duration::from_millis(*offset))
             .await
             .map_err(|e| e.to_string())?

@@ -57,7 +57,8 @@ pub enum Command {
         #[arg(long)]
         after: Option<String>,
     },
-    /// Count the waiting jobs per group (fair shares across tenants), the largest groups first.
+    /// Count the due jobs waiting for their turn per group (fair shares across tenants), the
+    /// largest groups first.
     Groups {
         #[arg(long, default_value_t = 20)]
         limit: usize,

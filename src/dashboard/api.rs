@@ -65,7 +65,7 @@ pub(super) async fn queue<St: QueueStore + ListLocks + Sync>(
     respond(d.known_queue(&name).await.map(|(_, stats)| json!(stats)))
 }
 
-/// `GET /api/queues/{queue}/groups`: how many jobs wait per group, the largest groups first
+/// `GET /api/queues/{queue}/groups`: how many due jobs wait for their turn per group, the largest groups first
 /// (a page of them), and how many groups wait.
 pub(super) async fn groups<St: QueueStore + ListLocks + Sync>(
     State(d): Shared<St>,

@@ -205,13 +205,13 @@ async fn queue_page<St: QueueStore + ListLocks + Sync>(
          <td class=num>{}</td><td class=num>{}</td><td class=num>{}</td></tr></table>",
         stats.waiting, stats.due, stats.in_flight, stats.dead, stats.done
     );
-    // The waiting work per group (fair shares), when the queue has groups: the largest first.
+    // The backlog per group (fair shares), when groups have due jobs: the largest first.
     if let Ok(groups) = queue.groups(GROUPS_SHOWN).await
         && groups.groups > 0
     {
         let _ = write!(
             body,
-            "<h2>Waiting per group</h2><p id=group-count>{} groups wait{}.</p>\
+            "<h2>Due per group</h2><p id=group-count>{} groups have due jobs waiting for their turn{}.</p>\
              <table id=groups><tr><th>group</th><th class=num>waiting</th></tr>",
             groups.groups,
             if groups.groups > groups.largest.len() as u64 {

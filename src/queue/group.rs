@@ -87,23 +87,31 @@ impl fmt::Display for JobGroup {
     }
 }
 
-/// One group's waiting jobs (see [`QueueGroups`]).
+/// One group's backlog (see [`QueueGroups`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GroupWaiting {
     /// The group's name, as found (another client may have written any text).
     pub group: String,
-    /// How many of its jobs wait (due or not).
+    /// How many of its jobs are due and wait for their group's turn (a job due later counts
+    /// once due).
     pub waiting: u64,
 }
 
-/// The waiting work of a queue per group, the largest groups first (ties by name, the last
-/// first): what
-/// [`QueueOperator::groups`](super::QueueOperator::groups) reads.
+/// The backlog of a queue per group, the largest groups first (ties by name, the last first):
+/// what [`QueueOperator::groups`](super::QueueOperator::groups) reads.
+///
+/// Read from the groups' turns, not counted job by job (a claim touches no state per group):
+/// a group's due jobs hold the start tags from about the lowest tag waiting up to its next
+/// tag, `1 / weight` apart, so they number `(next tag - lowest tag) * weight`. Exact while
+/// none of a group's due jobs left out of its turn (cancelled, buried or purged while
+/// waiting, moved by a debounce, handed its key): such a job counts until its group's turns
+/// pass it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct QueueGroups {
-    /// How many groups have waiting jobs.
+    /// How many groups have due jobs (read among the 1,000 groups with the latest turns;
+    /// beyond, an upper bound).
     pub groups: u64,
     /// The largest groups, at most as many as asked for.
     pub largest: Vec<GroupWaiting>,

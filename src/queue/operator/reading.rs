@@ -68,7 +68,8 @@ where
         Ok(total)
     }
 
-    /// How many jobs wait per group ([`JobGroup`](crate::queue::JobGroup)), the `most` largest
+    /// How many due jobs wait for their turn per group ([`JobGroup`](crate::queue::JobGroup);
+    /// see [`QueueGroups`] for how it is read), the `most` largest
     /// groups first, over all the queue's shards (a shard's jobs are its own: a group's count
     /// sums its shards'). Exact while each shard has at most [`MAX_PAGE`] groups waiting;
     /// beyond, the counts of the groups each shard reads among its [`MAX_PAGE`] largest.

@@ -186,7 +186,7 @@ pub trait InspectQueue: QueueCore {
     /// Counts the queue's jobs.
     fn stats(&self, queue: &QueueName) -> impl Future<Output = Result<QueueStats, StoreError>> + Send;
 
-    /// How many jobs wait per group, the `most` largest groups (at most
+    /// How many due jobs wait for their turn per group, the `most` largest groups (at most
     /// [`MAX_PAGE`](crate::queue::MAX_PAGE)) first, ties by name, the last first (see
     /// [`JobGroup`](crate::queue::JobGroup)).
     fn groups(

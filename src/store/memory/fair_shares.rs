@@ -34,10 +34,8 @@ pub(super) struct FairShares {
     pub(super) ready_due: BTreeSet<(i64, JobId)>,
     /// A grouped job's group and weight, while the job is stored.
     groups: HashMap<JobId, (String, u32)>,
-    /// The tag of each group's next ready job.
-    next_tags: HashMap<String, f64>,
-    /// How many jobs of each group wait.
-    waiting: HashMap<String, u64>,
+    /// The tag of each group's next ready job, by group and weight (`GROUP_TAGS`).
+    next_tags: HashMap<(String, u32), f64>,
 }
 
 impl FairShares {
@@ -60,27 +58,11 @@ impl FairShares {
         self.groups.remove(id);
     }
 
-    /// Counts `id` in (or out of) its group's waiting jobs.
-    pub(super) fn count(&mut self, id: &JobId, entering: bool) {
-        let Some((group, _)) = self.groups.get(id) else {
-            return;
-        };
-        if entering {
-            *self.waiting.entry(group.clone()).or_default() += 1;
-        } else if let Some(count) = self.waiting.get_mut(group) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                self.waiting.remove(group);
-            }
-        }
-    }
-
     /// Makes waiting job `id`, due at `due`, ready: its group's next tag, at least the lowest
     /// tag ready (the virtual time), and its group's next tag `1 / weight` on.
     pub(super) fn make_ready(&mut self, id: JobId, due: i64) {
-        let virtual_time = match self.ready.iter().find(|(tag, _)| tag.0.is_finite()) {
-            Some((tag, _)) => {
-                let virtual_time = tag.0;
+        let virtual_time = match self.virtual_time() {
+            Some(virtual_time) => {
                 self.next_tags.retain(|_, next| *next >= virtual_time);
                 virtual_time
             }
@@ -90,13 +72,12 @@ impl FairShares {
                 0.0
             }
         };
-        let (group, weight) = self
-            .groups
-            .get(&id)
-            .map_or((String::new(), 1), |(group, weight)| (group.clone(), *weight));
-        let next = self.next_tags.entry(group).or_insert(virtual_time);
+        // The ungrouped share the turns of one group, with no name.
+        let flow = self.groups.get(&id).cloned().unwrap_or((String::new(), 1));
+        let weight = f64::from(flow.1);
+        let next = self.next_tags.entry(flow).or_insert(virtual_time);
         let tag = next.max(virtual_time);
-        *next = tag + 1.0 / f64::from(weight);
+        *next = tag + 1.0 / weight;
         self.insert(id, Tag(tag), due);
     }
 
@@ -135,16 +116,36 @@ impl FairShares {
         self.ready.len()
     }
 
-    /// The `most` largest groups by waiting jobs (ties by name, the last first, as Redis
-    /// reads a sorted set backwards), and how many groups wait.
+    /// The `most` largest groups by due jobs waiting for their turn (ties by name, the last
+    /// first, as Redis reads a sorted set backwards), and how many groups have due jobs: read
+    /// from the groups' next tags, as `queue_groups.lua` does.
     pub(super) fn largest(&self, most: usize) -> QueueGroups {
-        let mut groups: Vec<_> = self.waiting.iter().collect();
+        let Some(virtual_time) = self.virtual_time() else {
+            return QueueGroups::default();
+        };
+        let mut counts: HashMap<&str, u64> = HashMap::new();
+        for ((group, weight), next) in &self.next_tags {
+            let count = ((next - virtual_time) * f64::from(*weight) + 1e-6).floor();
+            if !group.is_empty() && count >= 1.0 {
+                *counts.entry(group).or_default() += count as u64;
+            }
+        }
+        let mut groups: Vec<_> = counts.into_iter().collect();
         groups.sort_by(|(a, m), (b, n)| n.cmp(m).then_with(|| b.cmp(a)));
+        let total = groups.len() as u64;
         let largest = groups
             .into_iter()
             .take(most)
-            .map(|(group, waiting)| GroupWaiting::new(group.clone(), *waiting))
+            .map(|(group, waiting)| GroupWaiting::new(group, waiting))
             .collect();
-        QueueGroups::new(self.waiting.len() as u64, largest)
+        QueueGroups::new(total, largest)
+    }
+
+    /// The lowest tag ready (handed jobs aside): the virtual time.
+    fn virtual_time(&self) -> Option<f64> {
+        self.ready
+            .iter()
+            .map(|(tag, _)| tag.0)
+            .find(|tag| tag.is_finite())
     }
 }

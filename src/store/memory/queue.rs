@@ -90,13 +90,10 @@ impl QueueState {
     /// Makes job `id` wait until `due` (ms since the epoch), moving it if it waits already (a
     /// ready job moved leaves the ready ones: it is ready again when due).
     pub(super) fn schedule(&mut self, id: JobId, due: i64) {
-        match self.due_of.insert(id.clone(), due) {
-            Some(old) => {
-                if !self.fair.unready_at(&id, old) {
-                    self.delayed.remove(&(old, id.clone()));
-                }
-            }
-            None => self.fair.count(&id, true),
+        if let Some(old) = self.due_of.insert(id.clone(), due)
+            && !self.fair.unready_at(&id, old)
+        {
+            self.delayed.remove(&(old, id.clone()));
         }
         let first = self
             .delayed
@@ -142,7 +139,6 @@ impl QueueState {
             self.fair.join(id, group);
             if due <= now_ms() {
                 self.due_of.insert(id.clone(), due);
-                self.fair.count(id, true);
                 self.fair.make_ready(id.clone(), due);
                 self.wake.send_modify(|n| *n = n.wrapping_add(1));
                 return;
@@ -165,10 +161,7 @@ impl QueueState {
                 }
                 due.min(now)
             }
-            None => {
-                self.fair.count(id, true);
-                now
-            }
+            None => now,
         };
         self.due_of.insert(id.clone(), due);
         self.fair.hand_now(id.clone(), due);
@@ -197,7 +190,6 @@ impl QueueState {
                 if !self.fair.unready_at(id, due) {
                     self.delayed.remove(&(due, id.clone()));
                 }
-                self.fair.count(id, false);
                 true
             }
             None => false,

@@ -320,14 +320,12 @@ pub(crate) struct QueueKeys {
     pub(crate) ready_due: String,
     /// hash: job id -> `<weight> <group>`, of a grouped job.
     pub(crate) groups: String,
-    /// zset: group -> the start tag of its next ready job.
+    /// zset: `<weight> <group>` -> the start tag of its next ready job.
     pub(crate) group_tags: String,
-    /// zset: group -> how many of its jobs wait.
-    pub(crate) group_waiting: String,
     /// hash: a lock key's [`pending_field`](Self::pending_field) -> the record of its waiting
-    /// job (`Coalesce`, `DebounceLayer`): `KEYS[20]` of the scripts that end jobs' waits.
+    /// job (`Coalesce`, `DebounceLayer`): `KEYS[19]` of the scripts that end jobs' waits.
     pub(crate) pending: String,
-    /// hash: a waiting job's id -> its lock key's field in `pending`: `KEYS[21]` of those.
+    /// hash: a waiting job's id -> its lock key's field in `pending`: `KEYS[20]` of those.
     pub(crate) pending_jobs: String,
     /// pub/sub channel: a job became the first due. Not a key: scripts get it in `ARGV[1]`.
     pub(crate) wake: String,
@@ -355,7 +353,6 @@ impl QueueKeys {
             ready_due: key(":ready-due"),
             groups: key(":groups"),
             group_tags: key(":group-tags"),
-            group_waiting: key(":group-waiting"),
             pending: key(":pending"),
             pending_jobs: key(":pending-jobs"),
             wake: key(":wake"),
@@ -363,7 +360,7 @@ impl QueueKeys {
     }
 
     /// The keys in the order of the scripts' `KEYS`.
-    pub(crate) fn in_script_order(&self) -> [&str; 19] {
+    pub(crate) fn in_script_order(&self) -> [&str; 18] {
         [
             &self.delayed,
             &self.inflight,
@@ -383,7 +380,6 @@ impl QueueKeys {
             &self.ready_due,
             &self.groups,
             &self.group_tags,
-            &self.group_waiting,
         ]
     }
 
@@ -397,7 +393,7 @@ impl QueueKeys {
     }
 
     /// string: the record of request `id` on this queue shard (`running` or `finished`, with
-    /// its TTL), for the idempotency guard: `KEYS[20]` of `request_record.lua`.
+    /// its TTL), for the idempotency guard: `KEYS[19]` of `request_record.lua`.
     pub(crate) fn request(prefix: &Prefix, name: &QueueName, id: &JobId) -> String {
         tagged(prefix, "q", name.as_str(), &format!(":request:{id}"))
     }

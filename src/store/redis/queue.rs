@@ -59,7 +59,7 @@ impl<Conn> RedisStore<Conn> {
     }
 
     /// A call of a queue script that ends jobs' waits (claim, cancel, burial of a waiting job,
-    /// purge): the queue's keys, then its coalesce records (`KEYS[20]`, `KEYS[21]`), which
+    /// purge): the queue's keys, then its coalesce records (`KEYS[19]`, `KEYS[20]`), which
     /// the script forgets for the jobs that no longer wait. The names are built once.
     pub(super) fn waits_ending_script<'a>(
         &self,

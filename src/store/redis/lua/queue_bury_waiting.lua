@@ -7,7 +7,6 @@ local id = ARGV[2]
 if not unwait(id) then
   return 0
 end
-count_waiting({id}, -1)
 forget_pending({id})
 local now = now_ms()
 bury_now(id, ARGV[3], now)

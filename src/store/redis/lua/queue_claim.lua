@@ -53,7 +53,7 @@ end
 if #expired > 0 then
   -- The jobs each lease still holds go back, due at its deadline. Leases are taken whole, until
   -- `max` jobs went back: at most `max` leases of at most MAX_PAGE jobs each.
-  local back, back_ids, ids, ended, returning = {}, {}, {}, {}, 0
+  local back, ids, ended, returning = {}, {}, {}, 0
   for i = 1, #expired, 2 do
     if returning >= max then
       break
@@ -73,13 +73,11 @@ if #expired > 0 then
       else
         back[#back + 1] = deadline
         back[#back + 1] = id
-        back_ids[#back_ids + 1] = id
       end
     end
   end
   batched('ZREM', INFLIGHT, ended)
   batched('ZADD', DELAYED, back)
-  count_waiting(back_ids, 1)
   batched('HDEL', LEASES, ids)
   next_deadline = tonumber(redis.call('ZRANGE', INFLIGHT, 0, 0, 'WITHSCORES')[2])
 end
@@ -111,7 +109,6 @@ if grouped() then
     redis.call('ZREMRANGEBYRANK', READY, 0, #ids - 1)
     dues = redis.call('ZMSCORE', READY_DUE, unpack(ids))
     redis.call('ZREM', READY_DUE, unpack(ids))
-    count_waiting(ids, -1)
   end
 else
   -- One more than it takes: when that one is due too, the claimer is told to come back at once

@@ -1,10 +1,10 @@
 #!lua
 -- Stores a job as its key's pending job on this shard, or joins the one that waits there.
--- KEYS[20] PENDING hash: a lock key (its encoded hash tag) -> its waiting job's record,
+-- KEYS[19] PENDING hash: a lock key (its encoded hash tag) -> its waiting job's record,
 --          '<revision> <first> <arrived> <job id>': how many requests the job has carried, when
 --          its first request was stored, when the request whose payload it carries arrived
 --          (ms, server clock), and the job.
--- KEYS[21] PENDING_JOBS hash: job id -> its lock key's field in PENDING. Whatever ends a job's
+-- KEYS[20] PENDING_JOBS hash: job id -> its lock key's field in PENDING. Whatever ends a job's
 --          wait (a claim, a cancel, a burial, a purge) forgets its record by it: a record lives
 --          while its job waits, and no longer (forget_pending in queue_prelude.lua).
 -- ARGV[2] job id, ARGV[3] envelope, ARGV[4] 'in' (ARGV[5] = delay ms) or 'at' (ARGV[5] =
@@ -19,7 +19,7 @@
 -- taken (nothing written), 1 joined (replaced with 'latest', dropped with 'first'), 2 encode
 -- the envelope for the returned job and push again (nothing written), 3 stored, 4 the job
 -- carries a request that arrived later than this one (with 'latest': nothing written).
-local PENDING, PENDING_JOBS = KEYS[20], KEYS[21]
+local PENDING, PENDING_JOBS = KEYS[19], KEYS[20]
 local id, envelope, keep, field = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local now = now_ms()
 local arrived = now - (tonumber(ARGV[11]) or 0)

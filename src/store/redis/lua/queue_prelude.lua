@@ -3,7 +3,7 @@
 -- in this order (src/store/redis/keys.rs builds the list), and the steps several scripts share.
 local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED, DONE, FINISHED, ACTIVITY, PAUSED, CLAIMS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
-local READY, READY_DUE, GROUPS, GROUP_TAGS, GROUP_WAITING = KEYS[15], KEYS[16], KEYS[17], KEYS[18], KEYS[19]
+local READY, READY_DUE, GROUPS, GROUP_TAGS = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
 -- DELAYED  zset: job id -> due time (ms since the epoch, server clock), of the waiting jobs
 --          not in READY
 -- INFLIGHT zset: lease -> its deadline (ms). A lease is a claim's, `<token>:<first fence>` (padded),
@@ -35,16 +35,19 @@ local READY, READY_DUE, GROUPS, GROUP_TAGS, GROUP_WAITING = KEYS[15], KEYS[16], 
 -- READY_DUE zset: job id -> due time (ms), of the jobs in READY: a waiting job is in DELAYED
 --          or in READY and READY_DUE
 -- GROUPS   hash: job id -> '<weight> <group>', of a grouped job, while the job is stored
--- GROUP_TAGS zset: group -> the tag its next ready job gets at least; forgotten while no job
---          is ready, and below the virtual time (it is then the virtual time)
--- GROUP_WAITING zset: group -> how many of its jobs wait (DELAYED or READY), for operators
+-- GROUP_TAGS zset: a group as GROUPS stores it ('<weight> <group>', '' for the ungrouped) ->
+--          the tag its next ready job gets at least; forgotten while no job is ready, and
+--          below the virtual time (it is then the virtual time). It also tells operators each
+--          group's backlog, (tag - virtual time) * weight, with no step of the claim's: a
+--          claim touches no state per group (a write per group cost a drain over many groups
+--          more than the rest of the groups' part of the claim)
 
 -- One lease per claim, not per job: a claim writes one INFLIGHT entry for its whole batch, and
 -- an ack removes it with its last job. An INFLIGHT entry per job cost more than the rest of
 -- the claim and the ack together (a small sorted set is a listpack: each insert scans it).
 
 -- The scripts that end a job's wait (claim, cancel, bury_waiting, purge) also get, after
--- these, KEYS[20] PENDING and KEYS[21] PENDING_JOBS: the records of the jobs that coalesce
+-- these, KEYS[19] PENDING and KEYS[20] PENDING_JOBS: the records of the jobs that coalesce
 -- keeps waiting per lock key (queue_pending.lua), which forget_pending below drops.
 
 -- The pub/sub channel that wakes sleeping schedulers; every queue script gets it in ARGV[1],
@@ -198,31 +201,6 @@ local function group_of(value)
   return group, math.max(1, math.min(tonumber(weight), MAX_GROUP_WEIGHT))
 end
 
--- Adds `delta` to the waiting count of the group of each job of `ids` (at most MAX_PAGE),
--- given its GROUPS values when the caller read them; a count reaching 0 goes.
-local function count_waiting(ids, delta, values)
-  if #ids == 0 or not grouped() then
-    return
-  end
-  values = values or redis.call('HMGET', GROUPS, unpack(ids))
-  local counts, order = {}, {}
-  for i = 1, #ids do
-    local group = group_of(values[i])
-    if group then
-      if not counts[group] then
-        order[#order + 1] = group
-        counts[group] = 0
-      end
-      counts[group] = counts[group] + delta
-    end
-  end
-  for _, group in ipairs(order) do
-    if tonumber(redis.call('ZINCRBY', GROUP_WAITING, counts[group], group)) <= 0 then
-      redis.call('ZREM', GROUP_WAITING, group)
-    end
-  end
-end
-
 -- Makes jobs `ids`, due at `dues`, with GROUPS values `values`, ready (at most MAX_PAGE): each
 -- gets its group's next start tag, at least the virtual time (the lowest tag ready), and
 -- moves its group's next tag 1/weight on. Wakes sleeping schedulers when none was ready.
@@ -237,15 +215,18 @@ local function make_ready(ids, dues, values, now)
     -- A group whose next tag is below the virtual time starts at it: its entry is useless.
     redis.call('ZREMRANGEBYSCORE', GROUP_TAGS, '-inf', '(' .. virtual)
   end
-  local tags, names = {}, {}
-  local groups, weights = {}, {}
+  -- A group's turns are those of its GROUPS value: its name and weight (a pattern match per
+  -- group, not per job).
+  local tags, names, weights = {}, {}, {}
+  local groups = {}
   for i = 1, #ids do
-    local group, weight = group_of(values[i])
-    group = group or ''
-    groups[i], weights[i] = group, weight
+    local group = values[i] or ''
+    groups[i] = group
     if tags[group] == nil then
       names[#names + 1] = group
       tags[group] = false
+      local _, weight = group_of(values[i])
+      weights[group] = weight
     end
   end
   local found = redis.call('ZMSCORE', GROUP_TAGS, unpack(names))
@@ -256,7 +237,7 @@ local function make_ready(ids, dues, values, now)
   for i, id in ipairs(ids) do
     local group = groups[i]
     local tag = math.max(tags[group], virtual)
-    tags[group] = tag + 1 / weights[i]
+    tags[group] = tag + 1 / weights[group]
     ready[2 * i - 1], ready[2 * i] = tag, id
     ready_due[2 * i - 1], ready_due[2 * i] = dues[i], id
   end
@@ -275,7 +256,7 @@ local function make_ready(ids, dues, values, now)
 end
 
 -- Puts new jobs `ids` (at most MAX_PAGE), due at `due`, in group `group` (as GROUPS stores
--- it): counted in their group, and ready at once when due, so that their group's turn comes
+-- it), ready at once when due, so that their group's turn comes
 -- whatever waits in DELAYED. Whether they are ready; else the caller schedules them.
 local function join_group(ids, group, due, now)
   local groups, dues, values = {}, {}, {}
@@ -285,7 +266,6 @@ local function join_group(ids, group, due, now)
   end
   batched('HSET', GROUPS, groups)
   has_groups = true
-  count_waiting(ids, 1, values)
   if due > now then
     return false
   end
@@ -302,8 +282,7 @@ local function waiting_due(id)
   return due and tonumber(due)
 end
 
--- Takes job `id` out of the waiting jobs (DELAYED or READY); whether it was waiting. Its
--- group's count is the caller's.
+-- Takes job `id` out of the waiting jobs (DELAYED or READY); whether it was waiting.
 local function unwait(id)
   if redis.call('ZREM', DELAYED, id) == 1 then
     return true
@@ -406,10 +385,10 @@ local function record(counting, now, counts)
 end
 
 -- Forgets the coalesce records of `ids`, jobs that stopped waiting (at most MAX_PAGE), in
--- PENDING (KEYS[20]) and PENDING_JOBS (KEYS[21]) of the scripts that get them: a record stands
+-- PENDING (KEYS[19]) and PENDING_JOBS (KEYS[20]) of the scripts that get them: a record stands
 -- for a waiting job only. One look when no job waits as a key's pending job.
 local function forget_pending(ids)
-  local pending, pending_jobs = KEYS[20], KEYS[21]
+  local pending, pending_jobs = KEYS[19], KEYS[20]
   if #ids == 0 or redis.call('EXISTS', pending_jobs) == 0 then
     return
   end

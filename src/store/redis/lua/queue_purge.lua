@@ -55,7 +55,6 @@ elseif set == DELAYED then
     return 0
   end
   forget_pending(ids)
-  count_waiting(ids, -1)
 else
   ids = redis.call('ZRANGE', set, 0, most - 1)
   if #ids == 0 then

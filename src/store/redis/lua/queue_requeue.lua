@@ -11,7 +11,6 @@ for i = 2, math.min(#ARGV, 1 + MAX_PAGE) do
     redis.call('HDEL', ERRORS, id)
     redis.call('HDEL', EXPIRIES, id)
     redis.call('ZADD', DELAYED, now, id)
-    count_waiting({id}, 1)
     moved = moved + 1
   end
 end

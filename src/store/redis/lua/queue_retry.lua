@@ -14,7 +14,6 @@ if ARGV[4] ~= '' then
 end
 local now = now_ms()
 local due = now + tonumber(ARGV[5])
-count_waiting({id}, 1)
 if redis.call('HDEL', HANDED, id) == 1 then
   -- Its lock was handed to it while it ran: its turn is now, ahead of its group's.
   due = now

@@ -1,13 +1,13 @@
 #!lua flags=allow-oom
 -- A request id's record, beside the queue's jobs (the idempotency guard).
--- KEYS[20] REQUEST string: 'running' or 'finished', with its TTL; under the shard's hash tag.
+-- KEYS[19] REQUEST string: 'running' or 'finished', with its TTL; under the shard's hash tag.
 -- ARGV[2] the id, ARGV[3] 'begin', 'extend' or 'end', ARGV[4] ms: how long a begun request is
 -- held ('begin', and again from now: 'extend'), how long a finished one is kept ('end'; '0'
 -- forgets it).
 -- Returns, for 'begin': '' when the id is new (now recorded running), else where it is:
 -- 'waiting', 'in_flight', 'dead', 'done' (a job of that id), 'running', 'finished'; for
 -- 'extend': 'running' when extended, '' when the record no longer says running.
-local REQUEST = KEYS[20]
+local REQUEST = KEYS[19]
 local id, mode, ms = ARGV[2], ARGV[3], tonumber(ARGV[4])
 if mode == 'end' then
   if ms > 0 then
