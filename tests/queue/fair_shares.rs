@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redefer::lock::LockStore;
 use redefer::queue::{DelayQueue, GroupWaiting, JobGroup, JobSet, QueueStats, QueueStore, RawJobState};
-use redefer::strategy::Defer;
+use redefer::strategy::{Coalesce, Defer};
 use redefer::{LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 use tower::{Layer, ServiceExt, service_fn};
@@ -302,6 +302,64 @@ async fn a_job_handed_its_key_runs_ahead_of_every_groups_turn<St: QueueStore + L
     );
 }
 
+/// `Coalesce` puts a key's waiting job in the group of the request that stored it (requests
+/// that join it leave it there): once due, it waits behind its own group's backlog, where an
+/// ungrouped job would take a turn of its own at once.
+async fn a_coalesced_job_waits_in_its_groups_turn<St: redefer::queue::PendingStore + LockStore>(store: St) {
+    let queue = DelayQueue::<Edit, _>::new(store.clone(), "edits").unwrap();
+    let service = LockLayer::new(store.clone(), |edit: &Edit| Some(edit.key.clone()))
+        .on_conflict(
+            Coalesce::latest(queue.clone()).group(|edit: &Edit| JobGroup::new(edit.tenant.clone()).ok()),
+        )
+        .layer(service_fn(|_: Edit| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
+    let backlog: Vec<Edit> = (0..30)
+        .map(|n| Edit {
+            key: format!("doc:{n}"),
+            tenant: "small".to_string(),
+        })
+        .collect();
+    queue
+        .in_group(group("small"))
+        .push_many(&backlog, Duration::ZERO)
+        .await
+        .unwrap();
+    let held = LockKey::new("doc:held").unwrap();
+    store
+        .try_acquire(&held, LockToken::random(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    for tenant in ["small", "other"] {
+        let edit = Edit {
+            key: "doc:held".to_string(),
+            tenant: tenant.to_string(),
+        };
+        assert!(matches!(
+            service.clone().oneshot(edit).await,
+            Ok(Outcome::Deferred(_))
+        ));
+    }
+    let stats = queue.operator().stats().await.unwrap();
+    assert_eq!(stats.waiting, 31, "one job for the held key");
+    let coalesced = queue
+        .operator()
+        .list(JobSet::Waiting, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|entry| matches!(&entry.envelope, Some(Ok(envelope)) if envelope.payload.key == "doc:held"))
+        .unwrap();
+    let id = redefer::queue::JobId::new(coalesced.id).unwrap();
+    assert!(queue.operator().run_now(&id).await.unwrap());
+    let first = queue.claim(10, LEASE).await.unwrap().jobs;
+    assert_eq!(first.len(), 10);
+    assert!(
+        first.iter().all(|job| job.envelope.payload.key != "doc:held"),
+        "the coalesced job waits behind its group's backlog"
+    );
+}
+
 for_each_store!(
     a_small_group_is_not_behind_a_large_groups_backlog,
     weighted_groups_share_the_claims_in_proportion,
@@ -309,4 +367,5 @@ for_each_store!(
     grouped_jobs_keep_every_guarantee_of_the_queue,
     purging_the_waiting_jobs_takes_the_ready_ones,
     a_job_handed_its_key_runs_ahead_of_every_groups_turn,
+    a_coalesced_job_waits_in_its_groups_turn,
 );
