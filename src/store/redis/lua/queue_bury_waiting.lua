@@ -4,7 +4,7 @@
 -- ARGV[2] job id, ARGV[3] reason, ARGV[4] '1' to count the activity.
 -- Returns 1 when buried, 0 when it was not waiting (claimed meanwhile, or gone).
 local id = ARGV[2]
-if not unwait(id) then
+if not waits().unwait(id) then
   return 0
 end
 forget_pending({id})

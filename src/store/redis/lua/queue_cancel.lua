@@ -6,7 +6,7 @@ local id = ARGV[2]
 if in_flight(id) then
   return -1
 end
-local removed = (unwait(id) and 1 or 0) + redis.call('ZREM', DEAD, id)
+local removed = (waits().unwait(id) and 1 or 0) + redis.call('ZREM', DEAD, id)
 forget_pending({id})
 redis.call('HDEL', GROUPS, id)
 redis.call('HDEL', ERRORS, id)

@@ -97,7 +97,7 @@ if grouped() then
       promoted[i], at[i] = became[2 * i - 1], became[2 * i]
     end
     redis.call('ZREMRANGEBYRANK', DELAYED, 0, #promoted - 1)
-    make_ready(promoted, at, redis.call('HMGET', GROUPS, unpack(promoted)), now)
+    waits().make_ready(promoted, at, redis.call('HMGET', GROUPS, unpack(promoted)), now)
     more_due = #promoted == MAX_PAGE
   end
   local ready = redis.call('ZRANGE', READY, 0, max)

@@ -20,7 +20,7 @@ local found = redis.call('ZRANGE', GROUP_TAGS, '+inf', above, 'BYSCORE', 'REV', 
 local counts, names = {}, {}
 for i = 1, #found, 2 do
   if found[i] ~= '' then
-    local group, weight = group_of(found[i])
+    local group, weight = waits().group_of(found[i])
     local count = math.floor((tonumber(found[i + 1]) - virtual) * weight + 1e-6)
     if count > 0 then
       if not counts[group] then

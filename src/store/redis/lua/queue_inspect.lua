@@ -6,7 +6,7 @@
 -- retention) or 'missing'; envelope and reason may be nil.
 local id = ARGV[2]
 local envelope = redis.call('HGET', JOBS, id)
-local at = waiting_due(id)
+local at = waits().waiting_due(id)
 if at then return {'delayed', at, envelope, false} end
 local holder = redis.call('HGET', LEASES, id)
 if holder then

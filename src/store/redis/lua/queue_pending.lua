@@ -35,7 +35,7 @@ if found then
   revision, first, last_arrived, pending = tonumber(r) or 0, tonumber(f), tonumber(a), job
 end
 if pending then
-  local due = waiting_due(pending)
+  local due = waits().waiting_due(pending)
   if due then
     if keep == 'first' then
       record(ARGV[10], now, {'coalesced', 1})
@@ -72,7 +72,7 @@ if ARGV[4] == 'in' then
   due = now + due
 end
 redis.call('HSET', JOBS, id, envelope)
-if ARGV[12] == '' or not join_group({id}, ARGV[12], due, now) then
+if ARGV[12] == '' or not waits().join_group({id}, ARGV[12], due, now) then
   schedule(id, due)
 end
 write_record(1, now, id)

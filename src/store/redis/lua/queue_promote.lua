@@ -7,12 +7,12 @@
 -- Returns 1 when it was waiting (now due), 2 when it is in flight (its run is under way),
 -- 0 when there is no such job waiting or running (cancelled, dead or done).
 local id = ARGV[2]
-local due = waiting_due(id)
+local due = waits().waiting_due(id)
 if due then
   local now = now_ms()
   local at = now + tonumber(ARGV[3])
   if at <= now and grouped() then
-    hand_now(id, now)
+    waits().hand_now(id, now)
   elseif due > at then
     schedule(id, at)
   end

@@ -36,7 +36,7 @@ if #new == 0 then
   return {due, stored}
 end
 batched('HSET', JOBS, jobs)
-if group ~= '' and join_group(new, group, due, now) then
+if group ~= '' and waits().join_group(new, group, due, now) then
   return {due, stored}
 end
 local first = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')[2]

@@ -17,7 +17,7 @@ local due = now + tonumber(ARGV[5])
 if redis.call('HDEL', HANDED, id) == 1 then
   -- Its lock was handed to it while it ran: its turn is now, ahead of its group's.
   due = now
-  hand_now(id, now)
+  waits().hand_now(id, now)
 else
   schedule(id, due)
 end

@@ -3,7 +3,7 @@
 -- ARGV[2] job id.
 -- Returns 1 when the job was waiting and is due now, 0 when it is not waiting.
 local id = ARGV[2]
-local due = waiting_due(id)
+local due = waits().waiting_due(id)
 if not due then
   return 0
 end

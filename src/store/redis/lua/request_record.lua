@@ -27,7 +27,7 @@ end
 if in_flight(id) then
   return 'in_flight'
 end
-if waiting_due(id) then
+if waits().waiting_due(id) then
   return 'waiting'
 end
 for set, name in pairs({dead = DEAD, done = DONE}) do
