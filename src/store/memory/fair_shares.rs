@@ -36,6 +36,8 @@ pub(super) struct FairShares {
     groups: HashMap<JobId, (String, u32)>,
     /// The tag of each group's next ready job, by group and weight (`GROUP_TAGS`).
     next_tags: HashMap<(String, u32), f64>,
+    /// The virtual time `next_tags` was last pruned at: pruned again only once it moved on.
+    pruned_at: f64,
 }
 
 impl FairShares {
@@ -63,12 +65,16 @@ impl FairShares {
     pub(super) fn make_ready(&mut self, id: JobId, due: i64) {
         let virtual_time = match self.virtual_time() {
             Some(virtual_time) => {
-                self.next_tags.retain(|_, next| *next >= virtual_time);
+                if virtual_time > self.pruned_at {
+                    self.next_tags.retain(|_, next| *next >= virtual_time);
+                    self.pruned_at = virtual_time;
+                }
                 virtual_time
             }
             None => {
                 // Nothing ready: the groups' past turns are forgotten.
                 self.next_tags.clear();
+                self.pruned_at = 0.0;
                 0.0
             }
         };
