@@ -122,6 +122,24 @@ impl QueueGroups {
     pub fn new(groups: u64, largest: Vec<GroupWaiting>) -> Self {
         QueueGroups { groups, largest }
     }
+
+    /// The `most` largest of `counts` (group -> due jobs), ties by name, the last first (as
+    /// Redis reads a sorted set backwards), and how many there are: what a store reads, and
+    /// what the shards' readings add up to.
+    pub(crate) fn largest_of<G: Into<String> + Ord>(
+        counts: impl IntoIterator<Item = (G, u64)>,
+        most: usize,
+    ) -> Self {
+        let mut groups: Vec<(G, u64)> = counts.into_iter().collect();
+        groups.sort_by(|(a, m), (b, n)| n.cmp(m).then_with(|| b.cmp(a)));
+        let total = groups.len() as u64;
+        let largest = groups
+            .into_iter()
+            .take(most)
+            .map(|(group, waiting)| GroupWaiting::new(group, waiting))
+            .collect();
+        QueueGroups::new(total, largest)
+    }
 }
 
 impl GroupWaiting {

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{InspectQueue, JobSet, ListCursor, QueueOperator, QueueStats, RawJobState};
-use crate::queue::{Codec, Envelope, GroupWaiting, JobId, MAX_PAGE, MinuteActivity, QueueError, QueueGroups};
+use crate::queue::{Codec, Envelope, JobId, MAX_PAGE, MinuteActivity, QueueError, QueueGroups};
 
 /// One entry of [`QueueOperator::list`].
 #[derive(Debug)]
@@ -99,14 +99,7 @@ where
                 *waiting.entry(group.group).or_default() += group.waiting;
             }
         }
-        let count = waiting.len() as u64;
-        let mut largest: Vec<GroupWaiting> = waiting
-            .into_iter()
-            .map(|(group, waiting)| GroupWaiting::new(group, waiting))
-            .collect();
-        largest.sort_by(|a, b| b.waiting.cmp(&a.waiting).then_with(|| b.group.cmp(&a.group)));
-        largest.truncate(most);
-        Ok(QueueGroups::new(count, largest))
+        Ok(QueueGroups::largest_of(waiting, most))
     }
 
     /// Up to `limit` entries of `set` (of every shard), oldest first. Bytes that do not decode

@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
 
-use crate::queue::{GroupWaiting, JobGroup, JobId, MAX_GROUP_WEIGHT, QueueGroups};
+use crate::queue::{JobGroup, JobId, QueueGroups};
 
 /// A start tag: the order in which ready jobs are claimed. `-inf` for a job handed its key.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,10 +49,8 @@ impl FairShares {
 
     /// Records the group of a new job.
     pub(super) fn join(&mut self, id: &JobId, group: &JobGroup) {
-        self.groups.insert(
-            id.clone(),
-            (group.name().to_string(), group.share().min(MAX_GROUP_WEIGHT)),
-        );
+        self.groups
+            .insert(id.clone(), (group.name().to_string(), group.share()));
     }
 
     /// Forgets the group of a job no longer stored.
@@ -122,9 +120,8 @@ impl FairShares {
         self.ready.len()
     }
 
-    /// The `most` largest groups by due jobs waiting for their turn (ties by name, the last
-    /// first, as Redis reads a sorted set backwards), and how many groups have due jobs: read
-    /// from the groups' next tags, as `queue_groups.lua` does.
+    /// The `most` largest groups by due jobs waiting for their turn, and how many groups have
+    /// due jobs: read from the groups' next tags, as `queue_groups.lua` does.
     pub(super) fn largest(&self, most: usize) -> QueueGroups {
         let Some(virtual_time) = self.virtual_time() else {
             return QueueGroups::default();
@@ -136,15 +133,7 @@ impl FairShares {
                 *counts.entry(group).or_default() += count as u64;
             }
         }
-        let mut groups: Vec<_> = counts.into_iter().collect();
-        groups.sort_by(|(a, m), (b, n)| n.cmp(m).then_with(|| b.cmp(a)));
-        let total = groups.len() as u64;
-        let largest = groups
-            .into_iter()
-            .take(most)
-            .map(|(group, waiting)| GroupWaiting::new(group, waiting))
-            .collect();
-        QueueGroups::new(total, largest)
+        QueueGroups::largest_of(counts, most)
     }
 
     /// The lowest tag ready (handed jobs aside): the virtual time.

@@ -58,15 +58,14 @@ where
     }
 
     async fn groups(&self, queue: &QueueName, most: usize) -> Result<QueueGroups, StoreError> {
-        let (groups, flat): (u64, Vec<(String, f64)>) = self
+        let (groups, largest): (u64, Vec<(String, u64)>) = self
             .queue_script(&QUEUE_GROUPS, queue)
             .arg(most.min(MAX_PAGE))
             .invoke_async(&mut self.conn.clone())
             .await?;
-        // A count is a whole number the scripts wrote; one another client broke reads as 0.
-        let largest = flat
+        let largest = largest
             .into_iter()
-            .map(|(group, waiting)| GroupWaiting::new(group, waiting.max(0.0) as u64))
+            .map(|(group, waiting)| GroupWaiting::new(group, waiting))
             .collect();
         Ok(QueueGroups::new(groups, largest))
     }
