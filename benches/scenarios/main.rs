@@ -24,6 +24,7 @@ mod peer;
 mod profile;
 mod promotion;
 mod queue;
+mod race;
 mod readers;
 mod redis_info;
 mod report;
@@ -59,7 +60,7 @@ impl Size {
     }
 }
 
-const SCENARIOS: [&str; 16] = [
+const SCENARIOS: [&str; 17] = [
     "lock",
     "queue",
     "peer",
@@ -76,6 +77,7 @@ const SCENARIOS: [&str; 16] = [
     "readers",
     "crawler",
     "tenants",
+    "race",
 ];
 
 fn main() {
@@ -134,6 +136,7 @@ fn main() {
                     "readers" => readers::run(&server, size).await,
                     "crawler" => crawler::run(&server, size).await,
                     "tenants" => tenants::run(&server, size).await,
+                    "race" => race::run(&server, size).await,
                     _ => unreachable!("filtered against SCENARIOS"),
                 }
             }

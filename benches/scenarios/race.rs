@@ -1,0 +1,172 @@
+//! Scenario: the lock layer raced as a user would measure it from outside the project. 64
+//! tasks, each looping over 8 keys of its own with a no-op handler, for 2 s rounds
+//! interleaved: the bare loop on a multiplexed connection of its own with redis-rs's defaults
+//! (`SET NX PX`, then the token-checked release by `EVALSHA`, both awaited), the layer on a
+//! store made by `RedisStore::connect` with its defaults (fencing on and off, and 4 permits
+//! per key). Nothing here uses the bench's own store: what a newcomer would write.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redefer::semaphore::Permits;
+use redefer::{Fencing, LockLayer, LockToken, RedisStore};
+use tower::{Layer, ServiceExt, service_fn};
+
+use crate::Size;
+use crate::report::{Table, spread};
+use crate::support::RedisServer;
+
+const RELEASE: &str = include_str!("bare_release.lua");
+const TASKS: usize = 64;
+const KEYS_PER_TASK: usize = 8;
+
+pub async fn run(server: &RedisServer, size: Size) {
+    let rounds = size.pick(5, 1);
+    let round = size.seconds(2);
+    let url = server.url();
+    let mut results: [Vec<f64>; 4] = Default::default();
+    for _ in 0..rounds {
+        results[0].push(bare(&url, round).await);
+        results[1].push(layer(&url, round, Guard::Mutex(Fencing::On)).await);
+        results[2].push(layer(&url, round, Guard::Mutex(Fencing::Off)).await);
+        results[3].push(layer(&url, round, Guard::Semaphore).await);
+    }
+    let [bare, on, off, semaphore] = results;
+    let ratios = |layer: &[f64], to: &[f64]| -> Vec<f64> { layer.iter().zip(to).map(|(l, b)| l / b).collect() };
+    let per_s = |v: f64| format!("{v:.0}/s");
+    let times = |v: f64| format!("{v:.2}x");
+    let mut table = Table::new(
+        &format!(
+            "From outside: {TASKS} tasks over {KEYS_PER_TASK} keys each, {}s rounds; median [min–max] over {rounds} interleaved rounds",
+            round.as_secs_f64()
+        ),
+        &[
+            "bare loop (own connection)",
+            "layer, fencing on",
+            "layer, fencing off",
+            "layer, 4 permits",
+            "fencing on / bare",
+            "fencing off / bare",
+            "4 permits / fencing on",
+        ],
+    );
+    table.row(vec![
+        spread(&bare, per_s),
+        spread(&on, per_s),
+        spread(&off, per_s),
+        spread(&semaphore, per_s),
+        spread(&ratios(&on, &bare), times),
+        spread(&ratios(&off, &bare), times),
+        spread(&ratios(&semaphore, &on), times),
+    ]);
+    table.print();
+}
+
+/// What the layer guards with.
+#[derive(Debug, Clone, Copy)]
+enum Guard {
+    Mutex(Fencing),
+    Semaphore,
+}
+
+/// The key a task locks on its `nth` request.
+fn key_of(task: usize, nth: usize) -> String {
+    format!("race:{task}:{}", nth % KEYS_PER_TASK)
+}
+
+/// Requests per second of the bare loop over `round`.
+async fn bare(url: &str, round: Duration) -> f64 {
+    let client = redis::Client::open(url).expect("url");
+    let conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    let release = redis::Script::new(RELEASE);
+    let done = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let mut conn = conn.clone();
+            let release = release.clone();
+            let done = done.clone();
+            tokio::spawn(async move {
+                let mut nth = 0;
+                while start.elapsed() < round {
+                    let key = key_of(task, nth);
+                    let token = LockToken::random();
+                    let taken: Option<String> = redis::cmd("SET")
+                        .arg(&key)
+                        .arg(token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(10_000)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("SET");
+                    assert!(taken.is_some(), "uncontended");
+                    let released: i64 = release
+                        .key(&key)
+                        .arg(token)
+                        .invoke_async(&mut conn)
+                        .await
+                        .expect("release");
+                    assert_eq!(released, 1);
+                    nth += 1;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("bench task");
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Requests per second through the layer over `round`.
+async fn layer(url: &str, round: Duration, guard: Guard) -> f64 {
+    let store = RedisStore::connect(url).await.expect("a store");
+    let key = |request: &(usize, usize)| Some(key_of(request.0, request.1));
+    let handler = service_fn(|_: (usize, usize)| async { Ok::<_, Infallible>(()) });
+    match guard {
+        Guard::Mutex(fencing) => {
+            let service = LockLayer::new(store, key).fencing(fencing).layer(handler);
+            drive(service, round).await
+        }
+        Guard::Semaphore => {
+            let service = LockLayer::new(Permits::new(store, 4), key).layer(handler);
+            drive(service, round).await
+        }
+    }
+}
+
+async fn drive<S>(service: S, round: Duration) -> f64
+where
+    S: tower::Service<(usize, usize), Response = redefer::Outcome<()>> + Clone + Send + 'static,
+    S::Error: std::fmt::Debug + Send,
+    S::Future: Send,
+{
+    let done = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let service = service.clone();
+            let done = done.clone();
+            tokio::spawn(async move {
+                let mut nth = 0;
+                while start.elapsed() < round {
+                    let outcome = service.clone().oneshot((task, nth)).await.expect("uncontended");
+                    assert!(outcome.done().is_some(), "uncontended: never deferred");
+                    nth += 1;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("bench task");
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
