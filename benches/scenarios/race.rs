@@ -15,6 +15,7 @@ use redefer::{Fencing, LockLayer, LockToken, RedisStore};
 use tower::{Layer, ServiceExt, service_fn};
 
 use crate::Size;
+use crate::redis_info;
 use crate::report::{Table, spread};
 use crate::support::RedisServer;
 
@@ -27,14 +28,30 @@ pub async fn run(server: &RedisServer, size: Size) {
     let round = size.seconds(2);
     let url = server.url();
     let mut results: [Vec<f64>; 4] = Default::default();
+    let mut server_cpu: [Vec<f64>; 4] = Default::default();
     for _ in 0..rounds {
-        results[0].push(bare(&url, round).await);
-        results[1].push(layer(&url, round, Guard::Mutex(Fencing::On)).await);
-        results[2].push(layer(&url, round, Guard::Mutex(Fencing::Off)).await);
-        results[3].push(layer(&url, round, Guard::Semaphore).await);
+        for (at, contender) in [
+            None,
+            Some(Guard::Mutex(Fencing::On)),
+            Some(Guard::Mutex(Fencing::Off)),
+            Some(Guard::Semaphore),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let cpu_before = redis_info::cpu_time(server).await;
+            let (requests, elapsed) = match contender {
+                None => bare(&url, round).await,
+                Some(guard) => layer(&url, round, guard).await,
+            };
+            let cpu = redis_info::cpu_time(server).await.saturating_sub(cpu_before);
+            results[at].push(requests as f64 / elapsed.as_secs_f64());
+            server_cpu[at].push(cpu.as_secs_f64() * 1e6 / requests.max(1) as f64);
+        }
     }
     let [bare, on, off, semaphore] = results;
-    let ratios = |layer: &[f64], to: &[f64]| -> Vec<f64> { layer.iter().zip(to).map(|(l, b)| l / b).collect() };
+    let ratios =
+        |layer: &[f64], to: &[f64]| -> Vec<f64> { layer.iter().zip(to).map(|(l, b)| l / b).collect() };
     let per_s = |v: f64| format!("{v:.0}/s");
     let times = |v: f64| format!("{v:.2}x");
     let mut table = Table::new(
@@ -50,8 +67,10 @@ pub async fn run(server: &RedisServer, size: Size) {
             "fencing on / bare",
             "fencing off / bare",
             "4 permits / fencing on",
+            "Redis CPU per request: bare, fencing on, off, 4 permits",
         ],
     );
+    let micros = |v: f64| format!("{v:.1} µs");
     table.row(vec![
         spread(&bare, per_s),
         spread(&on, per_s),
@@ -60,6 +79,11 @@ pub async fn run(server: &RedisServer, size: Size) {
         spread(&ratios(&on, &bare), times),
         spread(&ratios(&off, &bare), times),
         spread(&ratios(&semaphore, &on), times),
+        server_cpu
+            .iter()
+            .map(|cpu| spread(cpu, micros))
+            .collect::<Vec<_>>()
+            .join(", "),
     ]);
     table.print();
 }
@@ -76,8 +100,8 @@ fn key_of(task: usize, nth: usize) -> String {
     format!("race:{task}:{}", nth % KEYS_PER_TASK)
 }
 
-/// Requests per second of the bare loop over `round`.
-async fn bare(url: &str, round: Duration) -> f64 {
+/// Requests done by the bare loop over `round`, and the time they took.
+async fn bare(url: &str, round: Duration) -> (usize, Duration) {
     let client = redis::Client::open(url).expect("url");
     let conn = client
         .get_multiplexed_async_connection()
@@ -122,11 +146,11 @@ async fn bare(url: &str, round: Duration) -> f64 {
     for task in tasks {
         task.await.expect("bench task");
     }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    (done.load(Ordering::Relaxed), start.elapsed())
 }
 
-/// Requests per second through the layer over `round`.
-async fn layer(url: &str, round: Duration, guard: Guard) -> f64 {
+/// Requests done through the layer over `round`, and the time they took.
+async fn layer(url: &str, round: Duration, guard: Guard) -> (usize, Duration) {
     let store = RedisStore::connect(url).await.expect("a store");
     let key = |request: &(usize, usize)| Some(key_of(request.0, request.1));
     let handler = service_fn(|_: (usize, usize)| async { Ok::<_, Infallible>(()) });
@@ -142,7 +166,7 @@ async fn layer(url: &str, round: Duration, guard: Guard) -> f64 {
     }
 }
 
-async fn drive<S>(service: S, round: Duration) -> f64
+async fn drive<S>(service: S, round: Duration) -> (usize, Duration)
 where
     S: tower::Service<(usize, usize), Response = redefer::Outcome<()>> + Clone + Send + 'static,
     S::Error: std::fmt::Debug + Send,
@@ -168,5 +192,5 @@ where
     for task in tasks {
         task.await.expect("bench task");
     }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    (done.load(Ordering::Relaxed), start.elapsed())
 }

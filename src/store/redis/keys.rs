@@ -22,18 +22,58 @@ fn tagged(prefix: &Prefix, kind: &str, name: &str, suffix: &str) -> String {
     out
 }
 
-/// The keys of one lock, in the order every lock script receives them in `KEYS`: the shared
-/// Lua prelude (`lua/lock_prelude.lua`) names them in this order.
-///
-/// Built on every acquire and release: the names share one buffer, written once (one
-/// allocation where a `String` per name took eight).
+/// The names of one lock key's Redis keys and channels, `<prefix>:<kind>:<tag>` for each of
+/// `N` kinds, written into one buffer: built on every acquire and release, one allocation
+/// where a `String` per name took one each.
 #[derive(Debug, Clone)]
-pub(crate) struct LockKeys {
-    /// Every name, `<prefix>:<kind>:<tag>` in the order of [`LOCK_KINDS`], back to back.
+struct TaggedNames<const N: usize> {
+    /// Every name in the order of its kinds, back to back.
     names: String,
     /// Where each name ends in `names`.
-    ends: [usize; LOCK_KINDS.len()],
+    ends: [usize; N],
 }
+
+impl<const N: usize> TaggedNames<N> {
+    /// Every name of `kinds` with the tag written from its `parts`: no string is built for the
+    /// tag alone.
+    fn new(prefix: &Prefix, kinds: &[&str; N], parts: [&str; 3]) -> Self {
+        let prefix = prefix.as_str();
+        let tag: usize = parts.iter().map(|part| part.len()).sum();
+        let kind_lengths: usize = kinds.iter().map(|kind| kind.len()).sum();
+        let mut names = String::with_capacity(N * (prefix.len() + tag + 2) + kind_lengths);
+        let mut ends = [0; N];
+        for (kind, end) in kinds.iter().zip(&mut ends) {
+            names.push_str(prefix);
+            names.push(':');
+            names.push_str(kind);
+            names.push(':');
+            for part in parts {
+                names.push_str(part);
+            }
+            *end = names.len();
+        }
+        TaggedNames { names, ends }
+    }
+
+    /// The tag's parts for a lock key: `{<encoded name>}`.
+    fn of_key(prefix: &Prefix, kinds: &[&str; N], key: &LockKey) -> Self {
+        Self::new(prefix, kinds, ["{", &hash_tag(key.as_str()), "}"])
+    }
+
+    fn name(&self, index: usize) -> &str {
+        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.names[start..self.ends[index]]
+    }
+
+    fn all(&self) -> impl Iterator<Item = &str> {
+        (0..N).map(|index| self.name(index))
+    }
+}
+
+/// The keys of one lock, in the order every lock script receives them in `KEYS`: the shared
+/// Lua prelude (`lua/lock_prelude.lua`) names them in this order.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKeys(TaggedNames<{ LOCK_KINDS.len() }>);
 
 /// The kinds of a lock's names, in the order of the scripts' `KEYS`, then the channels.
 const LOCK_KINDS: [&str; 7] = ["lock", "fence", "waiters", "handoff", "holds", "wake", "stop"];
@@ -50,78 +90,53 @@ fn lock_part(prefix: &Prefix, kind: &str, tag: &str) -> String {
 
 impl LockKeys {
     pub(crate) fn new(prefix: &Prefix, key: &LockKey) -> Self {
-        Self::with_tag(prefix, ["{", &hash_tag(key.as_str()), "}"])
+        LockKeys(TaggedNames::of_key(prefix, &LOCK_KINDS, key))
     }
 
     /// The keys that go with a lock key found by a scan, whose tag (`{...}`) is as found.
     pub(crate) fn of_found_tag(prefix: &Prefix, tag: &str) -> Self {
-        Self::with_tag(prefix, [tag, "", ""])
-    }
-
-    /// Every name with the tag written from its `parts`: no string is built for the tag alone.
-    fn with_tag(prefix: &Prefix, parts: [&str; 3]) -> Self {
-        let prefix = prefix.as_str();
-        let tag: usize = parts.iter().map(|part| part.len()).sum();
-        let kinds: usize = LOCK_KINDS.iter().map(|kind| kind.len()).sum();
-        let mut names = String::with_capacity(LOCK_KINDS.len() * (prefix.len() + tag + 2) + kinds);
-        let mut ends = [0; LOCK_KINDS.len()];
-        for (kind, end) in LOCK_KINDS.iter().zip(&mut ends) {
-            names.push_str(prefix);
-            names.push(':');
-            names.push_str(kind);
-            names.push(':');
-            for part in parts {
-                names.push_str(part);
-            }
-            *end = names.len();
-        }
-        LockKeys { names, ends }
-    }
-
-    fn name(&self, index: usize) -> &str {
-        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
-        &self.names[start..self.ends[index]]
+        LockKeys(TaggedNames::new(prefix, &LOCK_KINDS, [tag, "", ""]))
     }
 
     /// string: the holder's token (PX ttl), or `@<waiter>` while reserved for a waiter.
     pub(crate) fn lock(&self) -> &str {
-        self.name(0)
+        self.0.name(0)
     }
 
     /// counter: the last fencing token; outlives the lock, expires a minute after it was raised.
     pub(crate) fn fence(&self) -> &str {
-        self.name(1)
+        self.0.name(1)
     }
 
     /// zset: waiter -> arrival order; the key's line.
     pub(crate) fn waiters(&self) -> &str {
-        self.name(2)
+        self.0.name(2)
     }
 
     /// string: the key's typical hold in ms (expires a minute after the last release).
     pub(crate) fn holds(&self) -> &str {
-        self.name(4)
+        self.0.name(4)
     }
 
     /// pub/sub channel: who the key was handed to. Not a key: scripts get it in `ARGV[1]`.
     pub(crate) fn wake(&self) -> &str {
-        self.name(5)
+        self.0.name(5)
     }
 
     /// pub/sub channel: newer requests asking the key's holders to stop (mutex or semaphore).
     pub(crate) fn stop(&self) -> &str {
-        self.name(6)
+        self.0.name(6)
     }
 
     /// The keys in the order of the scripts' `KEYS` (the fifth, between the line and the
     /// holds, is the string naming the waiter the key was last reserved for).
     pub(crate) fn in_script_order(&self) -> [&str; 5] {
-        [0, 1, 2, 3, 4].map(|index| self.name(index))
+        [0, 1, 2, 3, 4].map(|index| self.0.name(index))
     }
 
     /// Every name of the lock: its keys, then its channels.
     pub(crate) fn all(&self) -> impl Iterator<Item = &str> {
-        (0..LOCK_KINDS.len()).map(|index| self.name(index))
+        self.0.all()
     }
 }
 
@@ -129,67 +144,80 @@ impl LockKeys {
 /// shared Lua prelude (`lua/permit_prelude.lua`) names them in this order. Apart from a mutex's
 /// keys of the same name: a key is guarded by one or the other.
 #[derive(Debug, Clone)]
-pub(crate) struct PermitKeys {
-    /// zset: holder -> lease deadline, `@<waiter>` -> reservation deadline (ms, server clock).
-    /// A holder is its token, a writer's `!<token>` (a read-write lock's writer holds alone).
-    pub(crate) permits: String,
-    /// hash: holder (as in `permits`) -> the fencing token of its permit.
-    pub(crate) fences: String,
-    /// counter: the last fencing token handed out; outlives the permits.
-    pub(crate) fence: String,
-    /// string: how many permits the last acquire allowed, for operators' tools (expires with
-    /// that acquire's TTL).
-    pub(crate) limit: String,
-    /// zset: waiter -> arrival order; the key's line.
-    pub(crate) waiters: String,
-    /// string: the key's typical hold in ms (expires a minute after the last release).
-    pub(crate) holds: String,
-    /// set: the waiters in line that write (a read-write lock's writers).
-    pub(crate) writers: String,
-    /// pub/sub channel: who a permit was reserved for. Not a key: scripts get it in `ARGV[1]`.
-    pub(crate) wake: String,
-}
+pub(crate) struct PermitKeys(TaggedNames<{ PERMIT_KINDS.len() }>);
+
+/// The kinds of a semaphore's names, in the order of the scripts' `KEYS`, then its channel.
+const PERMIT_KINDS: [&str; 8] = [
+    "permits",
+    "permit-fences",
+    "permit-fence",
+    "permit-limit",
+    "permit-waiters",
+    "permit-holds",
+    "permit-writers",
+    "permit-wake",
+];
 
 impl PermitKeys {
     pub(crate) fn new(prefix: &Prefix, key: &LockKey) -> Self {
-        Self::with_tag(prefix, &lock_tag(key))
+        PermitKeys(TaggedNames::of_key(prefix, &PERMIT_KINDS, key))
     }
 
     /// The keys that go with a semaphore found by a scan, whose tag (`{...}`) is as found.
     pub(crate) fn of_found_tag(prefix: &Prefix, tag: &str) -> Self {
-        Self::with_tag(prefix, tag)
+        PermitKeys(TaggedNames::new(prefix, &PERMIT_KINDS, [tag, "", ""]))
     }
 
-    fn with_tag(prefix: &Prefix, tag: &str) -> Self {
-        let key = |kind: &str| lock_part(prefix, kind, tag);
-        PermitKeys {
-            permits: key("permits"),
-            fences: key("permit-fences"),
-            fence: key("permit-fence"),
-            limit: key("permit-limit"),
-            waiters: key("permit-waiters"),
-            holds: key("permit-holds"),
-            writers: key("permit-writers"),
-            wake: key("permit-wake"),
-        }
+    /// zset: holder -> lease deadline, `@<waiter>` -> reservation deadline (ms, server clock).
+    /// A holder is its token, a writer's `!<token>` (a read-write lock's writer holds alone).
+    pub(crate) fn permits(&self) -> &str {
+        self.0.name(0)
+    }
+
+    /// hash: holder (as in `permits`) -> the fencing token of its permit.
+    pub(crate) fn fences(&self) -> &str {
+        self.0.name(1)
+    }
+
+    /// counter: the last fencing token handed out; outlives the permits.
+    pub(crate) fn fence(&self) -> &str {
+        self.0.name(2)
+    }
+
+    /// string: how many permits the last acquire allowed, for operators' tools (expires with
+    /// that acquire's TTL).
+    pub(crate) fn limit(&self) -> &str {
+        self.0.name(3)
+    }
+
+    /// zset: waiter -> arrival order; the key's line.
+    pub(crate) fn waiters(&self) -> &str {
+        self.0.name(4)
+    }
+
+    /// string: the key's typical hold in ms (expires a minute after the last release).
+    pub(crate) fn holds(&self) -> &str {
+        self.0.name(5)
+    }
+
+    /// set: the waiters in line that write (a read-write lock's writers).
+    pub(crate) fn writers(&self) -> &str {
+        self.0.name(6)
+    }
+
+    /// pub/sub channel: who a permit was reserved for. Not a key: scripts get it in `ARGV[1]`.
+    pub(crate) fn wake(&self) -> &str {
+        self.0.name(7)
     }
 
     /// The keys in the order of the scripts' `KEYS`.
     pub(crate) fn in_script_order(&self) -> [&str; 7] {
-        [
-            &self.permits,
-            &self.fences,
-            &self.fence,
-            &self.limit,
-            &self.waiters,
-            &self.holds,
-            &self.writers,
-        ]
+        [0, 1, 2, 3, 4, 5, 6].map(|index| self.0.name(index))
     }
 
     /// Every name of the semaphore: its keys, then its channel.
     pub(crate) fn all(&self) -> impl Iterator<Item = &str> {
-        self.in_script_order().into_iter().chain([self.wake.as_str()])
+        self.0.all()
     }
 }
 

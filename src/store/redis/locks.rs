@@ -169,12 +169,12 @@ where
             u64,
         ) = redis::pipe()
             .pttl(key)
-            .get(&found.fence)
-            .zcard(&found.waiters)
-            .hlen(&found.fences)
-            .get(&found.limit)
+            .get(found.fence())
+            .zcard(found.waiters())
+            .hlen(found.fences())
+            .get(found.limit())
             .zrange(key, 0, MAX_RESERVATIONS_SHOWN)
-            .scard(&found.writers)
+            .scard(found.writers())
             .query_async(&mut self.conn.clone())
             .await?;
         if pttl == -2 && waiters == 0 {

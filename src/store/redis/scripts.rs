@@ -84,8 +84,13 @@ script!(
     "set_leave.lua"
 );
 script!(PERMIT_ACQUIRE, PERMIT_PRELUDE, "permit_acquire.lua");
+// The acquire of a key nobody waits for: the fence steps only, no permit prelude.
+script!(PERMIT_ACQUIRE_FREE, "", "permit_acquire_free.lua");
 script!(PERMIT_EXTEND, PERMIT_PRELUDE, "permit_extend.lua");
 script!(PERMIT_RELEASE, PERMIT_PRELUDE, "permit_release.lua");
+/// The release of a permit nobody waits for: three keys, no prelude.
+pub(super) static PERMIT_RELEASE_ALONE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/permit_release_alone.lua")));
 script!(
     PERMIT_JOIN,
     &[PERMIT_PRELUDE, LINE_JOIN].concat(),
@@ -126,7 +131,7 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 35] = [
+static ALL: [&LazyLock<Script>; 37] = [
     &LOCK_ACQUIRE,
     &SET_ACQUIRE,
     &SET_JOIN,
@@ -138,8 +143,10 @@ static ALL: [&LazyLock<Script>; 35] = [
     &LOCK_JOIN,
     &LOCK_LEAVE,
     &PERMIT_ACQUIRE,
+    &PERMIT_ACQUIRE_FREE,
     &PERMIT_EXTEND,
     &PERMIT_RELEASE,
+    &PERMIT_RELEASE_ALONE,
     &PERMIT_JOIN,
     &PERMIT_LEAVE,
     &THROTTLE,
@@ -184,8 +191,13 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 30] = [
+    const SCRIPTS: [(&str, &str); 32] = [
         ("permit_acquire", include_str!("lua/permit_acquire.lua")),
+        ("permit_acquire_free", include_str!("lua/permit_acquire_free.lua")),
+        (
+            "permit_release_alone",
+            include_str!("lua/permit_release_alone.lua"),
+        ),
         ("permit_extend", include_str!("lua/permit_extend.lua")),
         ("permit_release", include_str!("lua/permit_release.lua")),
         ("permit_join", include_str!("lua/permit_join.lua")),
@@ -253,12 +265,17 @@ mod tests {
     }
 
     /// The scripts keep a lock key's keys as long as `lifetimes::IDLE_KEY_TTL` says: the
-    /// prelude's `IDLE_MS`, and the one script without the prelude that writes such a key.
+    /// prelude's `IDLE_MS`, and the scripts without the prelude that write such a key.
     #[test]
     fn the_scripts_keep_idle_keys_as_long_as_the_lifetimes_say() {
         let idle_ms = crate::store::lifetimes::IDLE_KEY_TTL.as_millis();
         assert!(super::FENCE.contains(&format!("local IDLE_MS = {idle_ms}\n")));
-        assert!(include_str!("lua/lock_release_alone.lua").contains(&format!("'PX', {idle_ms})")));
+        for alone in [
+            include_str!("lua/lock_release_alone.lua"),
+            include_str!("lua/permit_release_alone.lua"),
+        ] {
+            assert!(alone.contains(&format!("'PX', {idle_ms})")));
+        }
     }
 
     #[test]

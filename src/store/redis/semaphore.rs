@@ -8,7 +8,10 @@ use redis::{RedisWrite, Script, ScriptInvocation, ToRedisArgs};
 use super::RedisStore;
 use super::keys::PermitKeys;
 use super::lock::{JoinReply, cap_args};
-use super::scripts::{PERMIT_ACQUIRE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE, PERMIT_RELEASE};
+use super::scripts::{
+    PERMIT_ACQUIRE, PERMIT_ACQUIRE_FREE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE, PERMIT_RELEASE,
+    PERMIT_RELEASE_ALONE,
+};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{
@@ -63,7 +66,7 @@ where
         for name in keys.in_script_order() {
             invocation.key(name);
         }
-        invocation.arg(&keys.wake).arg(ttl_millis(self.reservation));
+        invocation.arg(keys.wake()).arg(ttl_millis(self.reservation));
         invocation
     }
 
@@ -77,6 +80,39 @@ where
         hand_over(&line, key, waiters(handed)).await;
     }
 
+    /// The acquire of a caller not in line on a key nobody waits for
+    /// (`permit_acquire_free.lua`): only the keys it touches, and none of the bookkeeping of
+    /// contention. `None` when the full acquire script must decide (someone in line, the key
+    /// full or a writer in the way), or when the call failed: the full script then finds our
+    /// permit should this one have landed.
+    async fn acquire_free_permit(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        holders: Holders,
+    ) -> Option<u64> {
+        let keys = PermitKeys::new(&self.prefix, key);
+        let taken: Result<i64, _> = PERMIT_ACQUIRE_FREE
+            .key(keys.permits())
+            .key(keys.fences())
+            .key(keys.fence())
+            .key(keys.waiters())
+            .key(keys.limit())
+            .arg(HolderName(token, holders))
+            .arg(ttl_millis(ttl))
+            .arg(holders.limit())
+            .invoke_async(&mut self.conn.clone())
+            .await;
+        match taken {
+            Ok(fence) => u64::try_from(fence).ok(),
+            Err(error) => {
+                tracing::debug!(%key, %error, "acquire of a free permit failed; acquiring by the full script");
+                None
+            }
+        }
+    }
+
     async fn acquire_permit(
         &self,
         key: &LockKey,
@@ -86,6 +122,11 @@ where
         waiter: Option<&Waiter>,
         fencing: Fencing,
     ) -> Result<Acquisition, StoreError> {
+        if waiter.is_none()
+            && let Some(fence) = self.acquire_free_permit(key, token, ttl, holders).await
+        {
+            return self.permit_acquired(key, token, holders, fence, fencing).await;
+        }
         let permits = holders.limit();
         let (status, first, second, hold, only_reserved, handed, dropped): AcquireReply = self
             .permit_script(&PERMIT_ACQUIRE, key)
@@ -103,13 +144,7 @@ where
                 if let Some(waited) = duration(second) {
                     metric_names::handoff_taken(waited);
                 }
-                if let Err(error) = self.replicated().await {
-                    self.release_permit_lease(key, token, holders, None).await?;
-                    return Err(error);
-                }
-                Ok(Acquisition::Acquired(
-                    (fencing == Fencing::On).then_some(FencingToken(fence)),
-                ))
+                self.permit_acquired(key, token, holders, fence, fencing).await
             }
             0 => Ok(Acquisition::Held {
                 remaining: duration(first),
@@ -122,6 +157,25 @@ where
                 "permit acquire answered status {other}"
             ))),
         }
+    }
+
+    /// A permit taken with `fence`: once enough replicas have it (with
+    /// [`wait_for_replicas`](RedisStore::wait_for_replicas)), the caller's; else given back.
+    async fn permit_acquired(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        holders: Holders,
+        fence: u64,
+        fencing: Fencing,
+    ) -> Result<Acquisition, StoreError> {
+        if let Err(error) = self.replicated().await {
+            self.release_permit_lease(key, token, holders, None).await?;
+            return Err(error);
+        }
+        Ok(Acquisition::Acquired(
+            (fencing == Fencing::On).then_some(FencingToken(fence)),
+        ))
     }
 }
 
@@ -179,6 +233,23 @@ where
     ) -> Result<bool, StoreError> {
         let _on_its_way = self.releasing.start(key);
         let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
+        // Nobody in line, the common case: the short release; else the full one hands over.
+        let keys = PermitKeys::new(&self.prefix, key);
+        let mut release = PERMIT_RELEASE_ALONE.key(keys.permits());
+        release
+            .key(keys.fences())
+            .key(keys.waiters())
+            .arg(HolderName(token, holders));
+        if held_for.is_some() {
+            release.key(keys.holds()).arg(&held_ms);
+        }
+        let alone: i64 = release.invoke_async(&mut self.conn.clone()).await?;
+        match alone {
+            1 => return Ok(true),
+            0 => return Ok(false),
+            // Someone is in line: the release that hands the free permits over.
+            _ => {}
+        }
         let permits = holders.limit();
         let (released, handed, dropped): (bool, Vec<String>, Vec<String>) = self
             .permit_script(&PERMIT_RELEASE, key)
@@ -237,7 +308,7 @@ where
     }
 
     pub(super) fn permit_line_handoffs(&self, key: &LockKey) -> Handoffs {
-        self.announced_on(PermitKeys::new(&self.prefix, key).wake)
+        self.announced_on(PermitKeys::new(&self.prefix, key).wake().to_string())
     }
 }
 

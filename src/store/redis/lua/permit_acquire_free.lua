@@ -1,0 +1,43 @@
+#!lua flags=allow-oom
+-- Takes a permit of a key nobody waits for, in the fewest calls: the common case. Only the
+-- keys it touches and no permit prelude (fence.lua is before this): a script's call costs
+-- Redis per key, argument and `redis.call`, and the full acquire (permit_acquire.lua) makes
+-- about twenty calls over seven keys. Whatever only contention needs (pruning permits that
+-- ran out, the line, reservations, a re-sent acquire's reply) is left to the full script:
+-- this one answers -1 and the full one decides.
+-- KEYS[1] the permits, KEYS[2] their fencing tokens, KEYS[3] the fencing counter, KEYS[4] the
+-- line, KEYS[5] the limit (as named in permit_prelude.lua). ARGV[1] the holder (a writer's
+-- marked '!'), ARGV[2] the TTL in ms, ARGV[3] the limit.
+-- Returns the fencing token once taken; -1 when someone waits in line, the key is full (its
+-- permits may have run out: the full script prunes them), or a writer stands in the way.
+local PERMITS, FENCES, FENCE, WAITERS, LIMIT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local holder, ttl, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if redis.call('EXISTS', WAITERS) == 1 then
+  return -1
+end
+local taken = redis.call('ZCARD', PERMITS)
+if taken > 0 then
+  -- A writer holds alone and takes only a free key.
+  if taken >= limit or string.sub(holder, 1, 1) == '!' then
+    return -1
+  end
+  -- Beside one entry only: it may be a writer's (or a reservation the full script knows).
+  if taken == 1 then
+    local only = string.sub(redis.call('ZRANGE', PERMITS, 0, 0)[1], 1, 1)
+    if only == '!' or only == '@' then
+      return -1
+    end
+  end
+end
+local now = math.floor(now_us() / 1000)
+local fence = next_fences(FENCE, 1)
+redis.call('ZADD', PERMITS, now + ttl, holder)
+redis.call('HSET', FENCES, holder, fence)
+redis.call('SET', LIMIT, limit, 'PX', ttl)
+-- The keys live as long as their last deadline: ours alone on a free key, else the longest.
+for _, key in ipairs({PERMITS, FENCES}) do
+  if taken == 0 or redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+return fence
