@@ -27,29 +27,34 @@ pub async fn run(server: &RedisServer, size: Size) {
     let rounds = size.pick(5, 1);
     let round = size.seconds(2);
     let url = server.url();
-    let mut results: [Vec<f64>; 4] = Default::default();
-    let mut server_cpu: [Vec<f64>; 4] = Default::default();
+    let mut results: [Vec<f64>; 5] = Default::default();
+    let mut server_cpu: [Vec<f64>; 5] = Default::default();
     for _ in 0..rounds {
         for (at, contender) in [
-            None,
-            Some(Guard::Mutex(Fencing::On)),
-            Some(Guard::Mutex(Fencing::Off)),
-            Some(Guard::Semaphore),
+            Contender::Bare {
+                on_store_connection: false,
+            },
+            Contender::Layer(Guard::Mutex(Fencing::On)),
+            Contender::Layer(Guard::Mutex(Fencing::Off)),
+            Contender::Layer(Guard::Semaphore),
+            Contender::Bare {
+                on_store_connection: true,
+            },
         ]
         .into_iter()
         .enumerate()
         {
             let cpu_before = redis_info::cpu_time(server).await;
             let (requests, elapsed) = match contender {
-                None => bare(&url, round).await,
-                Some(guard) => layer(&url, round, guard).await,
+                Contender::Bare { on_store_connection } => bare(&url, round, on_store_connection).await,
+                Contender::Layer(guard) => layer(&url, round, guard).await,
             };
             let cpu = redis_info::cpu_time(server).await.saturating_sub(cpu_before);
             results[at].push(requests as f64 / elapsed.as_secs_f64());
             server_cpu[at].push(cpu.as_secs_f64() * 1e6 / requests.max(1) as f64);
         }
     }
-    let [bare, on, off, semaphore] = results;
+    let [bare, on, off, semaphore, bare_on_store] = results;
     let ratios =
         |layer: &[f64], to: &[f64]| -> Vec<f64> { layer.iter().zip(to).map(|(l, b)| l / b).collect() };
     let per_s = |v: f64| format!("{v:.0}/s");
@@ -67,7 +72,8 @@ pub async fn run(server: &RedisServer, size: Size) {
             "fencing on / bare",
             "fencing off / bare",
             "4 permits / fencing on",
-            "Redis CPU per request: bare, fencing on, off, 4 permits",
+            "bare loop on the store's connection / on its own",
+            "Redis CPU per request: bare, fencing on, off, 4 permits, bare on the store's connection",
         ],
     );
     let micros = |v: f64| format!("{v:.1} µs");
@@ -79,6 +85,7 @@ pub async fn run(server: &RedisServer, size: Size) {
         spread(&ratios(&on, &bare), times),
         spread(&ratios(&off, &bare), times),
         spread(&ratios(&semaphore, &on), times),
+        spread(&ratios(&bare_on_store, &bare), times),
         server_cpu
             .iter()
             .map(|cpu| spread(cpu, micros))
@@ -86,6 +93,13 @@ pub async fn run(server: &RedisServer, size: Size) {
             .join(", "),
     ]);
     table.print();
+}
+
+/// What a round measures.
+#[derive(Debug, Clone, Copy)]
+enum Contender {
+    Bare { on_store_connection: bool },
+    Layer(Guard),
 }
 
 /// What the layer guards with.
@@ -100,13 +114,26 @@ fn key_of(task: usize, nth: usize) -> String {
     format!("race:{task}:{}", nth % KEYS_PER_TASK)
 }
 
-/// Requests done by the bare loop over `round`, and the time they took.
-async fn bare(url: &str, round: Duration) -> (usize, Duration) {
+/// Requests done by the bare loop over `round`, and the time they took: on a multiplexed
+/// connection of its own (redis-rs's defaults), or on the connection of a store made by
+/// `RedisStore::connect` (a `ConnectionManager`, as the lock scenario's bare loop).
+async fn bare(url: &str, round: Duration, on_store_connection: bool) -> (usize, Duration) {
+    if on_store_connection {
+        let store = RedisStore::connect(url).await.expect("a store");
+        return bare_on(store.connection(), round).await;
+    }
     let client = redis::Client::open(url).expect("url");
     let conn = client
         .get_multiplexed_async_connection()
         .await
         .expect("a connection");
+    bare_on(conn, round).await
+}
+
+async fn bare_on<C>(conn: C, round: Duration) -> (usize, Duration)
+where
+    C: redis::aio::ConnectionLike + Clone + Send + 'static,
+{
     let release = redis::Script::new(RELEASE);
     let done = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
