@@ -135,45 +135,37 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + 'static,
 {
     let release = redis::Script::new(RELEASE);
-    let done = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|task| {
-            let mut conn = conn.clone();
-            let release = release.clone();
-            let done = done.clone();
-            tokio::spawn(async move {
-                let mut nth = 0;
-                while start.elapsed() < round {
-                    let key = key_of(task, nth);
-                    let token = LockToken::random();
-                    let taken: Option<String> = redis::cmd("SET")
-                        .arg(&key)
-                        .arg(token)
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(10_000)
-                        .query_async(&mut conn)
-                        .await
-                        .expect("SET");
-                    assert!(taken.is_some(), "uncontended");
-                    let released: i64 = release
-                        .key(&key)
-                        .arg(token)
-                        .invoke_async(&mut conn)
-                        .await
-                        .expect("release");
-                    assert_eq!(released, 1);
-                    nth += 1;
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("bench task");
-    }
-    (done.load(Ordering::Relaxed), start.elapsed())
+    run_round(round, move |task, round| {
+        let mut conn = conn.clone();
+        let release = release.clone();
+        async move {
+            let mut nth = 0;
+            while round.goes_on() {
+                let key = key_of(task, nth);
+                let token = LockToken::random();
+                let taken: Option<String> = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(10_000)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("SET");
+                assert!(taken.is_some(), "uncontended");
+                let released: i64 = release
+                    .key(&key)
+                    .arg(token)
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("release");
+                assert_eq!(released, 1);
+                nth += 1;
+                round.count();
+            }
+        }
+    })
+    .await
 }
 
 /// Requests done through the layer over `round`, and the time they took.
@@ -199,25 +191,56 @@ where
     S::Error: std::fmt::Debug + Send,
     S::Future: Send,
 {
-    let done = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
+    run_round(round, move |task, round| {
+        let service = service.clone();
+        async move {
+            let mut nth = 0;
+            while round.goes_on() {
+                let outcome = service.clone().oneshot((task, nth)).await.expect("uncontended");
+                assert!(outcome.done().is_some(), "uncontended: never deferred");
+                nth += 1;
+                round.count();
+            }
+        }
+    })
+    .await
+}
+
+/// One round of a contender: its deadline and the requests its tasks did.
+#[derive(Clone)]
+struct Round {
+    start: Instant,
+    length: Duration,
+    done: Arc<AtomicUsize>,
+}
+
+impl Round {
+    fn goes_on(&self) -> bool {
+        self.start.elapsed() < self.length
+    }
+
+    fn count(&self) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Runs `TASKS` tasks made by `task` (its number and the round) for `length`; the requests they
+/// did, and the time they took.
+async fn run_round<T, Task>(length: Duration, task: T) -> (usize, Duration)
+where
+    T: Fn(usize, Round) -> Task,
+    Task: Future<Output = ()> + Send + 'static,
+{
+    let round = Round {
+        start: Instant::now(),
+        length,
+        done: Arc::default(),
+    };
     let tasks: Vec<_> = (0..TASKS)
-        .map(|task| {
-            let service = service.clone();
-            let done = done.clone();
-            tokio::spawn(async move {
-                let mut nth = 0;
-                while start.elapsed() < round {
-                    let outcome = service.clone().oneshot((task, nth)).await.expect("uncontended");
-                    assert!(outcome.done().is_some(), "uncontended: never deferred");
-                    nth += 1;
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
+        .map(|number| tokio::spawn(task(number, round.clone())))
         .collect();
     for task in tasks {
         task.await.expect("bench task");
     }
-    (done.load(Ordering::Relaxed), start.elapsed())
+    (round.done.load(Ordering::Relaxed), round.start.elapsed())
 }

@@ -226,6 +226,27 @@ where
         }
     }
 
+    /// Calls a short release (`lock_release_alone.lua`, `permit_release_alone.lua`: the holder's
+    /// keys and arguments already in `release`), passing the key's last hold in `holds` only
+    /// when there is one to report (each key and argument costs the call). `Some(released)`;
+    /// `None` when someone is in line: the full release hands over then.
+    pub(super) async fn release_alone(
+        &self,
+        mut release: ScriptInvocation<'_>,
+        holds: &str,
+        held_for: Option<Duration>,
+    ) -> Result<Option<bool>, StoreError> {
+        if let Some(held) = held_for {
+            release.key(holds).arg(millis(held).to_string());
+        }
+        let alone: i64 = release.invoke_async(&mut self.conn.clone()).await?;
+        Ok(match alone {
+            1 => Some(true),
+            0 => Some(false),
+            _ => None,
+        })
+    }
+
     /// With [`wait_for_replicas`](RedisStore::wait_for_replicas): waits for the replicas, and
     /// gives the lock back when too few acknowledged it.
     async fn await_replicas(&self, key: &LockKey, token: LockToken) -> Result<(), StoreError> {
@@ -315,19 +336,13 @@ where
                 return Ok(true);
             }
         }
-        let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
         let mut release = LOCK_RELEASE_ALONE.key(keys.lock());
         release.arg(token);
-        if held_for.is_some() {
-            release.key(keys.holds()).arg(&held_ms);
+        if let Some(released) = self.release_alone(release, keys.holds(), held_for).await? {
+            return Ok(released);
         }
-        let alone: i64 = release.invoke_async(&mut self.conn.clone()).await?;
-        match alone {
-            1 => return Ok(true),
-            0 => return Ok(false),
-            // Someone is in line: the release that hands the key over.
-            _ => {}
-        }
+        // Someone is in line: the release that hands the key over.
+        let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
         let (released, handed, runner_up): (bool, String, String) = self
             .lock_script(&LOCK_RELEASE, key)
             .arg(token)

@@ -232,7 +232,6 @@ where
         held_for: Option<Duration>,
     ) -> Result<bool, StoreError> {
         let _on_its_way = self.releasing.start(key);
-        let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
         // Nobody in line, the common case: the short release; else the full one hands over.
         let keys = PermitKeys::new(&self.prefix, key);
         let mut release = PERMIT_RELEASE_ALONE.key(keys.permits());
@@ -240,16 +239,10 @@ where
             .key(keys.fences())
             .key(keys.waiters())
             .arg(HolderName(token, holders));
-        if held_for.is_some() {
-            release.key(keys.holds()).arg(&held_ms);
+        if let Some(released) = self.release_alone(release, keys.holds(), held_for).await? {
+            return Ok(released);
         }
-        let alone: i64 = release.invoke_async(&mut self.conn.clone()).await?;
-        match alone {
-            1 => return Ok(true),
-            0 => return Ok(false),
-            // Someone is in line: the release that hands the free permits over.
-            _ => {}
-        }
+        let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
         let permits = holders.limit();
         let (released, handed, dropped): (bool, Vec<String>, Vec<String>) = self
             .permit_script(&PERMIT_RELEASE, key)
