@@ -120,6 +120,52 @@ async fn a_resent_acquire_finds_its_own_permit_and_fence<S: Reserving>(store: S)
         take(&store, &k, LockToken::random(), 2).await.is_none(),
         "still two holders"
     );
+    // Below the limit as well: the permit is not taken twice.
+    let roomy = key("upstream:2");
+    let first = take(&store, &roomy, token, 3).await.expect("first");
+    let again = take(&store, &roomy, token, 3).await.expect("re-sent acquire");
+    assert_eq!(again, first, "below the limit, the re-sent acquire's fence");
+    for _ in 0..2 {
+        take(&store, &roomy, LockToken::random(), 3)
+            .await
+            .expect("the two other permits");
+    }
+    assert!(
+        take(&store, &roomy, LockToken::random(), 3).await.is_none(),
+        "three holders: the re-sent acquire counted once"
+    );
+}
+
+/// A short permit taken beside a long one leaves the long one held: a semaphore's records
+/// live as long as its longest permit, not its last.
+async fn a_short_permit_beside_a_long_one_leaves_the_long_one_held<S: Reserving>(store: S) {
+    let k = key("upstream:1");
+    let long = LockToken::random();
+    let fence = take(&store, &k, long, 2).await.expect("the long permit");
+    take_as(
+        &store,
+        &k,
+        LockToken::random(),
+        2,
+        None,
+        Duration::from_millis(200),
+    )
+    .await
+    .expect("the short permit");
+    // Its holder dies: once its TTL ran out, one permit comes free, not two.
+    eventually(Duration::from_secs(5), "the short permit came free", || async {
+        take(&store, &k, LockToken::random(), 2).await
+    })
+    .await;
+    assert!(
+        take(&store, &k, LockToken::random(), 2).await.is_none(),
+        "the long permit is still held"
+    );
+    assert!(
+        store.extend_permit(&k, long, LONG).await.unwrap(),
+        "and still its holder's"
+    );
+    assert_eq!(take(&store, &k, long, 2).await, Some(fence), "with its fence");
 }
 
 async fn release_and_extend_act_only_on_the_callers_permit<S: Reserving>(store: S) {
@@ -529,6 +575,7 @@ for_each_store!(
     a_resent_acquire_finds_its_own_permit_and_fence,
     release_and_extend_act_only_on_the_callers_permit,
     a_dead_holders_permit_comes_free_when_its_lease_runs_out,
+    a_short_permit_beside_a_long_one_leaves_the_long_one_held,
     freed_permits_go_to_the_line_in_arrival_order,
     a_changed_limit_applies_to_the_next_acquire,
     an_unused_reservation_runs_out_and_goes_to_the_next,

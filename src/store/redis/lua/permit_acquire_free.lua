@@ -9,7 +9,8 @@
 -- line, KEYS[5] the limit (as named in permit_prelude.lua). ARGV[1] the holder (a writer's
 -- marked '!'), ARGV[2] the TTL in ms, ARGV[3] the limit.
 -- Returns the fencing token once taken; -1 when someone waits in line, the key is full (its
--- permits may have run out: the full script prunes them), or a writer stands in the way.
+-- permits may have run out: the full script prunes them), a writer stands in the way, or the
+-- permit is the caller's already.
 local PERMITS, FENCES, FENCE, WAITERS, LIMIT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local holder, ttl, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if redis.call('EXISTS', WAITERS) == 1 then
@@ -30,8 +31,12 @@ if taken > 0 then
   end
 end
 local now = math.floor(now_us() / 1000)
+if redis.call('ZADD', PERMITS, 'NX', now + ttl, holder) == 0 then
+  -- Ours already: a re-sent acquire whose first reply was lost. The full script answers with
+  -- the permit's fence and deadline, as when the key is full.
+  return -1
+end
 local fence = next_fences(FENCE, 1)
-redis.call('ZADD', PERMITS, now + ttl, holder)
 redis.call('HSET', FENCES, holder, fence)
 redis.call('SET', LIMIT, limit, 'PX', ttl)
 -- The keys live as long as their last deadline: ours alone on a free key, else the longest.
