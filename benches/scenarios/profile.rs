@@ -1,5 +1,5 @@
 //! Scenario: where the time goes. For the lock layer (concurrency 1 and 64, fencing on and
-//! off, beside the bare loop) and for a drain of due jobs: the client's CPU per request or
+//! off, beside the bare loop; with 4 permits per key, the semaphore) and for a drain of due jobs: the client's CPU per request or
 //! job (`getrusage`: user + system time of this process, every thread), the server's time per
 //! request or job by command (`INFO commandstats`), and, in a full run on Redis, a flame graph
 //! of the client (sampled by pprof, written as SVG to `docs/profile/`).
@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redefer::Fencing;
+use redefer::semaphore::Permits;
 
 use crate::chart::Chart;
 use crate::report::{Table, median, spread};
@@ -22,6 +23,11 @@ enum Workload {
         concurrency: usize,
     },
     Bare {
+        concurrency: usize,
+    },
+    /// The lock layer with 4 permits per key (a semaphore), fenced, each task on a key of its
+    /// own: the semaphore's uncontended path.
+    Semaphore {
         concurrency: usize,
     },
     Drain {
@@ -39,6 +45,9 @@ impl Workload {
                 format!("lock layer, fencing {fencing}, concurrency {concurrency}")
             }
             Workload::Bare { concurrency } => format!("bare loop, concurrency {concurrency}"),
+            Workload::Semaphore { concurrency } => {
+                format!("lock layer, 4 permits per key, concurrency {concurrency}")
+            }
             Workload::Drain { schedulers } => format!("drain, {schedulers} scheduler of 64 slots"),
             Workload::OneAtATime => "claim + ack one job at a time".to_string(),
         }
@@ -62,6 +71,7 @@ impl Workload {
                 format!("lock-{fencing}-c{concurrency}")
             }
             Workload::Bare { concurrency } => format!("bare-c{concurrency}"),
+            Workload::Semaphore { concurrency } => format!("semaphore-c{concurrency}"),
             Workload::Drain { schedulers } => format!("drain-{schedulers}"),
             Workload::OneAtATime => "one-at-a-time".to_string(),
         }
@@ -78,7 +88,7 @@ struct Cost {
     server: BTreeMap<String, (f64, f64)>,
 }
 
-const WORKLOADS: [Workload; 7] = [
+const WORKLOADS: [Workload; 8] = [
     Workload::Lock {
         fencing: Fencing::On,
         concurrency: 1,
@@ -93,6 +103,7 @@ const WORKLOADS: [Workload; 7] = [
     },
     Workload::Bare { concurrency: 1 },
     Workload::Bare { concurrency: 64 },
+    Workload::Semaphore { concurrency: 64 },
     Workload::Drain { schedulers: 1 },
     Workload::OneAtATime,
 ];
@@ -146,7 +157,13 @@ pub async fn run(server: &RedisServer, size: Size) {
     }
     chart.write("profile", server, size);
     if !size.smoke() && server.kind() == Server::Redis {
-        for workload in [WORKLOADS[1], WORKLOADS[4], WORKLOADS[5], WORKLOADS[6]] {
+        for workload in [
+            WORKLOADS[1],
+            WORKLOADS[4],
+            WORKLOADS[5],
+            WORKLOADS[6],
+            WORKLOADS[7],
+        ] {
             flame_graph(server, &store, workload, size).await;
         }
     }
@@ -216,6 +233,20 @@ async fn measure(
             lock::layer_rate(
                 store.clone(),
                 fencing,
+                concurrency,
+                requests,
+                lock::Keys::OnePerTask,
+            )
+            .await;
+            (requests, cpu_time() - before)
+        }
+        (Workload::Semaphore { concurrency }, _) => {
+            let requests = requests(concurrency, size);
+            redis_info::reset(server).await;
+            let before = cpu_time();
+            lock::layer_rate(
+                Permits::new(store.clone(), 4),
+                Fencing::On,
                 concurrency,
                 requests,
                 lock::Keys::OnePerTask,
