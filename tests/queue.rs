@@ -492,7 +492,7 @@ async fn a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours<St: Queue
 }
 
 /// A claim's jobs share one lease: it ends for the jobs it still holds, not for those acked,
-/// retried or given leases of their own meanwhile.
+/// retried or buried meanwhile.
 async fn a_claim_s_lease_returns_only_the_jobs_it_still_holds<St: QueueStore>(store: St) {
     let q = queue(store);
     for n in 0..5 {
@@ -501,14 +501,14 @@ async fn a_claim_s_lease_returns_only_the_jobs_it_still_holds<St: QueueStore>(st
     let mut batch = q.claim(10, Duration::from_millis(300)).await.unwrap().jobs;
     assert_eq!(batch.len(), 5);
     batch.sort_by_key(|job| job.envelope.payload.clone());
-    let [acked, extended, retried, crashed_a, crashed_b] = batch.try_into().ok().unwrap();
+    let [acked, buried, retried, crashed_a, crashed_b] = batch.try_into().ok().unwrap();
     assert!(q.ack(&acked.lease).await.unwrap());
-    assert!(q.extend_lease(&extended.lease, LEASE).await.unwrap());
+    assert!(q.bury(&buried.lease, "given up").await.unwrap());
     assert!(matches!(
         q.fail(&retried.lease, "later").await.unwrap(),
         AfterFailure::Retrying { .. }
     ));
-    assert_eq!(q.operator().stats().await.unwrap(), stats(1, 0, 3, 0));
+    assert_eq!(q.operator().stats().await.unwrap(), stats(1, 0, 2, 1));
 
     // They come back together: one lease ended for both.
     let back = eventually(Duration::from_secs(5), "the claim's lease runs out", || {
@@ -521,11 +521,13 @@ async fn a_claim_s_lease_returns_only_the_jobs_it_still_holds<St: QueueStore>(st
     let mut expected = vec![crashed_a.envelope.id.clone(), crashed_b.envelope.id.clone()];
     expected.sort();
     assert_eq!(ids, expected, "the two jobs the lease still held, and only them");
-    assert!(
-        q.ack(&extended.lease).await.unwrap(),
-        "the extended lease is intact"
-    );
-    assert!(!q.ack(&crashed_a.lease).await.unwrap(), "the ended lease is void");
+    for settled in [&acked, &buried, &retried, &crashed_a] {
+        assert!(
+            !q.ack(&settled.lease).await.unwrap(),
+            "{}",
+            settled.envelope.payload
+        );
+    }
     assert_eq!(
         q.ack_many(&back.iter().map(|job| &job.lease).collect::<Vec<_>>())
             .await
@@ -534,8 +536,64 @@ async fn a_claim_s_lease_returns_only_the_jobs_it_still_holds<St: QueueStore>(st
     );
     assert_eq!(
         q.operator().stats().await.unwrap(),
-        stats(1, 0, 0, 0),
-        "only the retried job, waiting"
+        stats(1, 0, 0, 1),
+        "only the retried job, waiting, and the buried one"
+    );
+}
+
+/// Extending one job's lease extends its claim's: the claim's other jobs keep their claimer
+/// as long, and when it stops extending they come back together.
+async fn extending_a_job_s_lease_extends_its_claim<St: QueueStore>(store: St) {
+    let q = queue(store);
+    for n in 0..3 {
+        q.push(&n.to_string(), Duration::ZERO).await.unwrap();
+    }
+    let mut batch = q.claim(10, Duration::from_millis(300)).await.unwrap().jobs;
+    batch.sort_by_key(|job| job.envelope.payload.clone());
+    let [acked, extended, beside] = batch.try_into().ok().unwrap();
+    assert!(q.ack(&acked.lease).await.unwrap());
+    assert!(q.extend_lease(&extended.lease, LEASE).await.unwrap());
+    assert!(
+        !q.extend_lease(&acked.lease, LEASE).await.unwrap(),
+        "an acked job's hold extends nothing"
+    );
+    let claimed = q.claim(10, LEASE).await.unwrap();
+    assert!(claimed.jobs.is_empty(), "both held");
+    assert!(
+        claimed.next_in.unwrap() > Duration::from_secs(20),
+        "the claim's lease now runs 30 s"
+    );
+    let until = |job: &ClaimedJob<String>| {
+        let q = q.clone();
+        let id = job.envelope.id.clone();
+        async move {
+            match q.operator().job(&id).await.unwrap().unwrap().state {
+                RawJobState::InFlight { lease_until } => lease_until,
+                other => panic!("{id} is in flight: {other:?}"),
+            }
+        }
+    };
+    assert_eq!(until(&beside).await, until(&extended).await, "one deadline");
+
+    // The claimer extends once more, for a short while, and then stops: both come back.
+    assert!(
+        q.extend_lease(&beside.lease, Duration::from_millis(100))
+            .await
+            .unwrap()
+    );
+    let back = eventually(Duration::from_secs(5), "the claim's lease runs out", || {
+        let q = q.clone();
+        async move { Some(q.claim(10, LEASE).await.unwrap().jobs).filter(|jobs| !jobs.is_empty()) }
+    })
+    .await;
+    let mut ids: Vec<_> = back.iter().map(|job| job.envelope.id.clone()).collect();
+    ids.sort();
+    let mut expected = vec![extended.envelope.id.clone(), beside.envelope.id.clone()];
+    expected.sort();
+    assert_eq!(ids, expected);
+    assert!(
+        !q.extend_lease(&extended.lease, LEASE).await.unwrap(),
+        "the lease ended"
     );
 }
 
@@ -555,8 +613,8 @@ async fn an_ack_naming_a_job_twice_leaves_the_rest_of_its_claim_held<St: QueueSt
     assert_eq!(q.operator().stats().await.unwrap(), QueueStats::default());
 }
 
-/// In-flight jobs are listed by lease deadline, ties by id, every one once, whichever lease
-/// holds them (several claims', one of a job's own), with the deadline their inspection shows.
+/// In-flight jobs are listed by lease deadline, ties by id, every one once, whichever claim's
+/// lease holds them, with the deadline their inspection shows.
 async fn in_flight_jobs_are_listed_by_deadline_across_claims<St: QueueStore>(store: St) {
     let q = queue(store);
     for n in 0..12 {
@@ -588,11 +646,11 @@ async fn in_flight_jobs_are_listed_by_deadline_across_claims<St: QueueStore>(sto
     sorted.sort();
     assert_eq!(seen, sorted, "deadline order, ties by id");
     assert_eq!(seen.len(), 12, "each once: {seen:?}");
-    assert_eq!(
-        seen[0].1,
-        claimed[6].envelope.id.as_str(),
-        "the shorter lease first"
-    );
+    // The claim of claimed[6] (the second, 4 jobs) now ends first: its jobs are listed first.
+    let mut extended: Vec<&str> = claimed[5..9].iter().map(|job| job.envelope.id.as_str()).collect();
+    extended.sort();
+    let first: Vec<&str> = seen[..4].iter().map(|(_, id)| id.as_str()).collect();
+    assert_eq!(first, extended, "the shorter lease first");
     for (at, id) in &seen {
         let info = q
             .operator()
@@ -881,6 +939,7 @@ for_each_store!(
     operators_can_list_requeue_and_purge,
     a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours,
     a_claim_s_lease_returns_only_the_jobs_it_still_holds,
+    extending_a_job_s_lease_extends_its_claim,
     an_ack_naming_a_job_twice_leaves_the_rest_of_its_claim_held,
     in_flight_jobs_are_listed_by_deadline_across_claims,
     claims_under_one_token_keep_a_lease_each,

@@ -532,6 +532,109 @@ async fn in_flight_entries_of_redefer_0_2_and_foreign_claim_lists_are_handled(ki
     assert_eq!(left, 0, "every ended lease is gone");
 }
 
+/// An upgrade from 0.3 with jobs in flight: what a 0.3 scheduler's claims wrote (a claim's lease
+/// `<token>:<first fence>` padded to 65 bytes, its ids in `claims` with a count of the jobs it
+/// still holds under `<lease>#`, each job's holder in `leases`; a batch of one under a lease of
+/// its own, named by the job's id) is read by this version: counted, listed and inspected as in
+/// flight, and when those leases run out exactly the jobs they still held come back (not the one
+/// 0.3 acked), to be claimed and acked by this version, leaving none of 0.3's records behind.
+async fn jobs_a_0_3_scheduler_left_in_flight_are_recovered(kind: Server) {
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let key = |set: &str| format!("{}:q:{{upgrade}}:{set}", store.prefix().as_str());
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "upgrade").unwrap();
+    let mut ids = Vec::new();
+    for order in 0..5 {
+        ids.push(queue.push(&Charge { order }, Duration::ZERO).await.unwrap().id);
+    }
+    let deadline_ms: i64 = 1_000; // long past: the 0.3 scheduler is gone
+    let token = "0123456789abcdef0123456789abcdef";
+    let claim_lease = format!("{token}:7{}", ".".repeat(65 - token.len() - 2));
+    let mut writes = ::redis::pipe();
+    // A claim of three jobs, the third of which 0.3 acked (its bytes and holder gone).
+    let batch = &ids[0..3];
+    for id in batch {
+        writes.zrem(key("delayed"), id.as_str());
+    }
+    writes
+        .zadd(key("inflight"), &claim_lease, deadline_ms)
+        .hset(key("claims"), &claim_lease, packed(batch))
+        .hset(key("claims"), format!("{claim_lease}#"), 2)
+        .hset(key("leases"), ids[0].as_str(), &claim_lease)
+        .hset(key("leases"), ids[1].as_str(), &claim_lease)
+        .hdel(key("jobs"), ids[2].as_str());
+    // A batch of one, under a lease of its own.
+    writes
+        .zrem(key("delayed"), ids[3].as_str())
+        .zadd(key("inflight"), ids[3].as_str(), deadline_ms)
+        .hset(key("leases"), ids[3].as_str(), token)
+        .set(key("fence"), 9);
+    let () = writes
+        .query_async(&mut store.connection())
+        .await
+        .expect("0.3's records");
+
+    assert_eq!(
+        queue.operator().stats().await.unwrap(),
+        QueueStats {
+            waiting: 1,
+            due: 1,
+            in_flight: 3,
+            ..QueueStats::default()
+        }
+    );
+    let listed = queue
+        .operator()
+        .list_after(redefer::queue::JobSet::InFlight, None, 10)
+        .await
+        .unwrap();
+    let mut listed: Vec<&str> = listed.iter().map(|job| job.id.as_str()).collect();
+    listed.sort();
+    let mut held = vec![ids[0].as_str(), ids[1].as_str(), ids[3].as_str()];
+    held.sort();
+    assert_eq!(listed, held);
+    for id in [&ids[0], &ids[3]] {
+        assert_eq!(
+            queue.operator().job(id).await.unwrap().unwrap().state,
+            RawJobState::InFlight {
+                lease_until: std::time::UNIX_EPOCH + Duration::from_millis(1_000)
+            }
+        );
+    }
+
+    let claimed = queue.claim(10, Duration::from_secs(30)).await.unwrap();
+    let mut back: Vec<&str> = claimed.jobs.iter().map(|job| job.envelope.id.as_str()).collect();
+    back.sort();
+    let mut expected = vec![ids[0].as_str(), ids[1].as_str(), ids[3].as_str(), ids[4].as_str()];
+    expected.sort();
+    assert_eq!(back, expected, "the jobs 0.3 left held, and the waiting one");
+    assert!(
+        claimed.jobs.iter().all(|job| job.lease.fence().0 > 9),
+        "fences go on from 0.3's"
+    );
+    let leases: Vec<_> = claimed.jobs.iter().map(|job| &job.lease).collect();
+    assert_eq!(queue.ack_many(&leases).await.unwrap(), [true; 4]);
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
+    for set in ["inflight", "claims", "leases", "jobs", "expiries"] {
+        let left: i64 = server.cmd(::redis::cmd("EXISTS").arg(key(set))).await;
+        assert_eq!(left, 0, "{set} is gone");
+    }
+}
+
+/// A MessagePack array of job ids, as 0.3's claim packed them (`cmsgpack.pack`).
+fn packed(ids: &[redefer::queue::JobId]) -> Vec<u8> {
+    let mut bytes = vec![0x90 | u8::try_from(ids.len()).expect("a short list")];
+    for id in ids {
+        let id = id.as_str().as_bytes();
+        match u8::try_from(id.len()).expect("an id of under 256 bytes") {
+            len @ 0..32 => bytes.push(0xa0 | len),
+            len => bytes.extend([0xd9, len]),
+        }
+        bytes.extend_from_slice(id);
+    }
+    bytes
+}
+
 /// A scheduler shut down while a claim of its is on its way hands that claim's jobs back: the
 /// claim's script runs on the server whether or not the scheduler still waits for its answer.
 /// The server is paused (`CLIENT PAUSE`) under a busy scheduler (400 at once, batches of 100,
@@ -604,4 +707,5 @@ for_each_server!(
     a_running_scheduler_puts_its_queue_back_in_the_registry_after_redis_lost_it,
     no_deferral_reported_to_a_caller_is_lost_when_redis_is_killed_mid_run,
     in_flight_entries_of_redefer_0_2_and_foreign_claim_lists_are_handled,
+    jobs_a_0_3_scheduler_left_in_flight_are_recovered,
 );

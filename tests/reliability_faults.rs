@@ -196,21 +196,14 @@ async fn an_in_flight_entry_with_an_infinite_deadline_is_recovered(kind: Server)
     let queue = DelayQueue::<u64, _>::new(store.clone(), "stuck").unwrap();
     let id = queue.push(&7, Duration::ZERO).await.unwrap().id;
     let taken = queue.claim(1, LEASE).await.unwrap().jobs.remove(0);
-    // Another client moves the deadline to +inf and drops the lease.
-    let _: i64 = server
-        .cmd(
-            ::redis::cmd("ZADD")
-                .arg(queue_key(&store, "stuck", "inflight"))
-                .arg("+inf")
-                .arg(id.as_str()),
-        )
+    // Another client moves the claim's deadline to +inf.
+    let inflight = queue_key(&store, "stuck", "inflight");
+    let leases: Vec<String> = server
+        .cmd(::redis::cmd("ZRANGE").arg(&inflight).arg(0).arg(-1))
         .await;
+    assert_eq!(leases.len(), 1, "one claim, one lease: {leases:?}");
     let _: i64 = server
-        .cmd(
-            ::redis::cmd("HDEL")
-                .arg(queue_key(&store, "stuck", "leases"))
-                .arg(id.as_str()),
-        )
+        .cmd(::redis::cmd("ZADD").arg(&inflight).arg("+inf").arg(&leases[0]))
         .await;
     let again = queue.claim(1, LEASE).await.unwrap();
     assert_eq!(

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{Envelope, JobId, QueueName};
+use super::{Envelope, JobId, QueueName, RawClaim};
 use crate::token::{FencingToken, LockToken};
 
 /// A claimed job: its envelope, and the lease that settles it.
@@ -23,9 +23,8 @@ pub struct Lease {
     pub(super) id: JobId,
     /// The physical queue the job lives on; a retry keeps it there.
     pub(super) shard: QueueName,
-    pub(super) token: LockToken,
+    pub(super) hold: Hold,
     pub(super) attempt: u32,
-    pub(super) fence: FencingToken,
     /// The envelope as stored, to write the next attempt's from without a `T: Clone`.
     pub(super) stored: Vec<u8>,
 }
@@ -52,7 +51,65 @@ impl Lease {
     /// with each write, it lets that store refuse the writes of a run whose lease ran out
     /// while a newer run holds the job, as the lock's [`FencingToken`] does for locks.
     pub fn fence(&self) -> FencingToken {
+        FencingToken(self.hold.fence)
+    }
+
+    /// The claim's hold on the job, for the store's own operations ([`QueueCore`](super::QueueCore)).
+    pub fn hold(&self) -> Hold {
+        self.hold
+    }
+}
+
+/// Which claim holds a claimed job, and the job's place in it: what a store's
+/// [`ack`](super::QueueCore::ack), [`retry`](super::QueueCore::retry),
+/// [`bury`](super::QueueCore::bury) and [`extend_lease`](super::QueueCore::extend_lease) act
+/// with. A claim's jobs share one lease: a hold acts while that lease holds its job, and on
+/// nothing once the job was settled or the lease ran out.
+///
+/// ```
+/// use std::time::SystemTime;
+///
+/// use redefer::LockToken;
+/// use redefer::queue::{Hold, JobId, RawClaim};
+///
+/// let token = LockToken::random();
+/// // The second job of a claim whose first job got fencing token 41.
+/// let job = RawClaim {
+///     id: JobId::new("order-42").unwrap(),
+///     due: SystemTime::now(),
+///     envelope: Vec::new(),
+///     fence: 42,
+///     claim: 41,
+/// };
+/// let hold = Hold::of(token, &job);
+/// assert_eq!((hold.claim, hold.fence), (41, 42));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hold {
+    /// The lease token the claim was made with.
+    pub token: LockToken,
+    /// The claim: the job fencing token of its first job ([`RawClaim::claim`]).
+    pub claim: u64,
+    /// The job's own fencing token ([`RawClaim::fence`]), which places it in its claim.
+    pub fence: u64,
+}
+
+impl Hold {
+    /// The hold of the claim made with `token` on `job`, one of its jobs.
+    pub fn of(token: LockToken, job: &RawClaim) -> Self {
+        Hold {
+            token,
+            claim: job.claim,
+            fence: job.fence,
+        }
+    }
+
+    /// The job's place in its claim, from 1 (the claim's first job); 0 for fences that place
+    /// it nowhere, which no lease holds.
+    pub(crate) fn position(&self) -> u64 {
         self.fence
+            .checked_sub(self.claim)
+            .map_or(0, |after_first| after_first.saturating_add(1))
     }
 }
 

@@ -36,7 +36,7 @@ pub use self::envelope::Envelope;
 pub use self::error::QueueError;
 pub use self::group::{GroupWaiting, JobGroup, MAX_GROUP_LEN, MAX_GROUP_WEIGHT, QueueGroups};
 pub use self::job_id::JobId;
-pub use self::lease::{Claimed, ClaimedJob, Lease};
+pub use self::lease::{Claimed, ClaimedJob, Hold, Lease};
 pub use self::name::{MAX_QUEUE_NAME_LEN, QueueName};
 pub use self::operator::{
     ControlQueue, InspectQueue, JobInfo, JobSet, ListCursor, ListedEntry, QueueOperator, QueueRegistry,

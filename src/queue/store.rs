@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use super::operator::{ControlQueue, InspectQueue, QueueRegistry};
-use super::{Counters, JobGroup, JobId, QueueName, Retention, Wakeups};
+use super::{Counters, Hold, JobGroup, JobId, QueueName, Retention, Wakeups};
 use crate::error::StoreError;
 use crate::sealed::Sealed;
 use crate::token::LockToken;
@@ -31,6 +31,9 @@ pub struct RawClaim {
     pub envelope: Vec<u8>,
     /// The job fencing token of this claim: higher than any earlier claim's on the queue.
     pub fence: u64,
+    /// The claim it was taken by: the fencing token of that claim's first job. With the lease
+    /// token the claim was made with, it makes the job's [`Hold`].
+    pub claim: u64,
 }
 
 /// What a claim buries instead of handing out.
@@ -74,7 +77,9 @@ pub enum Cancelled {
 /// - a job is in exactly one of: waiting, in flight, dead;
 /// - `claim` hands each due job to one claimer at a time, with that claimer's lease token;
 ///   a job whose lease ran out becomes due again (at-least-once delivery after a crash);
-/// - `ack`, `retry`, `bury` and `extend_lease` act only with the job's current lease token;
+/// - a claim's jobs share one lease: extending it for one job extends it for all, and when it
+///   runs out exactly the jobs it still holds (not acked, retried or buried) become due again;
+/// - `ack`, `retry`, `bury` and `extend_lease` act only with the job's current [`Hold`];
 /// - due times and leases follow the store's clock, not the caller's.
 ///
 /// Sealed: the crate's two stores implement it, and operations can be added without breaking
@@ -119,37 +124,38 @@ pub trait QueueCore: Sealed + Clone + Send + Sync + 'static {
         counters: Counters,
     ) -> impl Future<Output = Result<ClaimBatch, StoreError>> + Send;
 
-    /// Deletes claimed jobs (at most [`MAX_PAGE`](super::MAX_PAGE)), each only while its lease is the given
-    /// token's; for each, whether it was deleted. One round trip for all: a scheduler acks the
+    /// Deletes claimed jobs (at most [`MAX_PAGE`](super::MAX_PAGE)), each only while its claim's
+    /// lease still holds it (`hold`: the claim's reply, with the lease token it was made with);
+    /// for each, whether it was deleted. One round trip for all: a scheduler acks the
     /// jobs that finished together. With a `retention`, the finished jobs are kept in the done
     /// set, and the oldest beyond its count or age forgotten.
     fn ack(
         &self,
         queue: &QueueName,
-        jobs: &[(&JobId, LockToken)],
+        jobs: &[(&JobId, Hold)],
         retention: Option<Retention>,
         counters: Counters,
     ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
 
     /// Puts a claimed job back to wait `delay`, replacing its envelope when one is given; the
-    /// new due time, or `None` when the lease is no longer `token`'s.
+    /// new due time, or `None` when its claim's lease no longer holds it.
     fn retry(
         &self,
         queue: &QueueName,
         id: &JobId,
-        token: LockToken,
+        hold: Hold,
         envelope: Option<Vec<u8>>,
         delay: Duration,
         counters: Counters,
     ) -> impl Future<Output = Result<Option<SystemTime>, StoreError>> + Send;
 
     /// Moves a claimed job to the dead-letter set with `reason`, replacing its envelope when one
-    /// is given; `false` when the lease is no longer `token`'s.
+    /// is given; `false` when its claim's lease no longer holds it.
     fn bury(
         &self,
         queue: &QueueName,
         id: &JobId,
-        token: LockToken,
+        hold: Hold,
         reason: &str,
         envelope: Option<Vec<u8>>,
         counters: Counters,
@@ -165,12 +171,13 @@ pub trait QueueCore: Sealed + Clone + Send + Sync + 'static {
         counters: Counters,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Extends a claimed job's lease to `lease` from now; `false` when it is no longer `token`'s.
+    /// Extends the lease of a claimed job's claim to `lease` from now, for every job it holds;
+    /// `false` when it no longer holds this one.
     fn extend_lease(
         &self,
         queue: &QueueName,
         id: &JobId,
-        token: LockToken,
+        hold: Hold,
         lease: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 

@@ -6,9 +6,9 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{ClaimLimits, Claimed, ClaimedJob, Codec, DelayQueue, Envelope, JobId, Lease, MAX_PAGE};
+use super::{ClaimLimits, Claimed, ClaimedJob, Codec, DelayQueue, Envelope, Hold, JobId, Lease, MAX_PAGE};
 use super::{QueueCore, QueueError, Wakeups};
-use crate::token::{FencingToken, LockToken};
+use crate::token::LockToken;
 
 /// What [`DelayQueue::fail`] did with a failed job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,11 +81,10 @@ where
                 match self.decode(&raw.id, &raw.envelope) {
                     Ok(envelope) => claimed.jobs.push(ClaimedJob {
                         lease: Lease {
+                            hold: Hold::of(token, &raw),
                             id: raw.id,
                             shard: shard.clone(),
-                            token,
                             attempt: envelope.attempt,
-                            fence: FencingToken(raw.fence),
                             stored: raw.envelope,
                         },
                         envelope,
@@ -97,7 +96,14 @@ where
                         tracing::warn!(queue = %shard, job_id = %raw.id, %reason, "burying an undecodable job");
                         if let Err(error) = self
                             .store
-                            .bury(shard, &raw.id, token, &reason, None, self.counters)
+                            .bury(
+                                shard,
+                                &raw.id,
+                                Hold::of(token, &raw),
+                                &reason,
+                                None,
+                                self.counters,
+                            )
                             .await
                         {
                             tracing::warn!(job_id = %raw.id, %error, "cannot bury it now; it returns after its lease");
@@ -122,8 +128,8 @@ where
         for shard in self.shards.names() {
             let here: Vec<usize> = (0..leases.len()).filter(|&i| leases[i].shard == *shard).collect();
             for page in here.chunks(MAX_PAGE) {
-                let jobs: Vec<(&JobId, LockToken)> =
-                    page.iter().map(|&i| (&leases[i].id, leases[i].token)).collect();
+                let jobs: Vec<(&JobId, Hold)> =
+                    page.iter().map(|&i| (&leases[i].id, leases[i].hold)).collect();
                 for (&i, done) in page.iter().zip(
                     self.store
                         .ack(shard, &jobs, self.retention, self.counters)
@@ -150,7 +156,7 @@ where
                 .bury(
                     &lease.shard,
                     &lease.id,
-                    lease.token,
+                    lease.hold,
                     &reason,
                     envelope,
                     self.counters,
@@ -170,7 +176,7 @@ where
             .retry(
                 &lease.shard,
                 &lease.id,
-                lease.token,
+                lease.hold,
                 Some(envelope),
                 delay,
                 self.counters,
@@ -196,7 +202,7 @@ where
     pub async fn bury(&self, lease: &Lease, reason: &str) -> Result<bool, QueueError> {
         Ok(self
             .store
-            .bury(&lease.shard, &lease.id, lease.token, reason, None, self.counters)
+            .bury(&lease.shard, &lease.id, lease.hold, reason, None, self.counters)
             .await?)
     }
 
@@ -246,7 +252,7 @@ where
         };
         let due = self
             .store
-            .retry(&lease.shard, &lease.id, lease.token, counted, wait, self.counters)
+            .retry(&lease.shard, &lease.id, lease.hold, counted, wait, self.counters)
             .await?;
         Ok(match due {
             Some(due) => AfterFailure::Retrying {
@@ -315,16 +321,17 @@ where
     pub async fn postpone(&self, lease: &Lease, delay: Duration) -> Result<bool, QueueError> {
         let due = self
             .store
-            .retry(&lease.shard, &lease.id, lease.token, None, delay, self.counters)
+            .retry(&lease.shard, &lease.id, lease.hold, None, delay, self.counters)
             .await?;
         Ok(due.is_some())
     }
 
-    /// Extends a claimed job's lease to `lease` from now; `false` when it ran out before.
+    /// Extends the lease of a claimed job's claim to `duration` from now (the claim's other jobs
+    /// share it); `false` when it ran out before, or the job was settled.
     pub async fn extend_lease(&self, lease: &Lease, duration: Duration) -> Result<bool, QueueError> {
         Ok(self
             .store
-            .extend_lease(&lease.shard, &lease.id, lease.token, duration)
+            .extend_lease(&lease.shard, &lease.id, lease.hold, duration)
             .await?)
     }
 

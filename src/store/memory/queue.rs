@@ -13,8 +13,8 @@ use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::queue::rules::{NO_ENVELOPE, lease_ran_out, oversized};
 use crate::queue::{
-    ACTIVITY_MINUTES, Cancelled, ClaimBatch, ClaimLimits, Counters, Due, JobGroup, JobId, JobSet, ListCursor,
-    MAX_LEASE, MAX_PAGE, MinuteActivity, QueueCore, QueueName, RawClaim, Retention, Wakeups,
+    ACTIVITY_MINUTES, Cancelled, ClaimBatch, ClaimLimits, Counters, Due, Hold, JobGroup, JobId, JobSet,
+    ListCursor, MAX_LEASE, MAX_PAGE, MinuteActivity, QueueCore, QueueName, RawClaim, Retention, Wakeups,
 };
 use crate::store::handover::Promotion;
 use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
@@ -27,8 +27,13 @@ pub(super) struct QueueState {
     pub(super) due_of: HashMap<JobId, i64>,
     /// The groups, and the due jobs of a queue that has groups, in their fair order.
     pub(super) fair: FairShares,
+    /// The jobs in flight, by their lease's deadline.
     pub(super) inflight: BTreeSet<(i64, JobId)>,
-    pub(super) leases: HashMap<JobId, (i64, LockToken)>,
+    /// Each job in flight: its lease's deadline, and the claim's hold on it.
+    pub(super) leases: HashMap<JobId, (i64, Hold)>,
+    /// The jobs each claim's lease still holds, by the claim's token and first fence: they
+    /// share its deadline.
+    pub(super) claims: HashMap<(LockToken, u64), HashSet<JobId>>,
     pub(super) jobs: HashMap<JobId, Vec<u8>>,
     pub(super) dead: HashMap<JobId, (i64, String)>,
     /// How many of a job's leases ran out.
@@ -58,6 +63,7 @@ impl Default for QueueState {
             fair: FairShares::default(),
             inflight: BTreeSet::new(),
             leases: HashMap::new(),
+            claims: HashMap::new(),
             jobs: HashMap::new(),
             dead: HashMap::new(),
             expiries: HashMap::new(),
@@ -272,16 +278,45 @@ impl QueueState {
         }
     }
 
-    /// Ends `token`'s lease on `id`; `false` when the lease is not `token`'s.
-    fn end_lease(&mut self, id: &JobId, token: LockToken) -> bool {
-        match self.leases.get(id) {
-            Some((deadline, holder)) if *holder == token => {
-                let deadline = *deadline;
-                self.inflight.remove(&(deadline, id.clone()));
-                self.leases.remove(id);
-                true
+    /// Takes job `id` out of its claim's lease, if one holds it; the lease's deadline.
+    pub(super) fn drop_lease(&mut self, id: &JobId) -> Option<i64> {
+        let (deadline, hold) = self.leases.remove(id)?;
+        self.inflight.remove(&(deadline, id.clone()));
+        let claim = (hold.token, hold.claim);
+        if let Some(jobs) = self.claims.get_mut(&claim) {
+            jobs.remove(id);
+            if jobs.is_empty() {
+                self.claims.remove(&claim);
             }
-            _ => false,
+        }
+        Some(deadline)
+    }
+
+    /// Whether `hold`'s lease holds job `id`.
+    fn is_held_by(&self, id: &JobId, hold: Hold) -> bool {
+        self.leases.get(id).is_some_and(|(_, held)| *held == hold)
+    }
+
+    /// Ends `hold`'s lease on `id`; `false` when that lease does not hold it.
+    fn end_lease(&mut self, id: &JobId, hold: Hold) -> bool {
+        if !self.is_held_by(id, hold) {
+            return false;
+        }
+        self.drop_lease(id);
+        true
+    }
+
+    /// Moves the deadline of `hold`'s claim's lease to `deadline`, for every job it holds.
+    fn extend_claim(&mut self, hold: Hold, deadline: i64) {
+        let Some(jobs) = self.claims.get(&(hold.token, hold.claim)) else {
+            return;
+        };
+        for id in jobs {
+            if let Some((old, _)) = self.leases.get_mut(id) {
+                self.inflight.remove(&(*old, id.clone()));
+                *old = deadline;
+                self.inflight.insert((deadline, id.clone()));
+            }
         }
     }
 }
@@ -374,8 +409,7 @@ impl QueueCore for MemoryStore {
                 .cloned()
                 .collect();
             for (deadline, id) in expired {
-                q.inflight.remove(&(deadline, id.clone()));
-                q.leases.remove(&id);
+                q.drop_lease(&id);
                 let expiries = q.expiries.entry(id.clone()).or_insert(0);
                 *expiries += 1;
                 if max_expiries > 0 && *expiries >= max_expiries {
@@ -415,6 +449,8 @@ impl QueueCore for MemoryStore {
                     .collect()
             };
             let mut jobs = Vec::with_capacity(due.len());
+            // The claim's first job gets the next fence, which names the claim.
+            let claim = q.fence.saturating_add(1);
             for (due, id) in due {
                 q.unschedule(&id);
                 let envelope = match q.jobs.get(&id) {
@@ -425,14 +461,21 @@ impl QueueCore for MemoryStore {
                 };
                 match envelope {
                     Ok(envelope) => {
-                        q.inflight.insert((deadline, id.clone()));
-                        q.leases.insert(id.clone(), (deadline, token));
                         crate::lock::next_fences(&mut q.fence, 1);
+                        let hold = Hold {
+                            token,
+                            claim,
+                            fence: q.fence,
+                        };
+                        q.inflight.insert((deadline, id.clone()));
+                        q.leases.insert(id.clone(), (deadline, hold));
+                        q.claims.entry((token, claim)).or_default().insert(id.clone());
                         jobs.push(RawClaim {
                             id,
                             due: from_epoch_ms(due),
                             envelope,
                             fence: q.fence,
+                            claim,
                         });
                     }
                     Err(reason) => {
@@ -471,7 +514,7 @@ impl QueueCore for MemoryStore {
     async fn ack(
         &self,
         queue: &QueueName,
-        jobs: &[(&JobId, LockToken)],
+        jobs: &[(&JobId, Hold)],
         retention: Option<Retention>,
         counters: Counters,
     ) -> Result<Vec<bool>, StoreError> {
@@ -480,8 +523,8 @@ impl QueueCore for MemoryStore {
             let acked: Vec<bool> = jobs
                 .iter()
                 .take(MAX_PAGE)
-                .map(|(id, token)| {
-                    let ended = q.end_lease(id, *token);
+                .map(|(id, hold)| {
+                    let ended = q.end_lease(id, *hold);
                     if ended {
                         match retention {
                             Some(retention) => q.keep_finished(id, now, retention),
@@ -506,13 +549,13 @@ impl QueueCore for MemoryStore {
         &self,
         queue: &QueueName,
         id: &JobId,
-        token: LockToken,
+        hold: Hold,
         envelope: Option<Vec<u8>>,
         delay: Duration,
         counters: Counters,
     ) -> Result<Option<SystemTime>, StoreError> {
         Ok(self.with_queue(queue, |q| {
-            if !q.end_lease(id, token) {
+            if !q.end_lease(id, hold) {
                 return None;
             }
             // A new envelope records a failed attempt; without one, the job only waits its turn.
@@ -540,13 +583,13 @@ impl QueueCore for MemoryStore {
         &self,
         queue: &QueueName,
         id: &JobId,
-        token: LockToken,
+        hold: Hold,
         reason: &str,
         envelope: Option<Vec<u8>>,
         counters: Counters,
     ) -> Result<bool, StoreError> {
         Ok(self.with_queue(queue, |q| {
-            if !q.end_lease(id, token) {
+            if !q.end_lease(id, hold) {
                 return false;
             }
             if let Some(envelope) = envelope {
@@ -581,16 +624,14 @@ impl QueueCore for MemoryStore {
         &self,
         queue: &QueueName,
         id: &JobId,
-        token: LockToken,
+        hold: Hold,
         lease: Duration,
     ) -> Result<bool, StoreError> {
         Ok(self.with_queue(queue, |q| {
-            if !q.end_lease(id, token) {
+            if !q.is_held_by(id, hold) {
                 return false;
             }
-            let deadline = after_epoch_ms(now_ms(), lease.min(MAX_LEASE));
-            q.inflight.insert((deadline, id.clone()));
-            q.leases.insert(id.clone(), (deadline, token));
+            q.extend_claim(hold, after_epoch_ms(now_ms(), lease.min(MAX_LEASE)));
             true
         }))
     }

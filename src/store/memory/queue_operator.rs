@@ -155,9 +155,7 @@ impl ControlQueue for MemoryStore {
             }
             for id in &ids {
                 q.unschedule(id);
-                if let Some((deadline, _)) = q.leases.remove(id) {
-                    q.inflight.remove(&(deadline, id.clone()));
-                }
+                q.drop_lease(id);
                 q.dead.remove(id);
                 q.jobs.remove(id);
                 q.fair.forget(id);

@@ -314,12 +314,12 @@ pub(crate) struct QueueKeys {
     /// zset: job id -> due time (ms since the epoch, server clock).
     pub(crate) delayed: String,
     /// zset: lease -> its deadline (ms): a claim's lease (`<token>:<first fence>`, holding the
-    /// jobs it took), or a job's own (named by the job's id, once its lease was extended).
+    /// jobs it took); 0.3 also wrote leases of one job's own, named by the job's id.
     pub(crate) inflight: String,
     /// hash: job id -> envelope bytes.
     pub(crate) jobs: String,
-    /// hash: job id in flight -> its holder: the claim's lease, or the claimer's token alone
-    /// once the job has a lease of its own.
+    /// hash: job id in flight -> its holder, as 0.3 wrote it (nothing writes it now: read to
+    /// recover the jobs a 0.3 scheduler left in flight).
     pub(crate) leases: String,
     /// zset: job id -> time buried (ms).
     pub(crate) dead: String,
@@ -339,8 +339,8 @@ pub(crate) struct QueueKeys {
     pub(crate) activity: String,
     /// string: present while the queue is paused.
     pub(crate) paused: String,
-    /// hash: a claim's lease -> the ids it claimed (MessagePack), `<lease>#` -> how many of
-    /// them it still holds.
+    /// hash: a claim's lease -> the ids it claimed (MessagePack), `<lease>@` -> a flag per id,
+    /// `1` while the lease holds it; `held` -> how many jobs the leases hold.
     pub(crate) claims: String,
     /// zset: job id -> its start tag, of the due jobs of a queue with groups (fair order).
     pub(crate) ready: String,

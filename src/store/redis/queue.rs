@@ -17,7 +17,7 @@ use crate::error::StoreError;
 use crate::lock::LockToken;
 use crate::queue::rules::NOT_A_JOB_ID;
 use crate::queue::{
-    Cancelled, ClaimBatch, ClaimLimits, Counters, Due, JobGroup, JobId, MAX_PAGE, QueueCore, QueueName,
+    Cancelled, ClaimBatch, ClaimLimits, Counters, Due, Hold, JobGroup, JobId, MAX_PAGE, QueueCore, QueueName,
     RawClaim, Retention, Wakeups,
 };
 use crate::store::time::{from_epoch_ms, millis, to_epoch_ms, ttl_millis};
@@ -32,7 +32,7 @@ impl<Conn> RedisStore<Conn> {
         &self,
         queue: &QueueName,
         id: &[u8],
-        token: LockToken,
+        hold: Hold,
         reason: &str,
         envelope: Option<Vec<u8>>,
         counters: Counters,
@@ -43,7 +43,8 @@ impl<Conn> RedisStore<Conn> {
         let buried: bool = self
             .queue_script(&QUEUE_BURY, queue)
             .arg(id)
-            .arg(token)
+            .arg(lease_name(hold))
+            .arg(hold.position())
             .arg(reason)
             .arg(envelope.unwrap_or_default())
             .arg(counters.as_arg())
@@ -99,6 +100,14 @@ pub(super) fn due_args(due: Due) -> (&'static str, u64) {
 
 /// One entry of the list script's reply: id bytes, time ms, envelope, bury reason.
 pub(super) type ListReply = (Vec<u8>, i64, Option<Vec<u8>>, Option<String>);
+
+/// The name of a claim's lease, as the claim script writes it: `<token>:<claim>`.
+fn lease_name(hold: Hold) -> Vec<u8> {
+    let mut name = hold.token.to_hex().to_vec();
+    name.push(b':');
+    name.extend_from_slice(hold.claim.to_string().as_bytes());
+    name
+}
 
 /// One job of the claim script's reply: id bytes, due ms, envelope, job fencing token.
 type ClaimReply = (Vec<u8>, i64, Vec<u8>, u64);
@@ -180,20 +189,25 @@ where
             .arg(counters.as_arg())
             .invoke_async(&mut self.conn.clone())
             .await?;
-        let mut jobs = Vec::with_capacity(claimed.len() / 4);
-        for (id, due, envelope, fence) in claimed_jobs(claimed)? {
+        let claimed = claimed_jobs(claimed)?;
+        // The claim's first job has the claim's first fence: the others follow it, one apart.
+        let claim = claimed.first().map_or(0, |&(_, _, _, fence)| fence);
+        let mut jobs = Vec::with_capacity(claimed.len());
+        for (id, due, envelope, fence) in claimed {
+            let hold = Hold { token, claim, fence };
             match job_id(id) {
                 Ok(id) => jobs.push(RawClaim {
                     id,
                     due: from_epoch_ms(due),
                     envelope,
                     fence,
+                    claim,
                 }),
                 // Never fail the batch for one entry: the others are in flight under our token.
                 Err(found) => {
                     tracing::error!(queue = %queue, job_id = %String::from_utf8_lossy(&found), "not a job id: burying the entry");
                     if let Err(error) = self
-                        .bury_found(queue, &found, token, NOT_A_JOB_ID, None, counters)
+                        .bury_found(queue, &found, hold, NOT_A_JOB_ID, None, counters)
                         .await
                     {
                         tracing::warn!(%error, "cannot bury it now; it returns after its lease");
@@ -210,7 +224,7 @@ where
     async fn ack(
         &self,
         queue: &QueueName,
-        jobs: &[(&JobId, LockToken)],
+        jobs: &[(&JobId, Hold)],
         retention: Option<Retention>,
         counters: Counters,
     ) -> Result<Vec<bool>, StoreError> {
@@ -223,8 +237,11 @@ where
             None => invocation.arg(0).arg(0),
         };
         invocation.arg(counters.as_arg());
-        for (id, token) in jobs.iter().take(MAX_PAGE) {
-            invocation.arg(id.as_str()).arg(*token);
+        for (id, hold) in jobs.iter().take(MAX_PAGE) {
+            invocation
+                .arg(id.as_str())
+                .arg(lease_name(*hold))
+                .arg(hold.position());
         }
         let acked: Vec<bool> = invocation.invoke_async(&mut self.conn.clone()).await?;
         Ok(acked)
@@ -234,7 +251,7 @@ where
         &self,
         queue: &QueueName,
         id: &JobId,
-        token: LockToken,
+        hold: Hold,
         envelope: Option<Vec<u8>>,
         delay: Duration,
         counters: Counters,
@@ -242,7 +259,8 @@ where
         let due: i64 = self
             .queue_script(&QUEUE_RETRY, queue)
             .arg(id.as_str())
-            .arg(token)
+            .arg(lease_name(hold))
+            .arg(hold.position())
             .arg(envelope.unwrap_or_default())
             .arg(millis(delay))
             .arg(counters.as_arg())
@@ -255,12 +273,12 @@ where
         &self,
         queue: &QueueName,
         id: &JobId,
-        token: LockToken,
+        hold: Hold,
         reason: &str,
         envelope: Option<Vec<u8>>,
         counters: Counters,
     ) -> Result<bool, StoreError> {
-        self.bury_found(queue, id.as_str().as_bytes(), token, reason, envelope, counters)
+        self.bury_found(queue, id.as_str().as_bytes(), hold, reason, envelope, counters)
             .await
     }
 
@@ -286,13 +304,14 @@ where
         &self,
         queue: &QueueName,
         id: &JobId,
-        token: LockToken,
+        hold: Hold,
         lease: Duration,
     ) -> Result<bool, StoreError> {
         let extended: bool = self
             .queue_script(&QUEUE_EXTEND, queue)
             .arg(id.as_str())
-            .arg(token)
+            .arg(lease_name(hold))
+            .arg(hold.position())
             .arg(ttl_millis(lease))
             .invoke_async(&mut self.conn.clone())
             .await?;

@@ -1,40 +1,34 @@
 #!lua flags=allow-oom
--- Deletes jobs their claimers finished, each only if that claimer's lease is still the job's.
+-- Deletes jobs their claimers finished, each only if its claim's lease still holds it.
 -- ARGV[2] how many finished jobs to keep (0: none), ARGV[3] for how long, in ms;
 -- ARGV[4] '1' to count the activity;
--- ARGV[5..]: job id 1, lease token 1, job id 2, lease token 2, ... (at most MAX_PAGE jobs).
+-- ARGV[5..]: job id 1, its claim's lease, its position there, job id 2, ... (at most MAX_PAGE
+-- jobs; the claim's reply says both, queue_claim.lua).
 -- A finished job that is kept moves its envelope to FINISHED and its id to DONE; the oldest
 -- beyond the count or the age are forgotten, a bounded number per call.
--- Returns one 1 or 0 per job: deleted, or the lease is not ours (it ran out and the job moved on).
+-- Returns one 1 or 0 per job: deleted, or the lease does not hold it (it ran out and the job
+-- moved on, or the job was settled before: a job given twice is deleted once).
 local keep, keep_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
-local ids = {}
-for i = 5, math.min(#ARGV, 4 + 2 * MAX_PAGE), 2 do
-  ids[#ids + 1] = ARGV[i]
-end
-if #ids == 0 then
-  return {}
-end
-local holders = redis.call('HMGET', LEASES, unpack(ids))
--- The jobs each claim lease lets go of, and the jobs with leases of their own.
--- An id given twice is counted once: a claim lease counted down too far would leave its
--- other jobs without an entry, in flight forever.
-local done, acked, left, own, seen = {}, {}, {}, {}, {}
-for i, id in ipairs(ids) do
-  local holder = holders[i]
-  if seen[id] then
-    acked[i] = acked[seen[id]]
-  elseif holder and held_by(holder, ARGV[4 + 2 * i]) then
-    seen[id] = i
-    done[#done + 1] = id
-    acked[i] = 1
-    if is_claim(holder) then
-      left[holder] = (left[holder] or 0) + 1
-    else
-      own[#own + 1] = id
+-- Each lease's flags are read once, as bytes, changed, and written once at the end.
+local flags_of, settled, leases = {}, {}, {}
+local done, acked = {}, {}
+for i = 5, math.min(#ARGV, 4 + 3 * MAX_PAGE), 3 do
+  local lease, at = ARGV[i + 1], position(ARGV[i + 2])
+  local flags = flags_of[lease]
+  if flags == nil then
+    flags = redis.call('HGET', CLAIMS, lease .. '@')
+    flags_of[lease] = flags
+  end
+  if holds_at(flags, at) and not (settled[lease] and settled[lease][at]) then
+    if not settled[lease] then
+      settled[lease] = {}
+      leases[#leases + 1] = lease
     end
+    settled[lease][at] = true
+    done[#done + 1] = ARGV[i]
+    acked[#acked + 1] = 1
   else
-    seen[id] = i
-    acked[i] = 0
+    acked[#acked + 1] = 0
   end
 end
 if #done > 0 then
@@ -63,12 +57,15 @@ if #done > 0 then
     batched('ZREM', DONE, old)
     batched('HDEL', FINISHED, old)
   end
-  for claim, n in pairs(left) do
-    leave_claim(claim, n)
+  for _, lease in ipairs(leases) do
+    local at = {}
+    for p in pairs(settled[lease]) do
+      at[#at + 1] = p
+    end
+    settle(lease, flags_of[lease], at)
   end
-  batched('ZREM', INFLIGHT, own)
+  count_held(-#done)
   redis.call('HDEL', JOBS, unpack(done))
-  redis.call('HDEL', LEASES, unpack(done))
   -- Mostly all absent: one look at the keys costs less than handing each every id.
   if redis.call('EXISTS', EXPIRIES, HANDED, GROUPS) > 0 then
     redis.call('HDEL', EXPIRIES, unpack(done))

@@ -4,8 +4,8 @@
 -- ARGV[5] largest envelope in bytes, ARGV[6] lease expiries after which a job is buried (0: never),
 -- ARGV[7] '1' to count the activity.
 -- First makes jobs whose lease ran out (their claimer died) due again, then claims due jobs
--- in due order: the batch is held by one lease of this claimer's (one INFLIGHT entry, each
--- job's holder in LEASES), so no other claimer can receive its jobs until the lease runs out.
+-- in due order: the batch is held by one lease of this claimer's (one INFLIGHT entry, one
+-- record in CLAIMS), so no other claimer can receive its jobs until the lease runs out.
 -- Every range has a LIMIT: work per call is bounded.
 -- A due entry that cannot be a job of ours (bytes missing or over the limit, written by another
 -- client) goes to the dead-letter set with the reason instead; one whose id we never write is
@@ -14,7 +14,9 @@
 -- Each claimed job gets a job fencing token from FENCE, higher than any handed out before on
 -- this queue: a downstream store can refuse the writes of an older run of the same job.
 -- Returns {ms until the next job is due or lease runs out (-1: none, 0: more are due now),
---          {id, due ms, envelope, fencing token, id, due ms, ...}}.
+--          {id, due ms, envelope, fencing token, id, due ms, ...}}: the claim's lease is
+--          `<token>:<first job's fencing token>`, and a job's position in it its fencing token
+--          less the first's, plus 1.
 local now = now_ms()
 -- A paused queue hands out nothing, not even the jobs whose lease ran out: resuming wakes the
 -- schedulers (queue_pause.lua).
@@ -53,15 +55,15 @@ end
 if #expired > 0 then
   -- The jobs each lease still holds go back, due at its deadline. Leases are taken whole, until
   -- `max` jobs went back: at most `max` leases of at most MAX_PAGE jobs each.
-  local back, ids, ended, returning = {}, {}, {}, 0
+  local back, ids, ended, returning, counted = {}, {}, {}, 0, 0
   for i = 1, #expired, 2 do
     if returning >= max then
       break
     end
     local lease, deadline = expired[i], expired[i + 1]
     ended[#ended + 1] = lease
-    local held = held_jobs(lease, true)
-    redis.call('HDEL', CLAIMS, lease, lease .. '#')
+    local held, of_ours = held_jobs(lease, true)
+    counted = counted + of_ours
     for _, id in ipairs(held) do
       returning = returning + 1
       ids[returning] = id
@@ -76,9 +78,8 @@ if #expired > 0 then
       end
     end
   end
-  batched('ZREM', INFLIGHT, ended)
+  end_leases(ended, ids, counted)
   batched('ZADD', DELAYED, back)
-  batched('HDEL', LEASES, ids)
   next_deadline = tonumber(redis.call('ZRANGE', INFLIGHT, 0, 0, 'WITHSCORES')[2])
 end
 
@@ -167,30 +168,13 @@ if count > 0 then
     if next_deadline == nil or deadline < next_deadline then
       next_deadline = deadline
     end
-    if taken == 1 then
-      -- A batch of one is held by a lease of its own, named by its id: no list to write, and
-      -- its ack removes one entry (a quiet queue claims one job at a time).
-      redis.call('HSET', LEASES, held[1], ARGV[4])
-      redis.call('ZADD', INFLIGHT, deadline, held[1])
-    else
-      -- One lease for the batch, named by the claimer's token and the batch's first fence (no
-      -- other claim on this queue has that fence): one entry in INFLIGHT, its ids in CLAIMS.
-      -- (`%d`: `..` would write a fence of over 14 digits in floating-point notation, rounded.)
-      -- The name is padded to over 64 bytes: a hash holding a value that long is a hash table
-      -- (`hash-max-listpack-value` is 64 by default, in Redis and Valkey) and stays one while it
-      -- has entries, where a small hash is a listpack whose every lookup scans all its entries:
-      -- that cost LEASES 0.4 µs per job between the claim and the ack, with 64 jobs in flight.
-      local lease = string.format('%s:%d', ARGV[4], first + 1)
-      lease = lease .. string.rep('.', 65 - #lease)
-      local leases = {}
-      for k = 1, taken do
-        leases[2 * k - 1] = held[k]
-        leases[2 * k] = lease
-      end
-      batched('HSET', LEASES, leases)
-      redis.call('ZADD', INFLIGHT, deadline, lease)
-      redis.call('HSET', CLAIMS, lease, cmsgpack.pack(held), lease .. '#', taken)
-    end
+    -- One lease for the batch, named by the claimer's token and the batch's first fence (no
+    -- other claim on this queue has that fence): one entry in INFLIGHT, its record in CLAIMS.
+    -- (`%d`: `..` would write a fence of over 14 digits in floating-point notation, rounded.)
+    local lease = string.format('%s:%d', ARGV[4], first + 1)
+    redis.call('ZADD', INFLIGHT, deadline, lease)
+    redis.call('HSET', CLAIMS, lease, cmsgpack.pack(held), lease .. '@', string.rep('1', taken))
+    count_held(taken)
     record(ARGV[7], now, {'claimed', taken, 'lag_ms', lag})
     local field = math.floor(now / 60000) .. ':lag_max_ms'
     if lag_max > (tonumber(redis.pcall('HGET', ACTIVITY, field)) or 0) then

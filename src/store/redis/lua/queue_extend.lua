@@ -1,17 +1,10 @@
 #!lua flags=allow-oom
--- Moves a claimed job's lease deadline to ARGV[4] ms (at most MAX_LEASE_MS) from now, if the lease is still ours.
--- ARGV[2] job id, ARGV[3] lease token, ARGV[4] lease ms.
--- Returns 1 when extended, 0 when the lease is not ours.
-local id, token = ARGV[2], ARGV[3]
-local holder = redis.call('HGET', LEASES, id)
-if not holder or not held_by(holder, token) then
+-- Moves the deadline of a claimed job's lease to ARGV[5] ms (at most MAX_LEASE_MS) from now, if
+-- that lease still holds the job. The lease is its claim's: the claim's other jobs keep it too.
+-- ARGV[2] job id, ARGV[3] its claim's lease, ARGV[4] its position there, ARGV[5] lease ms.
+-- Returns 1 when extended, 0 when the lease does not hold the job.
+if not holds_at(redis.call('HGET', CLAIMS, ARGV[3] .. '@'), position(ARGV[4])) then
   return 0
 end
-if holder ~= token then
-  -- Its claim's lease holds the batch: the job leaves it for a lease of its own, named by its
-  -- id, and the rest of the batch keeps its deadline.
-  leave_claim(holder, 1)
-  redis.call('HSET', LEASES, id, token)
-end
-redis.call('ZADD', INFLIGHT, now_ms() + lease_ms(ARGV[4]), id)
+redis.call('ZADD', INFLIGHT, 'XX', now_ms() + lease_ms(ARGV[5]), ARGV[3])
 return 1

@@ -30,7 +30,8 @@ local function in_flight_page()
       if full_at and at > full_at then
         return found
       end
-      for _, id in ipairs(held_jobs(part[i], false)) do
+      local held = held_jobs(part[i], false)
+      for _, id in ipairs(held) do
         if after_id == '' or at > after_ms or id > after_id then
           found[#found + 1] = {id, at}
         end

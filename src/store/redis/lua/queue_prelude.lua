@@ -6,12 +6,14 @@ local DELAYED, INFLIGHT, JOBS, LEASES, DEAD, ERRORS, EXPIRIES, FENCE, HANDED, DO
 local READY, READY_DUE, GROUPS, GROUP_TAGS = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
 -- DELAYED  zset: job id -> due time (ms since the epoch, server clock), of the waiting jobs
 --          not in READY
--- INFLIGHT zset: lease -> its deadline (ms). A lease is a claim's, `<token>:<first fence>` (padded),
---          holding the jobs that claim took (listed in CLAIMS), or one job's own, named by the
---          job's id, once that job's lease was extended (or stored so by redefer 0.2)
+-- INFLIGHT zset: lease -> its deadline (ms). A lease is a claim's, `<token>:<first fence>`, holding
+--          the jobs that claim took (its record in CLAIMS). Left by redefer 0.3 (read until
+--          they end, see LEASES): a claim's, the same name padded to 65 bytes, or one job's
+--          own, named by the job's id
 -- JOBS     hash: job id -> envelope bytes
--- LEASES   hash: job id in flight -> its holder: the claim's lease (`<token>:<first fence>`)
---          while the claim's lease holds it, the claimer's `<token>` alone once it has its own
+-- LEASES   hash (redefer 0.3): job id in flight -> its holder, the claim's lease or the
+--          claimer's `<token>` alone. Nothing writes it now: it is read to recover the jobs a
+--          0.3 scheduler left in flight, and goes with the last of them
 -- DEAD     zset: job id -> time buried (ms)
 -- ERRORS   hash: job id -> why it was buried
 -- EXPIRIES hash: job id -> how many of its leases ran out
@@ -23,8 +25,12 @@ local READY, READY_DUE, GROUPS, GROUP_TAGS = KEYS[15], KEYS[16], KEYS[17], KEYS[
 -- ACTIVITY hash: '<minute>:<counter>' -> count, per minute of the server's clock (ms / 60000)
 --          for the last ACTIVITY_MINUTES minutes, and 'minute' -> the minute last written
 -- PAUSED   string: present while the queue is paused (claims hand out nothing)
--- CLAIMS   hash: a claim's lease -> the ids it claimed (a MessagePack array), and
---          `<lease>#` -> how many of them it still holds; both go with the lease
+-- CLAIMS   hash: a claim's lease -> the ids it claimed, in fence order (a MessagePack array:
+--          the job of fence f is at position f - first fence + 1), and `<lease>@` -> one
+--          byte per position, '1' while the lease holds that job, '0' once it was settled
+--          (acked, retried, buried); both go with the lease's last job. 'held' -> how many
+--          jobs those leases hold (gone at 0). Of a lease left by 0.3: `<lease>#` -> how
+--          many jobs it still held, each job's holder in LEASES
 -- Fair shares across groups (src/queue/group.rs): a job pushed in a group waits, once due, in
 -- READY, where claims take jobs in start-time fair queuing order; while any job is grouped,
 -- every due job goes through READY (an ungrouped one as the group '').
@@ -42,9 +48,11 @@ local READY, READY_DUE, GROUPS, GROUP_TAGS = KEYS[15], KEYS[16], KEYS[17], KEYS[
 --          claim touches no state per group (a write per group cost a drain over many groups
 --          more than the rest of the groups' part of the claim)
 
--- One lease per claim, not per job: a claim writes one INFLIGHT entry for its whole batch, and
--- an ack removes it with its last job. An INFLIGHT entry per job cost more than the rest of
--- the claim and the ack together (a small sorted set is a listpack: each insert scans it).
+-- One lease per claim, not per job: a claim writes one INFLIGHT entry and one record for its
+-- whole batch, and an ack reads and rewrites that record's flags, once per claim it settles
+-- jobs of. An INFLIGHT entry per job cost more than the rest of the claim and the ack
+-- together (a small sorted set is a listpack: each insert scans it), and a holder per job in
+-- LEASES (0.3) a hash write at the claim and a read and a delete at the ack, per job.
 
 -- The scripts that end a job's wait (claim, cancel, bury_waiting, purge) also get, after
 -- these, KEYS[19] PENDING and KEYS[20] PENDING_JOBS: the records of the jobs that coalesce
@@ -76,56 +84,55 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Whether `holder`, a LEASES value, is claimer `token`'s: the token itself (a lease of the
--- job's own) or `<token>:<first fence>` (its claim's lease).
-local function held_by(holder, token)
-  return holder == token or (string.sub(holder, 1, #token) == token and string.byte(holder, #token + 1) == 58)
-end
-
--- Whether `token` holds the lease on job `id`.
-local function holds_lease(id, token)
-  local holder = redis.call('HGET', LEASES, id)
-  return holder ~= false and held_by(holder, token)
-end
-
--- Whether a LEASES value is a claim's lease (`<token>:<first fence>`), not a job's own.
-local function is_claim(holder)
-  return string.find(holder, ':', 1, true) ~= nil
-end
-
--- The INFLIGHT entry of the lease holding job `id` for `holder` (its LEASES value).
-local function lease_entry(id, holder)
-  if is_claim(holder) then
-    return holder
+-- A claim's place in its lease's flags from an argument: a whole number from 1, or nil.
+local function position(arg)
+  local at = tonumber(arg)
+  if at and at >= 1 and at == math.floor(at) then
+    return at
   end
-  return id
+  return nil
 end
 
--- Counts `n` jobs out of claim lease `claim`; the lease goes with its last job.
-local function leave_claim(claim, n)
-  if redis.call('HINCRBY', CLAIMS, claim .. '#', -n) <= 0 then
-    redis.call('ZREM', INFLIGHT, claim)
-    redis.call('HDEL', CLAIMS, claim, claim .. '#')
+-- Whether the flags of a lease hold the job at position `at` (nil: no such position).
+local function holds_at(flags, at)
+  return flags ~= false and at ~= nil and string.byte(flags, at) == 49
+end
+
+-- Adds `n` to the count of jobs the leases hold.
+local function count_held(n)
+  if n ~= 0 and redis.call('HINCRBY', CLAIMS, 'held', n) <= 0 then
+    redis.call('HDEL', CLAIMS, 'held')
   end
 end
 
--- Ends the lease on job `id`: it leaves the in-flight jobs.
-local function end_lease(id)
-  local holder = redis.call('HGET', LEASES, id)
-  if not holder then
-    return
+-- Settles the jobs at positions `at` (held, at most MAX_PAGE) of lease `lease`, whose flags are
+-- `flags`: they leave it, and the lease goes with its last job. The caller counts them out of
+-- 'held'.
+local function settle(lease, flags, at)
+  local bytes = {string.byte(flags, 1, #flags)}
+  for _, p in ipairs(at) do
+    bytes[p] = 48
   end
-  redis.call('HDEL', LEASES, id)
-  if is_claim(holder) then
-    leave_claim(holder, 1)
+  flags = string.char(unpack(bytes))
+  if string.find(flags, '1', 1, true) then
+    redis.call('HSET', CLAIMS, lease .. '@', flags)
   else
-    redis.call('ZREM', INFLIGHT, id)
+    redis.call('ZREM', INFLIGHT, lease)
+    redis.call('HDEL', CLAIMS, lease, lease .. '@')
   end
 end
 
--- Whether job `id` is in flight.
-local function in_flight(id)
-  return redis.call('HEXISTS', LEASES, id) == 1
+-- Settles the job a caller holds by its claim's lease `lease` and its position `at` there (as
+-- given): whether the lease held it (then it no longer does).
+local function settle_one(lease, at)
+  local flags = redis.call('HGET', CLAIMS, lease .. '@')
+  at = position(at)
+  if not holds_at(flags, at) then
+    return false
+  end
+  settle(lease, flags, {at})
+  count_held(-1)
+  return true
 end
 
 -- The ids claim lease `claim` was written with, or nil when CLAIMS has no list for it that
@@ -147,17 +154,15 @@ local function claimed_ids(claim)
   return ids
 end
 
--- The jobs INFLIGHT entry `lease` still holds. A claim's: those of its ids whose holder it
--- still is. Any other entry is one job's own, named by its id (an extended lease, or one
--- stored by redefer 0.2): that job, unless a claim's lease holds it now (then the entry is
--- a leftover). A job whose holder another client dropped counts only `with_orphan`: a claim
--- makes it due again (else it would stay in flight forever) and a purge deletes it, while a
--- listing shows the jobs held, as `stats` counts them.
-local function held_jobs(lease, with_orphan)
+-- The jobs a lease redefer 0.3 wrote still holds (see LEASES): a claim's, those of its ids
+-- whose holder it still is; any other entry is one job's own, named by its id, unless a
+-- claim's lease holds that job now (then the entry is a leftover). A job whose holder another
+-- client dropped counts only `with_orphan`.
+local function held_by_0_3(lease, with_orphan)
   local ids = claimed_ids(lease)
   if not ids then
     local holder = redis.call('HGET', LEASES, lease)
-    if (holder and is_claim(holder)) or (not holder and not with_orphan) then
+    if (holder and string.find(holder, ':', 1, true)) or (not holder and not with_orphan) then
       return {}
     end
     return {lease}
@@ -172,11 +177,45 @@ local function held_jobs(lease, with_orphan)
   return held
 end
 
+-- The jobs INFLIGHT entry `lease` still holds, and how many of them the 'held' count counts
+-- (those of leases this version wrote). A job whose holder another client dropped counts only
+-- `with_orphan`: a claim makes it due again (else it would stay in flight forever) and a purge
+-- deletes it, while a listing shows the jobs held, as `stats` counts them.
+local function held_jobs(lease, with_orphan)
+  local flags = redis.call('HGET', CLAIMS, lease .. '@')
+  if not flags then
+    return held_by_0_3(lease, with_orphan), 0
+  end
+  local ids = claimed_ids(lease) or {}
+  local held = {}
+  for i = 1, math.min(#ids, #flags) do
+    if string.byte(flags, i) == 49 then
+      held[#held + 1] = ids[i]
+    end
+  end
+  -- What the count counted: every flag still set, also of a list another client broke.
+  local _, counted = string.gsub(flags, '1', '')
+  return held, counted
+end
+
 -- Calls `command key ...` with `args` in chunks, within Lua's limit on unpacked values.
 local function batched(command, key, args)
   for first = 1, #args, 1000 do
     redis.call(command, key, unpack(args, first, math.min(first + 999, #args)))
   end
+end
+
+-- Ends INFLIGHT entries `leases`, whose jobs `ids` were taken out of them, `counted` of those
+-- counted in 'held': the leases and their records go, 0.3's holders too.
+local function end_leases(leases, ids, counted)
+  batched('ZREM', INFLIGHT, leases)
+  for _, lease in ipairs(leases) do
+    redis.call('HDEL', CLAIMS, lease, lease .. '@', lease .. '#')
+  end
+  if counted < #ids then
+    batched('HDEL', LEASES, ids)
+  end
+  count_held(-counted)
 end
 
 -- Whether the queue has groups: grouped jobs stored, or jobs ready. Looked up once per script.
@@ -339,6 +378,16 @@ local function waits()
   end
   wait_steps = steps
   return steps
+end
+
+-- Whether job `id` is in flight: stored, and neither waiting nor dead (a job is in exactly
+-- one of them).
+local function in_flight(id)
+  if redis.call('HEXISTS', LEASES, id) == 1 then
+    return true
+  end
+  return redis.call('HEXISTS', JOBS, id) == 1 and not waits().waiting_due(id)
+    and not redis.call('ZSCORE', DEAD, id)
 end
 
 -- Moves job `id`, already out of the waiting and in-flight sets, to the dead-letter set at

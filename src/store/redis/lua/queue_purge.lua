@@ -14,18 +14,20 @@ if set == INFLIGHT then
   -- count: at most 16 reads of `most` leases.
   for _ = 1, 16 do
     local leases = redis.call('ZRANGE', INFLIGHT, 0, most - 1)
-    local ended = {}
+    local ended, taken, counted = {}, {}, 0
     for _, lease in ipairs(leases) do
       if #ids >= most then
         break
       end
       ended[#ended + 1] = lease
-      for _, id in ipairs(held_jobs(lease, true)) do
+      local held, of_ours = held_jobs(lease, true)
+      counted = counted + of_ours
+      for _, id in ipairs(held) do
         ids[#ids + 1] = id
+        taken[#taken + 1] = id
       end
-      redis.call('HDEL', CLAIMS, lease, lease .. '#')
     end
-    batched('ZREM', INFLIGHT, ended)
+    end_leases(ended, taken, counted)
     if #ids >= most or #leases < most then
       break
     end
@@ -69,7 +71,6 @@ if set == DONE then
 end
 batched('HDEL', JOBS, ids)
 batched('HDEL', ERRORS, ids)
-batched('HDEL', LEASES, ids)
 batched('HDEL', EXPIRIES, ids)
 batched('HDEL', HANDED, ids)
 batched('HDEL', GROUPS, ids)

@@ -5,7 +5,7 @@ local ready = redis.call('ZCARD', READY_DUE)
 return {
   redis.call('ZCARD', DELAYED) + ready,
   redis.call('ZCOUNT', DELAYED, '-inf', now_ms()) + ready,
-  redis.call('HLEN', LEASES),
+  (tonumber(redis.call('HGET', CLAIMS, 'held')) or 0) + redis.call('HLEN', LEASES),
   redis.call('ZCARD', DEAD),
   redis.call('ZCARD', DONE),
   redis.call('EXISTS', PAUSED),
