@@ -211,6 +211,8 @@ fn lock_operations_follow_the_model_on_redis() {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum JobAction {
     Ack,
+    /// Extends the job's lease (its claim's, for the claim's other jobs too), then acks.
+    Extend,
     Retry,
     /// The claimer dies holding the job: no ack, the lease must run out.
     Crash,
@@ -291,8 +293,7 @@ struct Workload {
 }
 
 fn workload(max_jobs: usize, bad_ids: bool) -> impl Strategy<Value = Workload> {
-    let action =
-        prop_oneof![6 => Just(JobAction::Ack), 3 => Just(JobAction::Retry), 1 => Just(JobAction::Crash)];
+    let action = prop_oneof![5 => Just(JobAction::Ack), 1 => Just(JobAction::Extend), 3 => Just(JobAction::Retry), 1 => Just(JobAction::Crash)];
     (
         proptest::collection::vec(0u64..40, 1..=max_jobs),
         proptest::collection::vec(hostile(bad_ids), 0..8),
@@ -434,8 +435,21 @@ async fn check_workload<St: QueueStore>(
                                 load.actions[(job.envelope.payload as usize + n) % load.actions.len()]
                             }
                         };
+                        if action == JobAction::Extend {
+                            let extended = queue
+                                .extend_lease(&job.lease, LEASE)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            if !extended && Instant::now() < sent + LEASE {
+                                ledger
+                                    .lock()
+                                    .unwrap()
+                                    .violations
+                                    .push(format!("{id}: its lease not extended while it ran"));
+                            }
+                        }
                         match action {
-                            JobAction::Ack => {
+                            JobAction::Ack | JobAction::Extend => {
                                 ledger.lock().unwrap().held.remove(&id);
                                 if queue.ack(&job.lease).await.map_err(|e| e.to_string())? {
                                     ledger.lock().unwrap().acked.insert(id);
