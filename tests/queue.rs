@@ -491,6 +491,22 @@ async fn a_batched_ack_deletes_only_the_jobs_whose_lease_is_still_ours<St: Queue
     assert!(q.ack_many(&[]).await.unwrap().is_empty());
 }
 
+/// The jobs of the first claim that finds any: those of a lease that ran out.
+async fn back_after_a_lease<St: QueueStore>(q: &DelayQueue<String, St>) -> Vec<ClaimedJob<String>> {
+    eventually(Duration::from_secs(5), "the claim's lease runs out", || {
+        let q = q.clone();
+        async move { Some(q.claim(10, LEASE).await.unwrap().jobs).filter(|jobs| !jobs.is_empty()) }
+    })
+    .await
+}
+
+/// The ids of `jobs`, sorted.
+fn sorted_ids<'a>(jobs: impl IntoIterator<Item = &'a ClaimedJob<String>>) -> Vec<JobId> {
+    let mut ids: Vec<JobId> = jobs.into_iter().map(|job| job.envelope.id.clone()).collect();
+    ids.sort();
+    ids
+}
+
 /// A claim's jobs share one lease: it ends for the jobs it still holds, not for those acked,
 /// retried or buried meanwhile.
 async fn a_claim_s_lease_returns_only_the_jobs_it_still_holds<St: QueueStore>(store: St) {
@@ -511,16 +527,12 @@ async fn a_claim_s_lease_returns_only_the_jobs_it_still_holds<St: QueueStore>(st
     assert_eq!(q.operator().stats().await.unwrap(), stats(1, 0, 2, 1));
 
     // They come back together: one lease ended for both.
-    let back = eventually(Duration::from_secs(5), "the claim's lease runs out", || {
-        let q = q.clone();
-        async move { Some(q.claim(10, LEASE).await.unwrap().jobs).filter(|jobs| !jobs.is_empty()) }
-    })
-    .await;
-    let mut ids: Vec<_> = back.iter().map(|job| job.envelope.id.clone()).collect();
-    ids.sort();
-    let mut expected = vec![crashed_a.envelope.id.clone(), crashed_b.envelope.id.clone()];
-    expected.sort();
-    assert_eq!(ids, expected, "the two jobs the lease still held, and only them");
+    let back = back_after_a_lease(&q).await;
+    assert_eq!(
+        sorted_ids(&back),
+        sorted_ids([&crashed_a, &crashed_b]),
+        "the two jobs the lease still held, and only them"
+    );
     for settled in [&acked, &buried, &retried, &crashed_a] {
         assert!(
             !q.ack(&settled.lease).await.unwrap(),
@@ -581,16 +593,8 @@ async fn extending_a_job_s_lease_extends_its_claim<St: QueueStore>(store: St) {
             .await
             .unwrap()
     );
-    let back = eventually(Duration::from_secs(5), "the claim's lease runs out", || {
-        let q = q.clone();
-        async move { Some(q.claim(10, LEASE).await.unwrap().jobs).filter(|jobs| !jobs.is_empty()) }
-    })
-    .await;
-    let mut ids: Vec<_> = back.iter().map(|job| job.envelope.id.clone()).collect();
-    ids.sort();
-    let mut expected = vec![extended.envelope.id.clone(), beside.envelope.id.clone()];
-    expected.sort();
-    assert_eq!(ids, expected);
+    let back = back_after_a_lease(&q).await;
+    assert_eq!(sorted_ids(&back), sorted_ids([&extended, &beside]));
     assert!(
         !q.extend_lease(&extended.lease, LEASE).await.unwrap(),
         "the lease ended"

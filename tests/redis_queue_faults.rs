@@ -621,6 +621,23 @@ async fn jobs_a_0_3_scheduler_left_in_flight_are_recovered(kind: Server) {
     }
 }
 
+/// The count of held jobs (`claims` field `held`, read by `stats`) is for people: a value another
+/// client broke costs the count, never a claim or an ack.
+async fn a_broken_count_of_held_jobs_stops_no_claim(kind: Server) {
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let claims = format!("{}:q:{{counted}}:claims", store.prefix().as_str());
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "counted").unwrap();
+    queue.push(&Charge { order: 1 }, Duration::ZERO).await.unwrap();
+    let _: i64 = server
+        .cmd(::redis::cmd("HSET").arg(&claims).arg("held").arg("not a number"))
+        .await;
+    let claimed = queue.claim(10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(claimed.jobs.len(), 1);
+    assert!(queue.ack(&claimed.jobs[0].lease).await.unwrap());
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
+}
+
 /// A MessagePack array of job ids, as 0.3's claim packed them (`cmsgpack.pack`).
 fn packed(ids: &[redefer::queue::JobId]) -> Vec<u8> {
     let mut bytes = vec![0x90 | u8::try_from(ids.len()).expect("a short list")];
@@ -708,4 +725,5 @@ for_each_server!(
     no_deferral_reported_to_a_caller_is_lost_when_redis_is_killed_mid_run,
     in_flight_entries_of_redefer_0_2_and_foreign_claim_lists_are_handled,
     jobs_a_0_3_scheduler_left_in_flight_are_recovered,
+    a_broken_count_of_held_jobs_stops_no_claim,
 );

@@ -98,9 +98,15 @@ local function holds_at(flags, at)
   return flags ~= false and at ~= nil and string.byte(flags, at) == 49
 end
 
--- Adds `n` to the count of jobs the leases hold.
+-- Adds `n` to the count of jobs the leases hold. The count is for people (`stats`): a
+-- `redis.pcall`, so that a value another client broke costs the count, never the claim or
+-- the ack around it.
 local function count_held(n)
-  if n ~= 0 and redis.call('HINCRBY', CLAIMS, 'held', n) <= 0 then
+  if n == 0 then
+    return
+  end
+  local held = redis.pcall('HINCRBY', CLAIMS, 'held', n)
+  if type(held) == 'number' and held <= 0 then
     redis.call('HDEL', CLAIMS, 'held')
   end
 end
