@@ -677,6 +677,44 @@ async fn in_flight_jobs_are_listed_by_deadline_across_claims<St: QueueStore>(sto
     assert!(!q.ack(&claimed[0].lease).await.unwrap(), "purged");
 }
 
+/// A claim's reply names the claim by its first job's fencing token; with the claim's lease
+/// token, each job's hold acks it through the store's own API.
+async fn a_claim_is_named_by_its_first_job_s_fence<St: QueueStore>(store: St) {
+    use redefer::LockToken;
+    use redefer::queue::{ClaimLimits, Counters, Hold, QueueName};
+
+    let name = QueueName::new("named").unwrap();
+    let limits = ClaimLimits {
+        max_envelope: 1 << 20,
+        max_expiries: 0,
+    };
+    let jobs: Vec<_> = (0..3)
+        .map(|n| (JobId::new(format!("job-{n}")).unwrap(), b"{}".to_vec()))
+        .collect();
+    store
+        .push_many(&name, &jobs, Due::In(Duration::ZERO))
+        .await
+        .unwrap();
+    let token = LockToken::random();
+    let batch = store
+        .claim(&name, 3, LEASE, token, limits, Counters::Off)
+        .await
+        .unwrap();
+    assert_eq!(batch.jobs.len(), 3);
+    let first = batch.jobs[0].fence;
+    assert!(batch.jobs.iter().all(|job| job.claim == first), "{batch:?}");
+    assert!(batch.jobs.windows(2).all(|pair| pair[0].fence < pair[1].fence));
+    let holds: Vec<_> = batch
+        .jobs
+        .iter()
+        .map(|job| (&job.id, Hold::of(token, job)))
+        .collect();
+    assert_eq!(
+        store.ack(&name, &holds, None, Counters::Off).await.unwrap(),
+        [true; 3]
+    );
+}
+
 /// A claimer may use one lease token for several claims (the store's API allows it): each
 /// claim keeps its own lease, and every job it took comes back when that lease runs out.
 async fn claims_under_one_token_keep_a_lease_each<St: QueueStore>(store: St) {
@@ -947,6 +985,7 @@ for_each_store!(
     an_ack_naming_a_job_twice_leaves_the_rest_of_its_claim_held,
     in_flight_jobs_are_listed_by_deadline_across_claims,
     claims_under_one_token_keep_a_lease_each,
+    a_claim_is_named_by_its_first_job_s_fence,
     a_claim_s_next_in_counts_the_lease_it_just_took,
     a_job_whose_lease_keeps_running_out_is_buried,
 );

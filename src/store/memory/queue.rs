@@ -278,9 +278,11 @@ impl QueueState {
         }
     }
 
-    /// Takes job `id` out of its claim's lease, if one holds it; the lease's deadline.
-    pub(super) fn drop_lease(&mut self, id: &JobId) -> Option<i64> {
-        let (deadline, hold) = self.leases.remove(id)?;
+    /// Takes job `id` out of its claim's lease, if one holds it.
+    pub(super) fn drop_lease(&mut self, id: &JobId) {
+        let Some((deadline, hold)) = self.leases.remove(id) else {
+            return;
+        };
         self.inflight.remove(&(deadline, id.clone()));
         let claim = (hold.token, hold.claim);
         if let Some(jobs) = self.claims.get_mut(&claim) {
@@ -289,7 +291,6 @@ impl QueueState {
                 self.claims.remove(&claim);
             }
         }
-        Some(deadline)
     }
 
     /// Whether `hold`'s lease holds job `id`.
@@ -449,8 +450,8 @@ impl QueueCore for MemoryStore {
                     .collect()
             };
             let mut jobs = Vec::with_capacity(due.len());
-            // The claim's first job gets the next fence, which names the claim.
-            let claim = q.fence.saturating_add(1);
+            // The claim is named by its first job's fence.
+            let mut first_fence = None;
             for (due, id) in due {
                 q.unschedule(&id);
                 let envelope = match q.jobs.get(&id) {
@@ -461,12 +462,9 @@ impl QueueCore for MemoryStore {
                 };
                 match envelope {
                     Ok(envelope) => {
-                        crate::lock::next_fences(&mut q.fence, 1);
-                        let hold = Hold {
-                            token,
-                            claim,
-                            fence: q.fence,
-                        };
+                        let fence = crate::lock::next_fences(&mut q.fence, 1);
+                        let claim = *first_fence.get_or_insert(fence);
+                        let hold = Hold { token, claim, fence };
                         q.inflight.insert((deadline, id.clone()));
                         q.leases.insert(id.clone(), (deadline, hold));
                         q.claims.entry((token, claim)).or_default().insert(id.clone());
@@ -474,7 +472,7 @@ impl QueueCore for MemoryStore {
                             id,
                             due: from_epoch_ms(due),
                             envelope,
-                            fence: q.fence,
+                            fence,
                             claim,
                         });
                     }
