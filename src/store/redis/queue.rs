@@ -237,11 +237,15 @@ where
             None => invocation.arg(0).arg(0),
         };
         invocation.arg(counters.as_arg());
+        // A claim's jobs mostly come together: its lease's name is written once for them.
+        let mut named: Option<(Hold, Vec<u8>)> = None;
         for (id, hold) in jobs.iter().take(MAX_PAGE) {
-            invocation
-                .arg(id.as_str())
-                .arg(lease_name(*hold))
-                .arg(hold.position());
+            let name = match named.take() {
+                Some((of, name)) if (of.token, of.claim) == (hold.token, hold.claim) => name,
+                _ => lease_name(*hold),
+            };
+            invocation.arg(id.as_str()).arg(&name).arg(hold.position());
+            named = Some((*hold, name));
         }
         let acked: Vec<bool> = invocation.invoke_async(&mut self.conn.clone()).await?;
         Ok(acked)

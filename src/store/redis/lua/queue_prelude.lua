@@ -84,7 +84,7 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- A claim's place in its lease's flags from an argument: a whole number from 1, or nil.
+-- A job's place in its claim's flags, from an argument: a whole number from 1, or nil.
 local function position(arg)
   local at = tonumber(arg)
   if at and at >= 1 and at == math.floor(at) then
