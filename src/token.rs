@@ -51,12 +51,18 @@ impl redis::ToRedisArgs for LockToken {
 /// rejects writes carrying a lower token than one it has seen. That keeps the data safe even
 /// when a paused holder wakes up after its lock expired and another holder took over.
 ///
-/// Tokens keep rising when the key's counter is lost with Redis's data (a restart without
-/// persistence, a failover to a replica that had not received it): a counter that was never
-/// raised is raised to the server's clock in microseconds before its first token, so the
-/// next tokens start above every earlier one, unless the key handed out more than one token
-/// per microsecond on average since (which no key can). Tokens are therefore large numbers
-/// (about 1.8 × 10^15 in 2026, below 2^53: exact in JSON and JavaScript), with gaps.
+/// Tokens keep rising when the key's counter goes back or is lost with Redis's data (a restart
+/// without persistence, an eviction, a failover to a replica that had not received it or
+/// whose replication lagged): a token is never below the server's clock in microseconds (a
+/// counter that fell behind it is raised to it first), so the first token after such a loss
+/// is above every earlier one as long as the new server's clock is ahead of the last token
+/// handed out before. That holds when a failover takes longer than the two servers' clocks
+/// disagree, plus 500 ms (a store that follows the failover takes a recently raised counter by
+/// plain commands while it is less than 500 ms behind the clock), and when the key took at
+/// most one token per microsecond on average (no lock key can; a queue claiming batches of
+/// thousands of jobs many times a millisecond could run its counter ahead of the clock).
+/// Tokens are therefore large numbers (about 1.8 × 10^15 in 2026, below 2^53: exact in JSON
+/// and JavaScript), with gaps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct FencingToken(pub u64);
@@ -86,24 +92,24 @@ impl fmt::Display for FencingToken {
     }
 }
 
-/// Fencing counters below this were never raised to the clock: new, or lost with the data
-/// (see `lua/fence.lua`; the memory store keeps the same rule).
-pub(crate) const FENCE_FLOOR: u64 = 1 << 40;
+/// How far behind the server's clock a key's counter may be for the plain commands' token to
+/// be taken: further behind, the acquire goes to the script, which raises the counter to the
+/// clock (see `lua/fence.lua`). Tokens handed out after a failover rise above the old
+/// primary's when the failover took longer than this plus the servers' clocks' difference.
+pub(crate) const FENCE_CLOCK_SLACK: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Hands out `n` tokens from `counter` (the last returned), raising a counter below
-/// [`FENCE_FLOOR`] to the system clock in microseconds first: the memory store's side of
-/// `next_fences` in `lua/fence.lua`, so that a new store (a restarted process) starts above the
-/// tokens of the one before it.
+/// The system clock in whole microseconds since the epoch.
+pub(crate) fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// Hands out `n` tokens from `counter` (the last returned), the first at least the system
+/// clock in microseconds: the memory store's side of `next_fences` in `lua/fence.lua`, so that
+/// a new store (a restarted process) starts above the tokens of the one before it.
 pub(crate) fn next_fences(counter: &mut u64, n: u64) -> u64 {
-    let first = counter.saturating_add(1);
-    let first = if first < FENCE_FLOOR {
-        let now_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX));
-        first.max(now_us)
-    } else {
-        first
-    };
+    let first = counter.saturating_add(1).max(now_micros());
     *counter = first.saturating_add(n.saturating_sub(1));
     *counter
 }

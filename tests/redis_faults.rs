@@ -426,73 +426,156 @@ async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_requir
     ));
 }
 
+/// Every token `store` hands out for `key` in three rounds, in order: a lock's (by plain
+/// commands and by the script), a semaphore permit's and a job's.
+async fn tokens_handed_out(store: RedisStore, key: &redefer::LockKey) -> [Vec<u64>; 3] {
+    use redefer::lock::{Acquisition, LockStore, Waiter};
+    use redefer::queue::DelayQueue;
+    use redefer::semaphore::SemaphoreStore;
+    use redefer::{Fencing, LockToken};
+
+    let ttl = Duration::from_secs(10);
+    let mut handed: [Vec<u64>; 3] = Default::default();
+    for _ in 0..3 {
+        let token = LockToken::random();
+        let by_set = store.try_acquire(key, token, ttl).await.unwrap();
+        let Acquisition::Acquired(Some(fence)) = by_set else {
+            panic!("{by_set:?}");
+        };
+        handed[0].push(fence.0);
+        assert!(store.release(key, token).await.unwrap());
+        // A waiter's acquire goes through the script.
+        let waiter = Waiter::caller(LockToken::random());
+        store.join(key, &waiter, None).await.unwrap();
+        let token = LockToken::random();
+        let by_script = store
+            .try_acquire_in_line(key, token, ttl, Some(&waiter), Fencing::On)
+            .await
+            .unwrap();
+        let Acquisition::Acquired(Some(fence)) = by_script else {
+            panic!("{by_script:?}");
+        };
+        handed[0].push(fence.0);
+        assert!(store.release(key, token).await.unwrap());
+        let permit = LockToken::random();
+        let acquired = store
+            .try_acquire_permit(key, permit, ttl, 2, None, Fencing::On)
+            .await
+            .unwrap();
+        let Acquisition::Acquired(Some(fence)) = acquired else {
+            panic!("{acquired:?}");
+        };
+        handed[1].push(fence.0);
+        assert!(store.release_permit(key, permit, 2, None).await.unwrap());
+    }
+    let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap();
+    queue.push(&1, Duration::ZERO).await.unwrap();
+    let claimed = queue.claim(1, ttl).await.unwrap();
+    handed[2].push(claimed.jobs[0].lease.fence().0);
+    queue.ack(&claimed.jobs[0].lease).await.unwrap();
+    handed
+}
+
+/// Asserts that every token of `after` is above every token of `before`, lock, permit and job.
+fn above_every_earlier_token(before: &[Vec<u64>; 3], after: &[Vec<u64>; 3], event: &str) {
+    for (what, (before, after)) in ["lock", "permit", "job"].iter().zip(before.iter().zip(after)) {
+        let (highest_before, lowest_after) = (before.iter().max(), after.iter().min());
+        assert!(
+            lowest_after > highest_before,
+            "{what}: {after:?} after {event}, {before:?} before"
+        );
+    }
+}
+
 /// Every token a restarted Redis without persistence hands out, the first included, is above
 /// every token before the restart: a lock's (by plain commands and by the script), a
 /// semaphore permit's and a job's.
 async fn fencing_tokens_keep_rising_across_a_restart_without_persistence(kind: Server) {
-    use redefer::lock::LockStore;
-    use redefer::queue::DelayQueue;
-    use redefer::semaphore::SemaphoreStore;
-    use redefer::{Fencing, LockKey, LockToken};
-
     let mut server = RedisServer::start_with_of(kind, &["--save", "", "--appendonly", "no"]);
-    let key = LockKey::new("order:1").unwrap();
-    let ttl = Duration::from_secs(10);
-    // Every token handed out, in order: lock, permit, job.
-    let tokens = |store: RedisStore| {
-        let key = key.clone();
-        async move {
-            let mut handed: [Vec<u64>; 3] = Default::default();
-            for _ in 0..3 {
-                let token = LockToken::random();
-                let by_set = store.try_acquire(&key, token, ttl).await.unwrap();
-                let redefer::lock::Acquisition::Acquired(Some(fence)) = by_set else {
-                    panic!("{by_set:?}");
-                };
-                handed[0].push(fence.0);
-                assert!(store.release(&key, token).await.unwrap());
-                // A waiter's acquire goes through the script.
-                let waiter = redefer::lock::Waiter::caller(LockToken::random());
-                store.join(&key, &waiter, None).await.unwrap();
-                let token = LockToken::random();
-                let by_script = store
-                    .try_acquire_in_line(&key, token, ttl, Some(&waiter), Fencing::On)
-                    .await
-                    .unwrap();
-                let redefer::lock::Acquisition::Acquired(Some(fence)) = by_script else {
-                    panic!("{by_script:?}");
-                };
-                handed[0].push(fence.0);
-                assert!(store.release(&key, token).await.unwrap());
-                let permit = LockToken::random();
-                let acquired = store
-                    .try_acquire_permit(&key, permit, ttl, 2, None, Fencing::On)
-                    .await
-                    .unwrap();
-                let redefer::lock::Acquisition::Acquired(Some(fence)) = acquired else {
-                    panic!("{acquired:?}");
-                };
-                handed[1].push(fence.0);
-                assert!(store.release_permit(&key, permit, 2, None).await.unwrap());
-            }
-            let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap();
-            queue.push(&1, Duration::ZERO).await.unwrap();
-            let claimed = queue.claim(1, ttl).await.unwrap();
-            handed[2].push(claimed.jobs[0].lease.fence().0);
-            queue.ack(&claimed.jobs[0].lease).await.unwrap();
-            handed
-        }
-    };
-    let before = tokens(server.store().await).await;
+    let key = redefer::LockKey::new("order:1").unwrap();
+    let before = tokens_handed_out(server.store().await, &key).await;
     server.restart();
-    let after = tokens(server.store().await).await;
-    for (what, (before, after)) in ["lock", "permit", "job"].iter().zip(before.iter().zip(&after)) {
-        let (highest_before, lowest_after) = (before.iter().max(), after.iter().min());
-        assert!(
-            lowest_after > highest_before,
-            "{what}: {after:?} after the restart, {before:?} before"
-        );
+    let after = tokens_handed_out(server.store().await, &key).await;
+    above_every_earlier_token(&before, &after, "the restart");
+}
+
+/// A failover to a replica that lagged: the replica has the counters as they stood when its
+/// replication stopped, the primary hands out more tokens and dies, and the replica is
+/// promoted. Its tokens, the first included, are above every token the old primary handed
+/// out, those it never received too: a lock's, a permit's and a job's.
+async fn fencing_tokens_keep_rising_across_a_failover_to_a_replica_that_lagged(kind: Server) {
+    let mut primary = RedisServer::start_of(kind);
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with_of(
+        kind,
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--replicaof",
+            "127.0.0.1",
+            &port,
+        ],
+    );
+    let key = redefer::LockKey::new("acct:1").unwrap();
+    let prefix = support::unique_prefix();
+    let old_primary = support::store_at(&primary.url(), &prefix).await;
+    let mut received = tokens_handed_out(old_primary.clone(), &key).await;
+    eventually(
+        Duration::from_secs(10),
+        "the replica received the first tokens",
+        || async {
+            let acked: i64 = primary.cmd(::redis::cmd("WAIT").arg(1).arg(100)).await;
+            (acked == 1).then_some(())
+        },
+    )
+    .await;
+    // The replica stops receiving (its link dropped) and is promoted; the old primary goes on
+    // handing out tokens until it dies.
+    let _: () = replica.cmd(::redis::cmd("REPLICAOF").arg("NO").arg("ONE")).await;
+    let lost = tokens_handed_out(old_primary, &key).await;
+    primary.kill();
+    for (received, lost) in received.iter_mut().zip(lost) {
+        received.extend(lost);
     }
+    let after = tokens_handed_out(support::store_at(&replica.url(), &prefix).await, &key).await;
+    above_every_earlier_token(&received, &after, "the failover");
+}
+
+/// A counter that went back under a store that just saw it raised (as one on a promoted
+/// replica that lagged, found by a store that follows the failover): the plain commands
+/// find it further behind the server's clock than the slack (500 ms) and leave the acquire to
+/// the script, which raises it: the token rises above every earlier one.
+async fn a_counter_gone_back_under_a_store_that_saw_it_raised_still_gives_higher_tokens(kind: Server) {
+    use redefer::lock::{Acquisition, LockStore};
+    use redefer::{LockKey, LockToken};
+
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let key = LockKey::new("acct:1").unwrap();
+    let fence_key = store.lock_redis_key(&key).replacen(":lock:", ":fence:", 1);
+    let ttl = Duration::from_secs(60);
+    let fence = async || {
+        let token = LockToken::random();
+        let Acquisition::Acquired(Some(fence)) = store.try_acquire(&key, token, ttl).await.unwrap() else {
+            panic!("the key is free");
+        };
+        assert!(store.release(&key, token).await.unwrap());
+        fence.0
+    };
+    let old = fence().await;
+    // The counter's old value becomes older than the slack: what a replica holds whose
+    // replication stopped before the failover's 600 ms.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (raised, by_plain_commands) = (fence().await, fence().await);
+    assert!(by_plain_commands > raised && raised > old);
+    let _: () = server.cmd(::redis::cmd("SET").arg(&fence_key).arg(old)).await;
+    let next = fence().await;
+    assert!(
+        next > by_plain_commands,
+        "{next} after the counter went back to {old}, {by_plain_commands} before"
+    );
 }
 
 /// The uncontended acquire is four plain commands in one round trip, not one atomic step: a
@@ -640,6 +723,8 @@ for_each_server!(
     a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers,
     a_lock_no_replica_acknowledged_is_given_back_when_replication_is_required,
     fencing_tokens_keep_rising_across_a_restart_without_persistence,
+    fencing_tokens_keep_rising_across_a_failover_to_a_replica_that_lagged,
+    a_counter_gone_back_under_a_store_that_saw_it_raised_still_gives_higher_tokens,
     an_acquire_whose_commands_ran_in_part_gets_a_token_above_the_last_holders,
     a_counter_lost_under_a_store_that_saw_it_counted_still_gives_higher_tokens,
 );

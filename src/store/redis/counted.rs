@@ -1,26 +1,33 @@
-//! The lock keys this store has seen with a raised fencing counter: what decides whether a
-//! fenced acquire of a free key goes out as plain commands or as a script.
+//! The lock keys whose fencing counter this store raised to the clock a moment ago: what
+//! decides whether a fenced acquire of a free key goes out as plain commands or as a script.
 //!
-//! The plain commands (`SET NX PX`, `INCR`, ...) take a key in one round trip only when its
-//! counter was raised to the clock before (see [`FENCE_FLOOR`](crate::lock::FENCE_FLOOR)); a
-//! new counter needs a script, which raises it. Sent first to a key seen for the first time,
-//! the plain commands would cost that acquire two round trips, and a service that locks each
-//! resource once or rarely (an order, a document) would pay them on most requests. So a key
-//! this store has not seen counted goes to a script at once (`lua/lock_acquire_new.lua`, one
-//! round trip), and the keys it has seen counted go by plain commands.
+//! A token is never below the server's clock in microseconds (`lua/fence.lua`): a counter that
+//! fell behind the clock is raised to it by a script. The plain commands (`SET NX PX`, `INCR`,
+//! `TIME`, ...) can't raise it: they take a key in one round trip only when its counter is
+//! less than [`FENCE_CLOCK_SLACK`] behind the server's clock, which holds for a while after a
+//! script raised it (one token per acquire, while the clock runs a microsecond each
+//! microsecond). Sent to a key whose counter fell behind, the plain commands would cost that
+//! acquire two round trips (theirs, then the script's), and a service that locks each resource
+//! once or rarely (an order, a document) would pay them on most requests. So the store
+//! remembers when it last saw each key's counter raised, and a key seen raised less than half
+//! the slack ago goes by plain commands; any other key goes to a script at once
+//! (`lua/lock_acquire_new.lua`, one round trip), which raises its counter again.
 //!
-//! A hint, never a guarantee: a counter lost since (a restart without persistence) is still
-//! found by the plain commands, which then go to the script as before. So the memory is a
-//! fixed table of key hashes, without locks, in sets of four: a key shares its set with three
-//! others before one of them gives up its place (where one slot per key had two hot keys that
-//! met in it evict each other on every acquire, each paying the script every time). A key that
-//! lost its place takes the script once more; a key mistaken for another (two 64-bit hashes
-//! equal) goes by plain commands, which are right for it either way.
+//! A hint, never a guarantee: the plain commands check the counter against the server's clock
+//! themselves (a counter lost or gone back since, as after a failover, is found behind it and
+//! the acquire goes to the script as before). So the memory is a fixed table, without locks,
+//! in sets of four: a key shares its set with three others before one of them gives up its
+//! place (where one slot per key had two hot keys that met in it evict each other on every
+//! acquire, each paying the script every time). A key that lost its place takes the script
+//! once more; a key mistaken for another (two 32-bit hashes equal) goes by plain commands,
+//! which are right for it either way.
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::key::LockKey;
+use crate::token::FENCE_CLOCK_SLACK;
 
 /// How many keys the table remembers at most: 64 KiB per store (its clones share it).
 const SLOTS: usize = 8192;
@@ -28,10 +35,18 @@ const SLOTS: usize = 8192;
 /// How many slots a key may take: the set its hash picks.
 const WAYS: usize = 4;
 
-/// A fixed table of the hashes of keys seen counted, in sets of [`WAYS`] slots.
+/// How long after its counter was raised a key goes by plain commands: half the slack, so that
+/// a counter raised then is still within the slack when the commands reach Redis.
+const FRESH: Duration = FENCE_CLOCK_SLACK.checked_div(2).expect("a nonzero divisor");
+
+/// A fixed table of keys seen raised, in sets of [`WAYS`] slots. A slot holds the key's mark
+/// (the high half of its hash, never zero) and, in its low half, when the key's counter was
+/// raised (milliseconds since the table was made, wrapping after 49 days: a hint may err once
+/// then).
 #[derive(Debug)]
 pub(crate) struct CountedKeys<S = RandomState> {
     hasher: S,
+    made: Instant,
     slots: Box<[AtomicU64]>,
 }
 
@@ -48,38 +63,59 @@ impl<S: BuildHasher> CountedKeys<S> {
     fn with_hasher(hasher: S) -> Self {
         CountedKeys {
             hasher,
+            made: Instant::now(),
             slots: (0..SLOTS).map(|_| AtomicU64::new(EMPTY)).collect(),
         }
     }
 
-    /// Whether `key`'s counter was seen raised (most likely still is).
+    /// Whether `key`'s counter was seen raised less than [`FRESH`] ago (most likely still
+    /// within the slack).
     pub(crate) fn contains(&self, key: &LockKey) -> bool {
         let (set, mark) = self.place(key);
-        set.iter().any(|slot| slot.load(Ordering::Relaxed) == mark)
+        let now = self.now();
+        set.iter().any(|slot| {
+            let found = slot.load(Ordering::Relaxed);
+            mark_of(found) == mark && u128::from(now.wrapping_sub(raised_at(found))) < FRESH.as_millis()
+        })
     }
 
-    /// Remembers that `key`'s counter is raised: in an empty slot of its set, else in the place
-    /// of one of the set's keys, picked by the hash.
+    /// Remembers that `key`'s counter was raised now: in its own slot if it has one, else in
+    /// an empty slot of its set, else in the place of one of the set's keys, picked by the hash.
     pub(crate) fn insert(&self, key: &LockKey) {
         let (set, mark) = self.place(key);
-        let marks: [u64; WAYS] = std::array::from_fn(|way| set[way].load(Ordering::Relaxed));
-        if marks.contains(&mark) {
-            return;
-        }
+        let marks: [u64; WAYS] = std::array::from_fn(|way| mark_of(set[way].load(Ordering::Relaxed)));
         let way = marks
             .iter()
-            .position(|&found| found == EMPTY)
-            .unwrap_or((mark >> 32) as usize % WAYS);
-        set[way].store(mark, Ordering::Relaxed);
+            .position(|&found| found == mark)
+            .or_else(|| marks.iter().position(|&found| found == EMPTY))
+            .unwrap_or(mark as usize % WAYS);
+        set[way].store(mark << 32 | u64::from(self.now()), Ordering::Relaxed);
     }
 
-    /// The set of `key` and the mark it leaves there: its hash, never [`EMPTY`].
+    /// Milliseconds since the table was made, wrapping.
+    fn now(&self) -> u32 {
+        // Truncation is the point: the time wraps, and only differences under a second matter.
+        self.made.elapsed().as_millis() as u32
+    }
+
+    /// The set of `key` and its mark there: the high half of its hash, never [`EMPTY`].
     fn place(&self, key: &LockKey) -> (&[AtomicU64], u64) {
         let hash = self.hasher.hash_one(key.as_str());
         // Truncation is the point: the set is picked by the hash's low bits.
         let first = (hash as usize) % (SLOTS / WAYS) * WAYS;
-        (&self.slots[first..first + WAYS], hash.max(1))
+        (&self.slots[first..first + WAYS], (hash >> 32).max(1))
     }
+}
+
+/// The mark a slot holds: its high half.
+fn mark_of(slot: u64) -> u64 {
+    slot >> 32
+}
+
+/// When a slot's key was raised: its low half.
+fn raised_at(slot: u64) -> u32 {
+    // Truncation is the point: the low half.
+    slot as u32
 }
 
 #[cfg(test)]
@@ -104,6 +140,23 @@ mod tests {
     /// A fixed hasher: the same keys meet in the same sets on every run.
     fn fixed() -> CountedKeys<BuildHasherDefault<DefaultHasher>> {
         CountedKeys::with_hasher(BuildHasherDefault::default())
+    }
+
+    #[test]
+    fn a_key_raised_longer_ago_than_the_freshness_window_goes_to_the_script() {
+        let counted = CountedKeys::default();
+        counted.insert(&key("order:1"));
+        let (set, mark) = counted.place(&key("order:1"));
+        let slot = set
+            .iter()
+            .find(|slot| mark_of(slot.load(Ordering::Relaxed)) == mark)
+            .unwrap();
+        // Its raise moved back past the freshness window: the key goes to the script again.
+        let long_ago = counted.now().wrapping_sub(FRESH.as_millis() as u32 + 1);
+        slot.store(mark << 32 | u64::from(long_ago), Ordering::Relaxed);
+        assert!(!counted.contains(&key("order:1")));
+        counted.insert(&key("order:1"));
+        assert!(counted.contains(&key("order:1")), "raised again, it is fresh");
     }
 
     #[test]

@@ -1,12 +1,15 @@
 -- Fencing counters that outlive the data, for every script family (prepended to the lock,
--- permit and queue preludes). A counter below FENCE_FLOOR was never raised to the clock: it is
--- new, it expired (a minute after it was raised, IDLE_MS), or it was lost with the data (a
--- restart without persistence, a failover to a replica that had not received it, an
--- eviction). Its next tokens start at the server's clock in microseconds, so they stay above
--- every token handed out before, unless the key took more than one token per microsecond on
--- average since its counter was last raised. Lua numbers hold integers exactly to 2^53: the
--- clock in µs (about 1.8e15 in 2026) stays below it until the year 2255.
-local FENCE_FLOOR = 1099511627776 -- 2^40
+-- permit and queue preludes). Every token is at least the server's clock in microseconds:
+-- a counter that fell behind the clock is raised to it before it hands out a token. So tokens
+-- rise above every earlier one even when the counter went back or was lost: a counter that
+-- is new, that expired (a minute after its last raise, IDLE_MS), that was lost with the data
+-- (a restart without persistence, an eviction), or that a promoted replica holds as it stood
+-- before its replication fell behind (a failover to a replica that lagged). What that needs:
+-- the new primary's clock ahead of the old one's last token of the key, i.e. the failover
+-- slower than the two servers' clocks disagree, and no key taking more than one token per
+-- microsecond on average (a counter runs ahead of the clock only then). Lua numbers hold
+-- integers exactly to 2^53: the clock in µs (about 1.8e15 in 2026) stays below it until the
+-- year 2255.
 
 -- How long a key made for one lock key (its counter, line, last hold, ...) lives after its
 -- last use, in ms: src/store/lifetimes.rs (IDLE_KEY_TTL) says why a minute.
@@ -18,11 +21,12 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Hands out `n` tokens from `counter`; returns the last (the first is `last - n + 1`).
+-- Hands out `n` tokens from `counter`, the first at least the server's clock in µs; returns
+-- the last (the first is `last - n + 1`).
 local function next_fences(counter, n)
   local last = redis.call('INCRBY', counter, n)
-  if last - n + 1 < FENCE_FLOOR then
-    local first = math.max(last - n + 1, now_us())
+  local first = math.max(last - n + 1, now_us())
+  if first > last - n + 1 then
     last = first + n - 1
     -- Raised to the clock, a counter needs no history: it may expire (INCR keeps the TTL),
     -- and its next use raises it again.
@@ -30,4 +34,3 @@ local function next_fences(counter, n)
   end
   return last
 end
-
