@@ -207,6 +207,48 @@ async fn overlapping_sets_in_any_order_never_overlap_nor_deadlock<St: LockSetSto
     );
 }
 
+/// Sets under `Retry`'s defaults (5 attempts, 5 s) wait in their lines as a single key's
+/// callers do: until served or `max_wait`. 40 calls over the sets (1,2), (2,1), (2,3), (3,1),
+/// each holding its keys 20 ms, all end done (the whole run takes well under `max_wait`). A
+/// set is handed its keys one at a time; each handoff wakes it for a look, which is its turn,
+/// not one of its attempts: counted as attempts, they made 15 of 40 give up `Locked` within
+/// 0.6 s, some 0.6 ms after they started.
+async fn sets_under_retry_wait_until_served_not_until_their_keys_were_handed_five_times<St: LockSetStore>(
+    store: St,
+) {
+    const SETS: [[&str; 2]; 4] = [
+        ["acct:1", "acct:2"],
+        ["acct:2", "acct:1"],
+        ["acct:2", "acct:3"],
+        ["acct:3", "acct:1"],
+    ];
+    let sets = LockSetLayer::new(store, |names: &Vec<String>| Some(names.clone()))
+        .on_conflict(Retry::new(Backoff::default()))
+        .layer(service_fn(|_: Vec<String>| async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, Infallible>(())
+        }));
+    let calls: Vec<_> = (0..40)
+        .map(|n| {
+            let names: Vec<String> = SETS[n % SETS.len()].iter().map(|name| name.to_string()).collect();
+            let sets = sets.clone();
+            tokio::spawn(async move { sets.oneshot(names).await.map(|outcome| outcome.done().is_some()) })
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(true) => {}
+            other => refused.push(format!("{other:?}")),
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of 40 not served: {refused:?}",
+        refused.len()
+    );
+}
+
 /// A scheduler that looks for due jobs at least every 200 ms.
 fn quick() -> SchedulerOptions {
     SchedulerOptions {
@@ -530,6 +572,7 @@ for_each_store!(
     a_set_is_taken_all_or_nothing,
     a_sets_holder_is_listed_on_each_of_its_keys,
     overlapping_sets_in_any_order_never_overlap_nor_deadlock,
+    sets_under_retry_wait_until_served_not_until_their_keys_were_handed_five_times,
     a_waiting_set_keeps_its_place_before_later_callers,
     a_set_waiting_behind_others_does_not_idle_its_free_keys,
     a_deferred_set_runs_when_its_set_is_handed_to_it,

@@ -34,6 +34,19 @@ pub(crate) enum Attempt<H> {
     },
 }
 
+/// How a wait before the next attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// A key was handed to the call in its line: the next attempt is its turn, not a retry of
+    /// its own, and counts no attempt against the strategy's bounds. (A set is handed its keys
+    /// one at a time, as each holder lets go: a set in several lines would otherwise spend
+    /// its attempts on its way to the front of them, as a single key's caller never does.)
+    Turn,
+    /// The wait ran its time (the fallback poll), or nothing told the call: the next attempt
+    /// is a retry.
+    Timer,
+}
+
 /// What a guard supplies to the call path ([`call_contended`]).
 pub(crate) trait Contended<S: Service<Req>, Req>: Send + Sync + 'static {
     /// What the guard wraps: a handler, or another guard's service.
@@ -74,13 +87,14 @@ pub(crate) trait Contended<S: Service<Req>, Req>: Send + Sync + 'static {
         attempts: &mut Self::Attempts,
     ) -> impl Future<Output = Result<Attempt<Self::Holding>, StoreError>> + Send;
 
-    /// Waits (the strategy said [`Decision::RetryAfter`] `delay`) before the next attempt.
+    /// Waits (the strategy said [`Decision::RetryAfter`] `delay`) before the next attempt:
+    /// at most `delay`, less when a key is handed to the call.
     fn wait(
         &self,
         key: &Self::Key,
         attempts: &mut Self::Attempts,
         delay: Duration,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<Woken, StoreError>> + Send;
 
     /// The call stops trying: because of `decision`, or (`None`) because the strategy failed.
     /// What the call leaves behind is the guard's to settle (a place in line is left, or kept
@@ -195,11 +209,13 @@ where
                     }
                     match decision {
                         Decision::RetryAfter(delay) => {
-                            guard
+                            let woken = guard
                                 .wait(&key, &mut attempts, delay)
                                 .await
                                 .map_err(Error::Store)?;
-                            attempt += 1;
+                            if woken == Woken::Timer {
+                                attempt += 1;
+                            }
                             State::Attempt
                         }
                         Decision::Reject { retry_after: hint } => {

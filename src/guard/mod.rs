@@ -28,7 +28,7 @@ mod service;
 mod ttl;
 mod waiter;
 
-pub(crate) use self::call::{Attempt, CallResult, Contended, call_contended};
+pub(crate) use self::call::{Attempt, CallResult, Contended, Woken, call_contended};
 pub use self::conflict::{Conflict, ConflictKind, HeldConflict, ThrottledConflict};
 pub use self::current_job::{CurrentJob, current_job};
 pub(crate) use self::current_job::{RunSignals, handler_returned, lock_met, run_for_job};

@@ -13,7 +13,7 @@ use tower::Service;
 use super::LockLayer;
 use super::holds::DEFAULT_TYPICAL_HOLD;
 use crate::error::StoreError;
-use crate::guard::{Attempt, CallResult, Contended, current_job};
+use crate::guard::{Attempt, CallResult, Contended, Woken, current_job};
 use crate::guard::{ConflictKind, Error, HeldConflict, OverHandler};
 use crate::key::LockKey;
 use crate::lock::{
@@ -147,11 +147,10 @@ where
         key: &LockKey,
         attempts: &mut LockAttempts<St>,
         delay: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Woken, StoreError> {
         let me = attempts.caller();
         attempts.line.join(key, me, &mut attempts.release).await?;
-        attempts.line.wait_turn(delay).await;
-        Ok(())
+        Ok(attempts.line.wait_turn(delay).await)
     }
 
     async fn stop_trying(
@@ -315,23 +314,23 @@ impl PlaceInLine {
     }
 
     /// Waits until the key is handed to us, or `delay` passes (the fallback poll).
-    async fn wait_turn(&mut self, delay: Duration) {
+    async fn wait_turn(&mut self, delay: Duration) -> Woken {
         let (Some(me), Some(handoffs)) = (&self.place, &mut self.handoffs) else {
             sleep(delay).await;
-            return;
+            return Woken::Timer;
         };
         let my_turn = async {
             loop {
                 match handoffs.next().await {
-                    Some(waiter) if waiter == *me => return,
+                    Some(waiter) if waiter == *me => return Woken::Turn,
                     Some(_) => continue,
-                    None => return, // announcements missed: look again
+                    None => return Woken::Timer, // announcements missed: look again
                 }
             }
         };
         tokio::select! {
-            () = my_turn => {}
-            () = sleep(delay) => {}
+            woken = my_turn => woken,
+            () = sleep(delay) => Woken::Timer,
         }
     }
 

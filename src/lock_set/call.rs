@@ -17,7 +17,7 @@ use super::name::set_name;
 use super::{HeldKey, LockSetLayer, LockSetStore, SetAcquisition};
 use crate::error::StoreError;
 use crate::guard::{
-    Attempt, CallResult, ConflictKind, Contended, Error, HeldConflict, OverHandler, current_job,
+    Attempt, CallResult, ConflictKind, Contended, Error, HeldConflict, OverHandler, Woken, current_job,
 };
 use crate::key::LockKey;
 use crate::lock::{
@@ -210,7 +210,7 @@ where
         _: &Vec<LockKey>,
         attempts: &mut SetAttempts<St>,
         delay: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Woken, StoreError> {
         let me = attempts.caller();
         let group = attempts.next_group().to_vec();
         // Set before joining: a call cancelled as it joins leaves the lines all the same.
@@ -222,16 +222,13 @@ where
             .join(&self.lock.store, attempts.held, &group, me)
             .await?;
         let SetAttempts { line, renewal, .. } = attempts;
-        let lost = match renewal.as_mut() {
+        let (woken, lost) = match renewal.as_mut() {
             // Groups held while waiting for the next: their renewal may give up meanwhile.
             Some(renewal) => tokio::select! {
-                () = line.wait_turn(delay) => None,
-                lost = renewal => Some(lost),
+                woken = line.wait_turn(delay) => (woken, None),
+                lost = renewal => (Woken::Timer, Some(lost)),
             },
-            None => {
-                line.wait_turn(delay).await;
-                None
-            }
+            None => (line.wait_turn(delay).await, None),
         };
         if let Some(lost) = lost {
             tracing::warn!(
@@ -245,7 +242,7 @@ where
             }
             attempts.give_back_held();
         }
-        Ok(())
+        Ok(woken)
     }
 
     async fn stop_trying(
@@ -504,25 +501,25 @@ impl SetPlace {
     }
 
     /// Waits until a key of the group is handed to us, or `delay` passes (the fallback poll).
-    async fn wait_turn(&mut self, delay: Duration) {
+    async fn wait_turn(&mut self, delay: Duration) -> Woken {
         let (Some(me), false) = (&self.place, self.handoffs.is_empty()) else {
             sleep(delay).await;
-            return;
+            return Woken::Timer;
         };
         let handoffs = &mut self.handoffs;
         let my_turn = async {
             loop {
                 let announced = select_all(handoffs.iter_mut().map(|handoffs| Box::pin(handoffs.next())));
                 match announced.await.0 {
-                    Some(waiter) if waiter == *me => return,
+                    Some(waiter) if waiter == *me => return Woken::Turn,
                     Some(_) => continue,
-                    None => return, // announcements missed: look again
+                    None => return Woken::Timer, // announcements missed: look again
                 }
             }
         };
         tokio::select! {
-            () = my_turn => {}
-            () = sleep(delay) => {}
+            woken = my_turn => woken,
+            () = sleep(delay) => Woken::Timer,
         }
     }
 

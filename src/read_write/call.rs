@@ -9,7 +9,7 @@ use tower::Service;
 use super::{Access, ReadWriteLayer};
 use crate::LockLayer;
 use crate::error::StoreError;
-use crate::guard::{Attempt, CallResult, Contended, Error, OverHandler};
+use crate::guard::{Attempt, CallResult, Contended, Error, OverHandler, Woken};
 use crate::key::LockKey;
 use crate::lock::{Acquired, LockAttempts};
 use crate::lock_set::digest_name;
@@ -117,7 +117,7 @@ where
         key: &AccessedKey,
         attempts: &mut Self::Attempts,
         delay: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Woken, StoreError> {
         Contended::<S, Req>::wait(&self.lock, &key.key, attempts, delay).await
     }
 

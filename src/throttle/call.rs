@@ -10,7 +10,7 @@ use tower::Service;
 
 use super::{Admission, ThrottleLayer, ThrottleScope, ThrottleStore};
 use crate::error::StoreError;
-use crate::guard::{Attempt, CallResult, Contended, current_job};
+use crate::guard::{Attempt, CallResult, Contended, Woken, current_job};
 use crate::guard::{ConflictKind, Error, Nesting, NextSlot, ThrottledConflict, Waiter};
 use crate::key::LockKey;
 use crate::lock::LockToken;
@@ -104,7 +104,7 @@ where
         _: &LockKey,
         attempts: &mut ThrottleAttempts,
         delay: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Woken, StoreError> {
         match &attempts.next_slot {
             // Waiting as long as the slot takes: book it, so that nobody takes it meanwhile,
             // and come back as its holder when it opens.
@@ -117,7 +117,7 @@ where
             }
             _ => sleep(delay).await,
         }
-        Ok(())
+        Ok(Woken::Timer)
     }
 
     async fn stop_trying(
