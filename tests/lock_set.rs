@@ -386,7 +386,11 @@ async fn a_sets_holder_is_listed_on_each_of_its_keys<St: LockSetStore + ListLock
             .iter()
             .find(|info| info.key == key)
             .unwrap_or_else(|| panic!("{key} is not listed: {listed:?}"));
-        assert_eq!((info.holders, info.limit, info.fence), (1, 1, fence), "{info:?}");
+        assert_eq!(
+            (info.holders, info.limit, info.fence),
+            (1, Some(1), fence),
+            "{info:?}"
+        );
     }
 }
 

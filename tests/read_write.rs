@@ -454,9 +454,15 @@ async fn the_listing_shows_the_mode_the_readers_and_the_waiting_writers<St: Sema
         .find(|info| info.key == "doc")
         .expect("doc is listed");
     assert_eq!(
-        (doc.holders, doc.writing, doc.waiters, doc.writers_waiting),
-        (2, false, 1, 1),
-        "{doc:?}"
+        (
+            doc.holders,
+            doc.limit,
+            doc.writing,
+            doc.waiters,
+            doc.writers_waiting
+        ),
+        (2, None, false, 1, 1),
+        "{doc:?}: readers without a limit are listed with none"
     );
     release(&store, first, Holders::Permits(UNLIMITED)).await;
     release(&store, second, Holders::Permits(UNLIMITED)).await;

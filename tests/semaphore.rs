@@ -369,7 +369,7 @@ async fn the_listing_shows_permits_held_the_limit_and_the_line<S: Reserving>(sto
         .map(|lock| (lock.key.as_str(), lock.holders, lock.limit, lock.waiters))
         .collect();
     // The waiter that joined found a permit free: it is reserved for it.
-    assert_eq!(shown, [("order:1", 1, 1, 0), ("tenant:3", 2, 3, 1)]);
+    assert_eq!(shown, [("order:1", 1, Some(1), 0), ("tenant:3", 2, Some(3), 1)]);
     assert_eq!(locks[1].fence, last.expect("a permit").0);
     assert!(
         locks[1]
@@ -377,6 +377,33 @@ async fn the_listing_shows_permits_held_the_limit_and_the_line<S: Reserving>(sto
             .as_deref()
             .is_some_and(|reserved| reserved.starts_with("c|"))
     );
+}
+
+/// A permit renewed past its first TTL keeps its key listed with its limit (the limit's record
+/// lived only as long as the first TTL: the key was then listed with limit 0, which reads as
+/// "closed").
+async fn a_permit_renewed_past_its_first_ttl_is_listed_with_its_limit<S: Reserving>(store: S) {
+    let k = key("tenant:4");
+    let ttl = Duration::from_millis(200);
+    let token = LockToken::random();
+    take_as(&store, &k, token, 3, None, ttl)
+        .await
+        .expect("a permit of a free key");
+    // Renewed as a running handler's permit is, at a third of its TTL, past three TTLs.
+    let until = tokio::time::Instant::now() + ttl * 3;
+    while tokio::time::Instant::now() < until {
+        tokio::time::sleep(ttl / 3).await;
+        assert!(
+            store.extend_permit(&k, token, ttl).await.unwrap(),
+            "renewed in time"
+        );
+    }
+    let locks = store.list_locks(100).await.unwrap();
+    let listed: Vec<_> = locks
+        .iter()
+        .map(|lock| (lock.key.as_str(), lock.holders, lock.limit))
+        .collect();
+    assert_eq!(listed, [("tenant:4", 1, Some(3))]);
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -582,4 +609,5 @@ for_each_store!(
     deferred_requests_run_n_at_a_time_in_arrival_order,
     retrying_callers_share_n_permits,
     the_listing_shows_permits_held_the_limit_and_the_line,
+    a_permit_renewed_past_its_first_ttl_is_listed_with_its_limit,
 );

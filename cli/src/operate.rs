@@ -173,12 +173,12 @@ where
                 locks
                     .into_iter()
                     .map(|lock| {
-                        // The JSON API's shape. A throttled key has no holders, limit or fence:
-                        // shown empty, not as a limit of 0 (which reads as "closed").
+                        // The JSON API's shape. A throttled key has no holders or fence:
+                        // shown empty, as its limit is.
                         let throttled = lock.next_slot.is_some();
                         let mut row = serde_json::to_value(&lock).unwrap_or(Value::Null);
                         if let (true, Some(fields)) = (throttled, row.as_object_mut()) {
-                            for field in ["fence", "holders", "limit"] {
+                            for field in ["fence", "holders"] {
                                 fields.insert(field.to_string(), Value::Null);
                             }
                         }

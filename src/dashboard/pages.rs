@@ -517,11 +517,11 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
             Some(opens_in) if opens_in.is_zero() => ("throttle".to_string(), "open".to_string()),
             Some(opens_in) => ("throttle".to_string(), format!("in {} ms", opens_in.as_millis())),
             None if lock.writing => ("1 writer".to_string(), String::new()),
-            // A read-write lock without a limit of readers.
-            None if lock.limit == u64::from(u32::MAX) => {
-                (format!("{} / no limit", lock.holders), String::new())
-            }
-            None => (format!("{} / {}", lock.holders, lock.limit), String::new()),
+            None => match lock.limit {
+                Some(limit) => (format!("{} / {limit}", lock.holders), String::new()),
+                // A read-write lock without a limit of readers.
+                None => (format!("{} / no limit", lock.holders), String::new()),
+            },
         };
         let waiters = match lock.writers_waiting {
             0 => lock.waiters.to_string(),

@@ -47,7 +47,7 @@ pub struct ReadWriteLayer<St, X, A, Strat = FailFast> {
 }
 
 /// No limit on the readers of a key unless [`ReadWriteLayer::readers`] sets one.
-const UNLIMITED: u32 = u32::MAX;
+pub(crate) const UNLIMITED: u32 = u32::MAX;
 
 impl<St: SemaphoreStore, X, A> ReadWriteLayer<St, X, A, FailFast> {
     /// Guards each request on the key `extractor` gives it, reading or writing it as `access`

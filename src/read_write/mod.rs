@@ -63,4 +63,5 @@ mod service;
 pub use self::access::{Access, AccessExtractor};
 pub use self::call::AccessedKey;
 pub use self::layer::ReadWriteLayer;
+pub(crate) use self::layer::UNLIMITED;
 pub use self::service::ReadWriteService;

@@ -22,8 +22,10 @@ pub struct LockInfo {
     /// How many hold the key now: 0 or 1 for a mutex, the permits held for a semaphore.
     pub holders: u64,
     /// How many may hold it at once: 1 for a mutex, a semaphore's limit as its last acquire
-    /// asked (a read-write lock's readers: 4294967295 when it has no limit).
-    pub limit: u64,
+    /// asked (0: closed, see [`Error::Closed`](crate::Error::Closed)); `None` when nothing
+    /// limits its holders: a read-write lock's readers without a limit, or a throttled key
+    /// (which has no holders).
+    pub limit: Option<u64>,
     /// Whether a writer holds it (a [read-write lock](crate::read_write)'s; then `holders` is
     /// 1): else its holders read, or hold permits.
     pub writing: bool,
@@ -41,6 +43,12 @@ pub struct LockInfo {
     /// closed. In JSON, `closed_ms`.
     #[serde(rename = "closed_ms", serialize_with = "super::time::serialize_opt_millis")]
     pub closed_for: Option<Duration>,
+}
+
+/// A semaphore's limit as a store keeps it, as listed: `None` for a read-write lock's readers
+/// without a limit (kept as `u32::MAX`).
+pub(crate) fn listed_limit(kept: u64) -> Option<u64> {
+    (kept != u64::from(crate::read_write::UNLIMITED)).then_some(kept)
 }
 
 /// Stores whose held locks can be listed: [`MemoryStore`](super::MemoryStore), and

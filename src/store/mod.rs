@@ -13,7 +13,7 @@
 pub mod footprint;
 mod handover;
 pub mod lifetimes;
-mod list_locks;
+pub(crate) mod list_locks;
 mod lock_family;
 mod memory;
 mod redis;

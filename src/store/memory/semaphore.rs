@@ -244,7 +244,7 @@ impl MemoryStore {
                         .values()
                         .filter(|(_, deadline)| *deadline > now)
                         .count() as u64,
-                    limit: u64::from(permits.limit),
+                    limit: crate::store::list_locks::listed_limit(u64::from(permits.limit)),
                     reserved_for: (!reserved.is_empty()).then(|| reserved.join(" ")),
                     writing: permits.writer.is_some_and(|writer| {
                         permits

@@ -189,7 +189,7 @@ impl MemoryStore {
                 fence: 0,
                 waiters: (schedule.bookings.len() + schedule.sent_back.len()) as u64,
                 holders: 0,
-                limit: 0,
+                limit: None,
                 reserved_for: None,
                 writing: false,
                 writers_waiting: 0,

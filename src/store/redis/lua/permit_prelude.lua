@@ -54,9 +54,10 @@ local function prune(now)
 end
 
 -- The semaphore's keys live as long as their last deadline, `ms` from now at least: a key
--- nobody touches again is gone after its last holder's TTL.
+-- nobody touches again is gone after its last holder's TTL. The limit lives as long as the
+-- permits, so that a key whose permits are renewed past their first TTL is listed with it.
 local function keep_alive(ms)
-  for _, key in ipairs({PERMITS, FENCES}) do
+  for _, key in ipairs({PERMITS, FENCES, LIMIT}) do
     if redis.call('PTTL', key) < ms then
       redis.call('PEXPIRE', key, ms)
     end
