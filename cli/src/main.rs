@@ -40,6 +40,8 @@ async fn main() -> ExitCode {
     let json = cli.json;
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader stopped reading (`redefer locks | head`): what it read is all it wanted.
+        Err(error) if is_closed_pipe(&*error) => ExitCode::SUCCESS,
         Err(error) => {
             // With --json, a script reads the error as it reads the output.
             if json {
@@ -54,6 +56,13 @@ async fn main() -> ExitCode {
 
 /// What a command that failed says, on stderr.
 type Failure = Box<dyn std::error::Error>;
+
+/// Whether `error` is the output's reader having closed the pipe.
+fn is_closed_pipe(error: &(dyn std::error::Error + 'static)) -> bool {
+    error
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|error| error.kind() == std::io::ErrorKind::BrokenPipe)
+}
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     let target = Target::of(&cli)?;

@@ -225,7 +225,9 @@ where
             return Ok(());
         }
     };
-    output.print(cli.json)
+    // Buffered: a table of thousands of locks is written in a few calls, not one per line.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    Ok(output.print(cli.json, &mut out)?)
 }
 
 /// Where job `id` is, in the set names the command uses.

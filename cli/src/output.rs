@@ -1,12 +1,12 @@
 //! What a command prints: aligned tables and records for people, JSON for scripts.
 
+use std::io::Write;
 use std::time::SystemTime;
 
+use redefer::dashboard::escape_for_terminal;
 use redefer::queue::{JobSet, ListedEntry, attempts_in};
 use redefer::store::footprint::Footprint;
 use serde_json::{Value, json};
-
-use crate::Failure;
 
 /// The footprint as a table (one row per kind, then the totals), or as its JSON record.
 pub fn footprint_output(footprint: Footprint) -> Output {
@@ -88,43 +88,48 @@ pub enum Output {
 }
 
 impl Output {
-    pub fn print(self, json: bool) -> Result<(), Failure> {
+    /// Writes the output to `out`: JSON for scripts, else aligned text for people. An error
+    /// is the writer's (a reader that closed the pipe, say): the caller decides what it means.
+    pub fn print(self, json: bool, out: &mut impl Write) -> std::io::Result<()> {
         if json {
             let value = match self {
                 Output::Record(record) => record,
                 Output::Table(rows) => Value::Array(rows),
                 Output::Footprint { record, .. } => record,
             };
-            println!("{}", serde_json::to_string_pretty(&value)?);
-            return Ok(());
+            serde_json::to_writer_pretty(&mut *out, &value)?;
+            writeln!(out)?;
+            return out.flush();
         }
         match self {
             Output::Record(Value::Object(fields)) => {
                 let width = fields.keys().map(String::len).max().unwrap_or(0);
                 for (name, value) in fields {
-                    println!("{name:<width$}  {}", cell(&value));
+                    writeln!(out, "{name:<width$}  {}", cell(&value))?;
                 }
             }
-            Output::Record(other) => println!("{}", cell(&other)),
-            Output::Table(rows) | Output::Footprint { rows, .. } => print_table(&rows),
+            Output::Record(other) => writeln!(out, "{}", cell(&other))?,
+            Output::Table(rows) | Output::Footprint { rows, .. } => print_table(&rows, out)?,
         }
-        Ok(())
+        out.flush()
     }
 }
 
+/// A value as one cell of a line: text as it is, but what would not show as itself (keys,
+/// ids and payloads come from outside: escape sequences, bells, line breaks, right-to-left
+/// overrides) written `\u{...}`, as the dashboard writes it.
 fn cell(value: &Value) -> String {
     match value {
         Value::Null => "-".to_string(),
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
+        Value::String(text) => escape_for_terminal(text).into_owned(),
+        other => escape_for_terminal(&other.to_string()).into_owned(),
     }
 }
 
 /// Rows of JSON objects as aligned columns, in the order the fields first appear.
-fn print_table(rows: &[Value]) {
+fn print_table(rows: &[Value], out: &mut impl Write) -> std::io::Result<()> {
     if rows.is_empty() {
-        println!("(none)");
-        return;
+        return writeln!(out, "(none)");
     }
     let mut columns: Vec<String> = Vec::new();
     for row in rows {
@@ -150,7 +155,7 @@ fn print_table(rows: &[Value]) {
                 .unwrap_or(0)
         })
         .collect();
-    let line = |values: Vec<String>| {
+    let line = |values: &[String]| {
         values
             .iter()
             .zip(&widths)
@@ -160,8 +165,22 @@ fn print_table(rows: &[Value]) {
             .trim_end()
             .to_string()
     };
-    println!("{}", line(columns.clone()));
+    writeln!(out, "{}", line(&columns))?;
     for row in cells {
-        println!("{}", line(row));
+        writeln!(out, "{}", line(&row))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cell_shows_hostile_text_escaped_on_one_line() {
+        let key = Value::String("a\x1b[31mred\x07\0\u{202E}b\nc\td".to_string());
+        assert_eq!(cell(&key), "a\\u{1B}[31mred\\u{7}\\u{0}\\u{202E}b\\u{A}c\\u{9}d");
+        let payload = serde_json::json!({ "note": "\u{202E}x" });
+        assert_eq!(cell(&payload), "{\"note\":\"\\u{202E}x\"}");
     }
 }

@@ -699,3 +699,102 @@ async fn on_a_cluster_the_locks_of_every_master_are_listed() {
         .collect();
     assert_eq!(listed, keys);
 }
+
+/// A key holding an escape sequence, a bell, a NUL, a right-to-left override or a line break
+/// (keys come from request data) reaches the terminal escaped, on its row of the table: the
+/// table has one line per lock, and no control character but the line ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_shows_hostile_keys_escaped_one_row_each() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let hostile = [
+        "order:\x1b[31mred",
+        "order:\x07bell\0nul",
+        "order:\u{202E}txt.exe",
+        "order:a\nb\tc",
+    ];
+    for name in hostile {
+        store
+            .try_acquire(
+                &LockKey::new(name).unwrap(),
+                LockToken::random(),
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+    }
+    let table = redefer(&server, &prefix, &["locks"]).expect("redefer locks succeeds");
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1 + hostile.len(),
+        "a header and a row per lock:\n{table}"
+    );
+    let unshown: Vec<char> = table
+        .chars()
+        .filter(|c| (c.is_control() && *c != '\n') || *c == '\u{202E}')
+        .collect();
+    assert!(unshown.is_empty(), "{unshown:?} in\n{table}");
+    for shown in [
+        "order:\\u{1B}[31mred",
+        "order:\\u{7}bell\\u{0}nul",
+        "order:\\u{202E}txt.exe",
+        "order:a\\u{A}b\\u{9}c",
+    ] {
+        assert!(table.contains(shown), "{shown} in\n{table}");
+    }
+    // The JSON output keeps the keys as they are, escaped as JSON.
+    let listed = json(&server, &prefix, &["locks"]);
+    let mut keys: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|row| row["key"].as_str())
+        .collect();
+    keys.sort_unstable();
+    let mut expected = hostile.to_vec();
+    expected.sort_unstable();
+    assert_eq!(keys, expected);
+}
+
+/// A reader that closes the pipe (`redefer locks | head -c 5`) ends the command quietly
+/// with success, not with a panic ("failed printing to stdout") and exit code 101.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_closes_the_pipe_ends_the_command_quietly() {
+    use std::process::Stdio;
+
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    // Enough rows that the output outgrows the pipe's buffer.
+    for n in 0..3_000 {
+        store
+            .try_acquire(
+                &LockKey::new(format!("order:{n}")).unwrap(),
+                LockToken::random(),
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+    }
+    for args in [
+        &["locks", "--limit", "5000"][..],
+        &["--json", "locks", "--limit", "5000"],
+        &["footprint"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_redefer"))
+            .args(["--url", &server.url(), "--prefix", &prefix])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run redefer");
+        // The reader goes before the command writes: its every write finds the pipe closed.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {:?}, {stderr}", output.status);
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}

@@ -5,6 +5,7 @@ use std::fmt::Write;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use super::access::Visitor;
+use super::shown::is_invisible;
 
 /// Characters left as they are in a path segment: the unreserved ones.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -32,27 +33,6 @@ pub(super) fn escape(text: &str) -> String {
         }
     }
     out
-}
-
-/// Whether `c` is written escaped: controls but the newline and the tab, format characters
-/// (bidirectional overrides and isolates, zero-width spaces and joiners, the BOM, tags), line
-/// and paragraph separators, private use and unassigned code points, and the variation
-/// selectors (marks that change the character before them, invisibly).
-fn is_invisible(c: char) -> bool {
-    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
-    if c == '\n' || c == '\t' {
-        return false;
-    }
-    matches!(
-        c.general_category(),
-        GeneralCategory::Control
-            | GeneralCategory::Format
-            | GeneralCategory::LineSeparator
-            | GeneralCategory::ParagraphSeparator
-            | GeneralCategory::PrivateUse
-            | GeneralCategory::Surrogate
-            | GeneralCategory::Unassigned
-    ) || matches!(c, '\u{FE00}'..='\u{FE0F}' | '\u{E0100}'..='\u{E01EF}' | '\u{180B}'..='\u{180F}')
 }
 
 /// `text` as one path segment or query value of a URL.

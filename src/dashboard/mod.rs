@@ -38,6 +38,7 @@ mod options;
 mod pages;
 mod plot;
 mod problem;
+mod shown;
 mod sign_in_limit;
 
 use std::sync::Arc;
@@ -51,6 +52,7 @@ use serde_json::Value;
 
 use self::access::Access;
 pub use self::options::DashboardOptions;
+pub use self::shown::escape_for_terminal;
 use crate::error::KeyError;
 use crate::queue::{DelayQueue, QueueOperator, QueueStore};
 use crate::store::ListLocks;
