@@ -114,6 +114,13 @@ pub enum KeyError {
         /// The most a set holds.
         max: usize,
     },
+    /// A set's extractor returned `Some` of no keys ([`LockSetLayer`](crate::lock_set::LockSetLayer)):
+    /// refused, not run unlocked, since an extractor that lost its keys would otherwise let
+    /// every request through. `None` is how an extractor passes a request through unlocked.
+    #[error(
+        "a set of keys must hold at least one key (an extractor passes a request through unlocked with None)"
+    )]
+    EmptySet,
     /// A job id has characters other than ASCII letters, digits, `_`, `.` and `-`.
     #[error("job id {id:?} may hold only ASCII letters, digits, '_', '.' and '-'")]
     InvalidJobId {
@@ -127,6 +134,14 @@ pub enum KeyError {
         count: usize,
         /// The most shards a queue may have.
         max: usize,
+    },
+    /// A job group's weight is out of its range ([`JobGroup::weight`](crate::queue::JobGroup::weight)).
+    #[error("a job group's weight is 1 to {max}, not {weight}")]
+    GroupWeight {
+        /// The weight asked for.
+        weight: u32,
+        /// The largest weight a group may have.
+        max: u32,
     },
     /// A prefix contains `{` or `}`, which would move the Redis Cluster hash tag into the prefix
     /// and put every key of a deployment in one slot.

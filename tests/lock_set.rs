@@ -249,6 +249,29 @@ async fn sets_under_retry_wait_until_served_not_until_their_keys_were_handed_fiv
     );
 }
 
+/// An extractor that returns `Some` of no keys (a bug: the keys were lost on the way) is
+/// refused before the handler runs, not run under no lock at all; `None` still passes the
+/// request through.
+async fn a_set_of_no_keys_is_refused_and_none_passes_through<St: LockSetStore>(store: St) {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let service = LockSetLayer::new(store, |names: &Option<Vec<String>>| names.clone()).layer(service_fn({
+        let ran = Arc::clone(&ran);
+        move |_: Option<Vec<String>>| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, Infallible>(()) }
+        }
+    }));
+    let refused = service.clone().oneshot(Some(vec![])).await;
+    assert!(
+        matches!(refused, Err(Error::InvalidKey(redefer::KeyError::EmptySet))),
+        "{refused:?}"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "the handler did not run");
+    let passed = service.oneshot(None).await.unwrap();
+    assert!(passed.done().is_some());
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "None passes through");
+}
+
 /// A scheduler that looks for due jobs at least every 200 ms.
 fn quick() -> SchedulerOptions {
     SchedulerOptions {
@@ -574,6 +597,7 @@ async fn coalesce_keeps_one_waiting_job_per_set<St: LockSetStore + QueueStore + 
 for_each_store!(
     a_set_runs_holding_every_key_with_a_fence_each,
     a_set_is_taken_all_or_nothing,
+    a_set_of_no_keys_is_refused_and_none_passes_through,
     a_sets_holder_is_listed_on_each_of_its_keys,
     overlapping_sets_in_any_order_never_overlap_nor_deadlock,
     sets_under_retry_wait_until_served_not_until_their_keys_were_handed_five_times,

@@ -352,7 +352,8 @@ async fn check_workload<St: QueueStore>(
             groups => queue.in_group(
                 redefer::queue::JobGroup::new(format!("g{}", n % groups))
                     .unwrap()
-                    .weight((n % groups) as u32 + 1),
+                    .weight((n % groups) as u32 + 1)
+                    .unwrap(),
             ),
         };
         let id = pusher

@@ -244,7 +244,7 @@ async fn weighted_round(store: &RedisStore, round: usize, each: usize, counted: 
     let queue = DelayQueue::<Work, _>::new(store.clone(), format!("weights-{round}")).expect("a queue");
     let page = vec![Work { tenant: 0, due_us: 0 }; 1000];
     let light_page = vec![Work { tenant: 1, due_us: 0 }; 1000];
-    let heavy = queue.in_group(group("heavy".to_string()).weight(3));
+    let heavy = queue.in_group(group("heavy".to_string()).weight(3).expect("a weight in range"));
     let light = queue.in_group(group("light".to_string()));
     for _ in 0..each / 1000 {
         heavy.push_many(&page, Duration::ZERO).await.expect("a push");

@@ -250,8 +250,22 @@ impl Config {
     }
 
     /// The scheduler options of queue `name`: its `[schedulers.<name>]`, else `[scheduler]`.
-    pub fn scheduler_named(&self, name: &str) -> SchedulerOptions {
-        self.schedulers.get(name).copied().unwrap_or(self.scheduler)
+    /// A name that is no configured queue (of `[queues]`, or `[queue]`'s) is an error, as it
+    /// is for [`queue_named`](Config::queue_named): a typo would run with the defaults.
+    ///
+    /// ```
+    /// use redefer::Config;
+    ///
+    /// let config = Config::from_toml_str("[queues.syncs]\n[schedulers.syncs]\nconcurrency = 4")?;
+    /// assert_eq!(config.scheduler_named("syncs")?.concurrency, 4);
+    /// assert!(config.scheduler_named("syncz").is_err());
+    /// # Ok::<(), redefer::ConfigError>(())
+    /// ```
+    pub fn scheduler_named(&self, name: &str) -> Result<SchedulerOptions, ConfigError> {
+        if !self.has_queue(name) {
+            return Err(missing(format!("queues.{name}"), "is not configured"));
+        }
+        Ok(self.schedulers.get(name).copied().unwrap_or(self.scheduler))
     }
 
     /// The queue `name` as `settings` describe it, in `store` under the configured prefix.

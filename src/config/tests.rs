@@ -222,8 +222,13 @@ fn a_whole_service_is_described_and_built_by_name() {
     let syncs = config.queue_named::<u64, _>("syncs", store.clone()).unwrap();
     assert_eq!(exports.shard_names().len(), 2);
     assert_eq!(syncs.policy().max_attempts, 3);
-    assert_eq!(config.scheduler_named("syncs").concurrency, 4);
-    assert_eq!(config.scheduler_named("exports"), config.scheduler);
+    assert_eq!(config.scheduler_named("syncs").unwrap().concurrency, 4);
+    assert_eq!(config.scheduler_named("exports").unwrap(), config.scheduler);
+    // A typo is an error, as it is for a queue.
+    assert!(matches!(
+        config.scheduler_named("syncz"),
+        Err(ConfigError::OutOfRange { field, .. }) if field == "queues.syncz"
+    ));
     let by_key = |n: &u64| Some(n.to_string());
     assert!(
         config

@@ -15,8 +15,10 @@ use crate::strategy::FailFast;
 /// script.
 pub const MAX_SET_KEYS: usize = 64;
 
-/// Maps a request to the keys it must hold together, or `None` (or no keys) to pass it
-/// through unlocked. The keys may come in any order and more than once: a set is a set.
+/// Maps a request to the keys it must hold together, or `None` to pass it through unlocked.
+/// The keys may come in any order and more than once: a set is a set. `Some` of no keys is
+/// refused ([`KeyError::EmptySet`](crate::KeyError::EmptySet)), not run unlocked: an
+/// extractor that lost its keys fails closed.
 ///
 /// Implemented for every `Fn(&Req) -> Option<Vec<String>>`:
 ///

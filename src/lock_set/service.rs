@@ -15,7 +15,7 @@ use crate::sealed::SealedGuard;
 ///
 /// An uncontended request costs one store round trip to take its set (per hash slot on Redis
 /// Cluster) and one release per key, sent together. Requests whose extractor returns `None`
-/// (or no keys) pass through unlocked.
+/// pass through unlocked; `Some` of no keys is refused ([`KeyError::EmptySet`]).
 pub type LockSetService<S, St, X, Strat> = GuardService<S, LockSetLayer<St, X, Strat>>;
 
 impl<St, X, Strat> SealedGuard for LockSetLayer<St, X, Strat> {}
@@ -49,7 +49,10 @@ where
                 max: MAX_SET_KEYS,
             });
         }
-        Ok((!keys.is_empty()).then_some(keys))
+        if keys.is_empty() {
+            return Err(KeyError::EmptySet);
+        }
+        Ok(Some(keys))
     }
 
     fn call(

@@ -37,7 +37,7 @@ pub const MAX_GROUP_WEIGHT: u32 = 1000;
 /// ```
 /// use redefer::queue::JobGroup;
 ///
-/// let tenant = JobGroup::new("tenant-7")?.weight(3);
+/// let tenant = JobGroup::new("tenant-7")?.weight(3)?;
 /// assert_eq!((tenant.name(), tenant.share()), ("tenant-7", 3));
 /// assert!(JobGroup::new("").is_err());
 /// # Ok::<(), redefer::KeyError>(())
@@ -56,13 +56,26 @@ impl JobGroup {
         Ok(JobGroup { name, weight: 1 })
     }
 
-    /// The group with weight `weight`, within 1 to [`MAX_GROUP_WEIGHT`] (a weight out of that
-    /// range is brought into it).
-    pub fn weight(self, weight: u32) -> Self {
-        JobGroup {
-            weight: weight.clamp(1, MAX_GROUP_WEIGHT),
-            ..self
+    /// The group with weight `weight`, 1 to [`MAX_GROUP_WEIGHT`]; a weight out of that range
+    /// is an error ([`KeyError::GroupWeight`]), not brought into it: a group meant to get
+    /// nothing (0) or a share no group can get would run with another than its caller meant.
+    ///
+    /// ```
+    /// use redefer::queue::JobGroup;
+    ///
+    /// assert_eq!(JobGroup::new("tenant-7")?.weight(3)?.share(), 3);
+    /// assert!(JobGroup::new("tenant-7")?.weight(0).is_err());
+    /// assert!(JobGroup::new("tenant-7")?.weight(5_000).is_err());
+    /// # Ok::<(), redefer::KeyError>(())
+    /// ```
+    pub fn weight(self, weight: u32) -> Result<Self, KeyError> {
+        if !(1..=MAX_GROUP_WEIGHT).contains(&weight) {
+            return Err(KeyError::GroupWeight {
+                weight,
+                max: MAX_GROUP_WEIGHT,
+            });
         }
+        Ok(JobGroup { weight, ..self })
     }
 
     /// The group's name.
@@ -159,9 +172,13 @@ mod tests {
     #[test]
     fn a_weight_is_brought_into_its_range() {
         let group = JobGroup::new("a").unwrap();
-        assert_eq!(group.clone().weight(0).share(), 1);
-        assert_eq!(group.clone().weight(5_000).share(), MAX_GROUP_WEIGHT);
-        assert_eq!(group.weight(3).stored(), "3 a");
+        assert!(group.clone().weight(0).is_err());
+        assert!(group.clone().weight(MAX_GROUP_WEIGHT + 1).is_err());
+        assert_eq!(
+            group.clone().weight(MAX_GROUP_WEIGHT).unwrap().share(),
+            MAX_GROUP_WEIGHT
+        );
+        assert_eq!(group.weight(3).unwrap().stored(), "3 a");
     }
 
     #[test]

@@ -135,7 +135,21 @@ pub enum CloseError {
     /// The store failed: the key may or may not be closed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The key was asked to close for longer than [`MAX_CLOSE`]: a "retry after" that far off is
+    /// a mistake (a timestamp read as seconds, a unit mixed up), and the key would stay closed
+    /// for it. Nothing was closed.
+    #[error("a key closes for at most {max:?}, not {asked:?}")]
+    TooLong {
+        /// How long the key was asked to close.
+        asked: Duration,
+        /// The longest a key may close.
+        max: Duration,
+    },
 }
+
+/// The longest a key may close for ([`close_for`], [`close_key_for`]): a day, the longest an
+/// upstream's quota window usually runs (a daily quota reopens within one).
+pub const MAX_CLOSE: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Closes the key the current request was admitted on, for `duration` from now (by the
 /// store's clock): an upstream answered "429, retry after". Every process sees it at once:
@@ -146,7 +160,8 @@ pub enum CloseError {
 /// Other keys are not slowed.
 ///
 /// Inside the innermost [`ThrottleLayer`](super::ThrottleLayer)'s handler; elsewhere,
-/// [`CloseError::NotThrottled`].
+/// [`CloseError::NotThrottled`]. For at most [`MAX_CLOSE`] (a day); longer is
+/// [`CloseError::TooLong`], and nothing is closed.
 ///
 /// ```
 /// use std::time::Duration;
@@ -185,6 +200,12 @@ pub async fn close_key_for(key: &str, duration: Duration) -> Result<Closed, Clos
 }
 
 async fn close(key: LockKey, duration: Duration) -> Result<Closed, CloseError> {
+    if duration > MAX_CLOSE {
+        return Err(CloseError::TooLong {
+            asked: duration,
+            max: MAX_CLOSE,
+        });
+    }
     let scope = ADMITTED
         .try_with(ThrottleScope::clone)
         .map_err(|_| CloseError::NotThrottled)?;

@@ -39,7 +39,7 @@ mod service;
 mod store;
 
 pub(crate) use self::close::ThrottleScope;
-pub use self::close::{CloseError, Closed, close_for, close_key_for};
+pub use self::close::{CloseError, Closed, MAX_CLOSE, close_for, close_key_for};
 pub use self::layer::ThrottleLayer;
 pub use self::rate::{Rate, RateError};
 pub use self::service::ThrottleService;

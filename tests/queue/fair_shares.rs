@@ -66,7 +66,7 @@ async fn a_small_group_is_not_behind_a_large_groups_backlog<St: QueueStore>(stor
 /// queue with groups take the turns of one more group.
 async fn weighted_groups_share_the_claims_in_proportion<St: QueueStore>(store: St) {
     let q = queue(store);
-    q.in_group(group("heavy").weight(3))
+    q.in_group(group("heavy").weight(3).unwrap())
         .push_many(&payloads("h", 400), Duration::ZERO)
         .await
         .unwrap();

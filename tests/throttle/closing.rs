@@ -294,6 +294,7 @@ for_each_store!(
     booked_jobs_of_a_closed_key_do_not_hold_the_schedulers_places,
     a_closed_key_makes_every_caller_wait_for_its_reopening,
     a_job_waits_for_the_reopening_without_using_an_attempt,
+    a_closing_longer_than_a_day_is_refused_and_closes_nothing,
 );
 
 /// Outside a throttled handler there is no throttle to close a key of.
@@ -308,4 +309,30 @@ async fn closing_outside_a_throttled_handler_is_refused() {
         }));
     let inner = locked.oneshot(1).await.unwrap().done().unwrap();
     assert!(matches!(inner, Err(CloseError::NotThrottled)));
+}
+
+/// A closing longer than a day (a century, a timestamp read as seconds) is refused with what
+/// was asked, and closes nothing: the key still admits.
+async fn a_closing_longer_than_a_day_is_refused_and_closes_nothing<S: Clocked>(store: S) {
+    use redefer::throttle::MAX_CLOSE;
+
+    let century = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+    let burst = rate().burst(5).unwrap();
+    let service = ThrottleLayer::new(store, |_: &u32| Some("api.example".to_string()), burst).layer(
+        service_fn(move |n: u32| async move {
+            Ok::<_, std::convert::Infallible>(match n {
+                0 => close_for(century).await.map(|_| ()),
+                _ => close_key_for("other.example", MAX_CLOSE + MS).await.map(|_| ()),
+            })
+        }),
+    );
+    for n in 0..2 {
+        let refused = service.clone().oneshot(n).await.unwrap().done().unwrap();
+        assert!(
+            matches!(refused, Err(CloseError::TooLong { max, .. }) if max == MAX_CLOSE),
+            "{refused:?}"
+        );
+    }
+    let admitted = service.oneshot(0).await;
+    assert!(admitted.is_ok(), "the key was not closed: {admitted:?}");
 }
