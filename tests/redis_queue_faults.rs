@@ -715,7 +715,63 @@ async fn a_claim_on_its_way_at_shutdown_is_handed_back(kind: Server) {
     );
 }
 
+/// A queue with no job ready keeps no groups' turns (its `group-tags`, as the README's key
+/// table says): not after a purge of its waiting jobs, nor after a claim of its last ready
+/// job, nor after its last ready job is cancelled. Before, the tags stayed until the next job
+/// became ready (`tenant-a 1000` after a purge).
+async fn a_queue_with_no_job_ready_keeps_no_groups_turns(kind: Server) {
+    use redefer::queue::{JobGroup, JobSet};
+
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let tags = format!("{}:q:{{jobs}}:group-tags", store.prefix().as_str());
+    let queue = DelayQueue::<u32, _>::new(store, "jobs").unwrap();
+    let tenant = |name: &str| queue.in_group(JobGroup::new(name).unwrap());
+    let kept = async || -> bool { server.cmd::<i64>(::redis::cmd("EXISTS").arg(&tags)).await == 1 };
+
+    tenant("tenant-a")
+        .push_many(&(0..1000).collect::<Vec<u32>>(), Duration::ZERO)
+        .await
+        .unwrap();
+    tenant("tenant-b").push(&1, Duration::ZERO).await.unwrap();
+    // A claim makes the due jobs ready, in their groups' turns.
+    let claimed = queue.claim(1, Duration::from_secs(60)).await.unwrap();
+    assert!(kept().await, "{tags} holds the turns while jobs are ready");
+    assert_eq!(queue.operator().purge(JobSet::Waiting).await.unwrap(), 1000);
+    assert!(!kept().await, "no job is ready after the purge");
+    queue.ack(&claimed.jobs[0].lease).await.unwrap();
+
+    tenant("tenant-a")
+        .push_many(&[1, 2], Duration::ZERO)
+        .await
+        .unwrap();
+    let first = queue.claim(1, Duration::from_secs(60)).await.unwrap();
+    assert!(kept().await);
+    let last = queue.claim(1, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(last.jobs.len(), 1);
+    assert!(!kept().await, "the claim took the last ready job");
+
+    let ids = tenant("tenant-a")
+        .push_many(&[3, 4], Duration::ZERO)
+        .await
+        .unwrap();
+    let third = queue.claim(1, Duration::from_secs(60)).await.unwrap();
+    let waiting = ids
+        .iter()
+        .find(|scheduled| scheduled.id != *third.jobs[0].lease.id())
+        .expect("one of the two waits");
+    assert_eq!(
+        queue.cancel(&waiting.id).await.unwrap(),
+        redefer::queue::Cancelled::Deleted
+    );
+    assert!(!kept().await, "the last ready job was cancelled");
+    for claimed in [first, last, third] {
+        queue.ack(&claimed.jobs[0].lease).await.unwrap();
+    }
+}
+
 for_each_server!(
+    a_queue_with_no_job_ready_keeps_no_groups_turns,
     a_claim_on_its_way_at_shutdown_is_handed_back,
     entries_written_by_other_clients_are_buried_with_a_reason_and_the_rest_run,
     keys_of_the_wrong_type_are_store_errors_and_touch_nothing_else,

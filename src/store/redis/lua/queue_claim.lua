@@ -110,6 +110,10 @@ if grouped() then
     redis.call('ZREMRANGEBYRANK', READY, 0, #ids - 1)
     dues = redis.call('ZMSCORE', READY_DUE, unpack(ids))
     redis.call('ZREM', READY_DUE, unpack(ids))
+    if #ready <= max then
+      -- The claim took every ready job: the groups' turns start again at the next.
+      redis.call('UNLINK', GROUP_TAGS)
+    end
   end
 else
   -- One more than it takes: when that one is due too, the claimer is told to come back at once

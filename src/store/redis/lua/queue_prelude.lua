@@ -233,12 +233,16 @@ local function grouped()
   return has_groups
 end
 
+-- The steps of fair shares and of a job's wait (defined below: `schedule` needs one of them).
+local waits
+
 -- Makes job `id` wait until `due`, and wakes sleeping schedulers when it is now the first due:
 -- they sleep until the previous first, which this one comes before. A ready job moved (a
 -- debounce) leaves READY: it becomes ready again when due.
 local function schedule(id, due)
   if grouped() and redis.call('ZREM', READY, id) == 1 then
     redis.call('ZREM', READY_DUE, id)
+    waits().forget_past_turns()
   end
   redis.call('ZADD', DELAYED, due, id)
   if redis.call('ZRANGE', DELAYED, 0, 0)[1] == id then
@@ -251,11 +255,27 @@ end
 -- on every call, and four of these made by every push cost it about half a microsecond of
 -- server time (a push of one job takes about 14) for nothing while the queue has no groups.
 local wait_steps = nil
-local function waits()
+function waits()
   if wait_steps then
     return wait_steps
   end
   local steps = {}
+
+  -- Forgets the groups' turns no ready job needs: all of them while no job is ready (tags start
+  -- again from 0), else those below the virtual time (the lowest tag ready: a group below it
+  -- starts at it). Called where ready jobs leave READY (made ready, claimed, purged, cancelled,
+  -- moved), so that a queue with nothing ready keeps no turns. Returns the virtual time (nil:
+  -- nothing ready).
+  function steps.forget_past_turns()
+    local lowest = redis.call('ZRANGEBYSCORE', READY, '(-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local virtual = tonumber(lowest[2])
+    if not virtual then
+      redis.call('UNLINK', GROUP_TAGS)
+    else
+      redis.call('ZREMRANGEBYSCORE', GROUP_TAGS, '-inf', '(' .. virtual)
+    end
+    return virtual
+  end
 
   -- The group and weight of a GROUPS value ('<weight> <group>'); nil for an ungrouped job.
   -- A value another client wrote is a group of weight 1.
@@ -274,16 +294,9 @@ local function waits()
   -- gets its group's next start tag, at least the virtual time (the lowest tag ready), and
   -- moves its group's next tag 1/weight on. Wakes sleeping schedulers when none was ready.
   function steps.make_ready(ids, dues, values, now)
-    local lowest = redis.call('ZRANGEBYSCORE', READY, '(-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    local virtual = tonumber(lowest[2])
-    if not virtual then
-      -- Nothing ready: the groups' past turns are forgotten, and tags start again from 0.
-      redis.call('UNLINK', GROUP_TAGS)
-      virtual = 0
-    else
-      -- A group whose next tag is below the virtual time starts at it: its entry is useless.
-      redis.call('ZREMRANGEBYSCORE', GROUP_TAGS, '-inf', '(' .. virtual)
-    end
+    local virtual = steps.forget_past_turns()
+    local none_ready = virtual == nil
+    virtual = virtual or 0
     -- A group's turns are those of its GROUPS value: its name and weight (a pattern match per
     -- group, not per job).
     local tags, names, weights = {}, {}, {}
@@ -319,7 +332,7 @@ local function waits()
     batched('ZADD', READY_DUE, ready_due)
     batched('ZADD', GROUP_TAGS, next_tags)
     -- With a job ready before, schedulers are claiming, not asleep.
-    if not lowest[1] then
+    if none_ready then
       redis.call('PUBLISH', WAKE, now)
     end
   end
@@ -378,6 +391,7 @@ local function waits()
     end
     if grouped() and redis.call('ZREM', READY, id) == 1 then
       redis.call('ZREM', READY_DUE, id)
+      steps.forget_past_turns()
       return true
     end
     return false

@@ -42,6 +42,7 @@ elseif set == DELAYED then
     if #ids > 0 then
       redis.call('ZREM', READY, unpack(ids))
       redis.call('ZREM', READY_DUE, unpack(ids))
+      waits().forget_past_turns()
     end
   end
   if #ids < most then
