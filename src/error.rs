@@ -42,6 +42,16 @@ pub enum StoreError {
         /// The policy the server reported.
         policy: String,
     },
+    /// The address given is not a Redis URL: nothing was tried.
+    #[error(
+        "{url} is not a Redis URL (redis://[user:password@]host:port[/db], rediss:// with TLS, unix:///path/to/socket): {reason}"
+    )]
+    InvalidUrl {
+        /// The address given, without its password.
+        url: String,
+        /// What the client said of it.
+        reason: String,
+    },
 }
 
 impl StoreError {
@@ -62,7 +72,9 @@ impl StoreError {
                     || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
             }
             StoreError::NotReplicated { .. } => true,
-            StoreError::Protocol(_) | StoreError::EvictionPolicy { .. } => false,
+            StoreError::Protocol(_) | StoreError::EvictionPolicy { .. } | StoreError::InvalidUrl { .. } => {
+                false
+            }
         }
     }
 

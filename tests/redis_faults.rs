@@ -753,3 +753,24 @@ async fn a_new_memory_store_starts_its_tokens_above_the_old_ones() {
     let new = fence(MemoryStore::new()).await;
     assert!(new > old, "{new:?} after {old:?}");
 }
+
+/// An address that is not a Redis URL is refused before anything is tried, with what is wrong
+/// and the forms a Redis URL takes, without its password (it said "Redis URL did not parse -
+/// InvalidClientConfig").
+#[tokio::test]
+async fn an_address_that_is_not_a_redis_url_says_what_is_wrong() {
+    for (url, wrong) in [
+        ("http://app:s3cret@127.0.0.1:6379", "its scheme is \"http\""),
+        ("127.0.0.1:6379", "it has no scheme"),
+    ] {
+        let error = RedisStore::connect(url).await.map(|_| ()).unwrap_err();
+        assert!(matches!(error, StoreError::InvalidUrl { .. }), "{error:?}");
+        assert!(!error.is_transient(), "retrying it will not help: {error}");
+        let said = error.to_string();
+        assert!(
+            said.contains("is not a Redis URL") && said.contains(wrong),
+            "{said}"
+        );
+        assert!(said.contains("redis://") && !said.contains("s3cret"), "{said}");
+    }
+}

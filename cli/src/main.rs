@@ -28,11 +28,13 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use redefer::RedisStore;
+use redefer::store::without_password;
 use serde_json::json;
 
 use crate::args::{Cli, Command};
 use crate::operate::operate;
-use crate::target::{Target, without_password};
+
+use crate::target::Target;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -79,14 +81,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let builder = RedisStore::builder().prefix(target.prefix.as_str())?;
     let unreachable = |error: redefer::StoreError| -> Failure {
         // An address the client cannot read: nothing was tried, the server is not the question.
-        if let redefer::StoreError::Redis(refused) = &error
-            && refused.kind() == redefer::redis::ErrorKind::InvalidClientConfig
-        {
-            return format!(
-                "--url (or REDIS_URL) {} is not a Redis URL (redis://host:port, rediss:// with TLS, unix:///path): {error}",
-                without_password(&cli.url)
-            )
-            .into();
+        if let redefer::StoreError::InvalidUrl { .. } = &error {
+            return format!("--url (or REDIS_URL): {error}").into();
         }
         format!(
             "cannot connect to {}: {error} (is the server running? --url or REDIS_URL says where)",

@@ -105,35 +105,3 @@ pub async fn known_queue<St: QueueStore>(
     )
     .into())
 }
-
-/// `url` with its password, if any, replaced by `***`: fit to print.
-pub fn without_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_string();
-    };
-    match rest[..at].split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***{}", &rest[at..]),
-        None => url.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::without_password;
-
-    #[test]
-    fn urls_are_printed_without_their_password() {
-        assert_eq!(
-            without_password("redis://app:s3cret@db:6379/0"),
-            "redis://app:***@db:6379/0"
-        );
-        assert_eq!(without_password("rediss://:s3cret@db"), "rediss://:***@db");
-        assert_eq!(without_password("redis://db:6379"), "redis://db:6379");
-        assert_eq!(without_password("redis://user@db"), "redis://user@db");
-        assert_eq!(without_password("not a url"), "not a url");
-    }
-}

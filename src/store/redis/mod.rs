@@ -18,6 +18,7 @@ mod releasing;
 mod scripts;
 mod semaphore;
 mod throttle;
+mod url;
 mod wake;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,6 +32,7 @@ use self::announcements::Announcements;
 use self::conditional::Conditional;
 use self::counted::CountedKeys;
 use self::releasing::Releasing;
+pub use self::url::without_password;
 use crate::error::{KeyError, StoreError};
 use crate::key::Prefix;
 use crate::lock::Handoffs;
@@ -382,7 +384,7 @@ impl RedisStoreBuilder {
     /// Connects to the server at `url` (`redis://`, `rediss://` with the `tls` feature,
     /// `redis://user:password@host:port/db`).
     pub async fn connect(self, url: &str) -> Result<RedisStore<ConnectionManager>, StoreError> {
-        let client = redis::Client::open(url)?;
+        let client = url::client_of(url)?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.response_timeout))
             .set_connection_timeout(Some(self.connection_timeout))
@@ -407,6 +409,10 @@ impl RedisStoreBuilder {
             ))
             .into());
         }
+        let pubsub = nodes
+            .iter()
+            .map(|node| url::client_of(node))
+            .collect::<Result<Vec<_>, _>>()?;
         let client = ClusterClient::builder(nodes.iter().copied())
             .connection_timeout(self.connection_timeout)
             .response_timeout(self.response_timeout)
@@ -414,10 +420,6 @@ impl RedisStoreBuilder {
         let mut conn = client.get_async_connection().await?;
         // Any node's answer stands for the cluster's: the nodes of one cluster share a config.
         eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
-        let pubsub = nodes
-            .iter()
-            .map(|node| redis::Client::open(*node))
-            .collect::<Result<Vec<_>, _>>()?;
         Ok(RedisStore::prepared_now(conn, self.prefix)
             .await?
             .with_pubsub_nodes(pubsub))
