@@ -57,8 +57,9 @@ impl redis::ToRedisArgs for LockToken {
 /// counter that fell behind it is raised to it first), so the first token after such a loss
 /// is above every earlier one as long as the new server's clock is ahead of the last token
 /// handed out before. That holds when a failover takes longer than the two servers' clocks
-/// disagree, plus 500 ms (a store that follows the failover takes a recently raised counter by
-/// plain commands while it is less than 500 ms behind the clock), and when the key took at
+/// disagree, plus 250 ms (a store that follows the failover takes the tokens of a key whose
+/// counter it saw raised in the last 250 ms by plain commands, which cannot raise it), and
+/// when the key took at
 /// most one token per microsecond on average (no lock key can; a queue claiming batches of
 /// thousands of jobs many times a millisecond could run its counter ahead of the clock).
 /// Tokens are therefore large numbers (about 1.8 × 10^15 in 2026, below 2^53: exact in JSON
@@ -92,11 +93,17 @@ impl fmt::Display for FencingToken {
     }
 }
 
-/// How far behind the server's clock a key's counter may be for the plain commands' token to
-/// be taken: further behind, the acquire goes to the script, which raises the counter to the
-/// clock (see `lua/fence.lua`). Tokens handed out after a failover rise above the old
-/// primary's when the failover took longer than this plus the servers' clocks' difference.
-pub(crate) const FENCE_CLOCK_SLACK: std::time::Duration = std::time::Duration::from_millis(500);
+/// Fencing counters below this were never raised to the clock: new, or lost with the data
+/// (see `lua/fence.lua`). The plain commands of an uncontended acquire leave such a counter to
+/// the acquire script, which raises it.
+pub(crate) const FENCE_FLOOR: u64 = 1 << 40;
+
+/// How long after a store saw a key's counter raised to the clock it takes the key's tokens by
+/// plain commands (`INCR`, which cannot raise a counter): later, its next acquire goes to the
+/// script, which raises the counter again (`store/redis/counted.rs`). A counter that went back
+/// in a failover (a promoted replica that lagged) is therefore raised above the old primary's
+/// tokens by the first acquire on the new primary, unless the failover took less than this.
+pub(crate) const FENCE_RAISE_FRESH: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The system clock in whole microseconds since the epoch.
 pub(crate) fn now_micros() -> u64 {

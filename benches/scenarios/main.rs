@@ -16,6 +16,7 @@ mod support;
 mod chart;
 mod contention;
 mod crawler;
+mod deferred_sets;
 mod handoff;
 mod idle;
 mod lock;
@@ -60,7 +61,7 @@ impl Size {
     }
 }
 
-const SCENARIOS: [&str; 17] = [
+const SCENARIOS: [&str; 18] = [
     "lock",
     "queue",
     "peer",
@@ -78,6 +79,7 @@ const SCENARIOS: [&str; 17] = [
     "crawler",
     "tenants",
     "race",
+    "deferred_sets",
 ];
 
 fn main() {
@@ -137,6 +139,7 @@ fn main() {
                     "crawler" => crawler::run(&server, size).await,
                     "tenants" => tenants::run(&server, size).await,
                     "race" => race::run(&server, size).await,
+                    "deferred_sets" => deferred_sets::run(&server, size).await,
                     _ => unreachable!("filtered against SCENARIOS"),
                 }
             }

@@ -1,33 +1,31 @@
-//! The lock keys whose fencing counter this store raised to the clock a moment ago: what
+//! The lock keys whose fencing counter this store saw raised to the clock a moment ago: what
 //! decides whether a fenced acquire of a free key goes out as plain commands or as a script.
 //!
-//! A token is never below the server's clock in microseconds (`lua/fence.lua`): a counter that
-//! fell behind the clock is raised to it by a script. The plain commands (`SET NX PX`, `INCR`,
-//! `TIME`, ...) can't raise it: they take a key in one round trip only when its counter is
-//! less than [`FENCE_CLOCK_SLACK`] behind the server's clock, which holds for a while after a
-//! script raised it (one token per acquire, while the clock runs a microsecond each
-//! microsecond). Sent to a key whose counter fell behind, the plain commands would cost that
-//! acquire two round trips (theirs, then the script's), and a service that locks each resource
-//! once or rarely (an order, a document) would pay them on most requests. So the store
-//! remembers when it last saw each key's counter raised, and a key seen raised less than half
-//! the slack ago goes by plain commands; any other key goes to a script at once
-//! (`lua/lock_acquire_new.lua`, one round trip), which raises its counter again.
+//! A token is never below the server's clock in microseconds (`lua/fence.lua`): a script that
+//! hands one out first raises a counter that fell behind the clock to it. The plain commands
+//! (`SET NX PX`, `INCR`, ...) cannot raise a counter: they take a key's token in one round trip
+//! only while this store saw its counter raised in the last
+//! [`FENCE_RAISE_FRESH`](crate::token::FENCE_RAISE_FRESH) (250 ms);
+//! any other key goes to a script at once (`lua/lock_acquire_new.lua`, one round trip), which
+//! raises it again. That bounds what a failover can do to a store that follows it (a Cluster
+//! client, an address that moves): a promoted replica that lagged holds the counter as it
+//! stood, and a store takes the key's next token from it by `INCR` only within 250 ms of the
+//! raise it saw, so only after a failover faster than that (see `FencingToken`). A hot key
+//! pays one script call per 250 ms, never a second round trip.
 //!
-//! A hint, never a guarantee: the plain commands check the counter against the server's clock
-//! themselves (a counter lost or gone back since, as after a failover, is found behind it and
-//! the acquire goes to the script as before). So the memory is a fixed table, without locks,
-//! in sets of four: a key shares its set with three others before one of them gives up its
-//! place (where one slot per key had two hot keys that met in it evict each other on every
-//! acquire, each paying the script every time). A key that lost its place takes the script
-//! once more; a key mistaken for another (two 32-bit hashes equal) goes by plain commands,
-//! which are right for it either way.
+//! A hint for the rest: a counter lost since (a restart without persistence) is found below
+//! the floor by the plain commands, which then go to the script. So the memory is a fixed
+//! table, without locks, in sets of four: a key shares its set with three others before one
+//! of them gives up its place (where one slot per key had two hot keys that met in it evict
+//! each other on every acquire, each paying the script every time). A key that lost its place
+//! takes the script once more; a key mistaken for another (two 32-bit hashes equal) goes by
+//! plain commands, within the 250 ms the other key's raise gives it.
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::key::LockKey;
-use crate::token::FENCE_CLOCK_SLACK;
 
 /// How many keys the table remembers at most: 64 KiB per store (its clones share it).
 const SLOTS: usize = 8192;
@@ -35,9 +33,8 @@ const SLOTS: usize = 8192;
 /// How many slots a key may take: the set its hash picks.
 const WAYS: usize = 4;
 
-/// How long after its counter was raised a key goes by plain commands: half the slack, so that
-/// a counter raised then is still within the slack when the commands reach Redis.
-const FRESH: Duration = FENCE_CLOCK_SLACK.checked_div(2).expect("a nonzero divisor");
+/// How long after its counter was raised a key goes by plain commands.
+const FRESH: Duration = crate::token::FENCE_RAISE_FRESH;
 
 /// A fixed table of keys seen raised, in sets of [`WAYS`] slots. A slot holds the key's mark
 /// (the high half of its hash, never zero) and, in its low half, when the key's counter was
@@ -68,8 +65,7 @@ impl<S: BuildHasher> CountedKeys<S> {
         }
     }
 
-    /// Whether `key`'s counter was seen raised less than [`FRESH`] ago (most likely still
-    /// within the slack).
+    /// Whether `key`'s counter was seen raised less than [`FRESH`] ago.
     pub(crate) fn contains(&self, key: &LockKey) -> bool {
         let (set, mark) = self.place(key);
         let now = self.now();

@@ -14,7 +14,7 @@ use super::scripts::{
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, FENCE_CLOCK_SLACK, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken,
+    Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken,
     Overflow, Waiter,
 };
 use crate::metric_names;
@@ -72,10 +72,9 @@ where
 
     /// The common acquire, of a caller not in line: plain commands in one round trip, no
     /// script (a script's call costs Redis more than all of them). `EXISTS` of the key's line,
-    /// `SET key token NX PX ttl`, and when fenced `INCR` of the key's counter, `GET` of the
-    /// lock and `TIME`. `Some` with the fence (if any) when the lock is ours; `None` when the
-    /// acquire script must settle it: the key taken, or its line not empty, or a counter to
-    /// raise.
+    /// `SET key token NX PX ttl`, and when fenced `INCR` of the key's counter and `GET` of the
+    /// lock. `Some` with the fence (if any) when the lock is ours; `None` when the acquire
+    /// script must settle it: the key taken, or its line not empty, or a counter to raise.
     ///
     /// The commands need not run as one atomic step. A key taken while others are in line
     /// (its holder's TTL ran out) is given back by token before anyone is told it was ours;
@@ -83,14 +82,14 @@ where
     /// still finds our token: the lock then held it from the `SET` to the `GET` (nobody else
     /// writes our token), so the `INCR` between them ran while we held the key, after every
     /// earlier holder's own `INCR` (each ran during its hold) and before every later
-    /// holder's. A token is never below the server's clock in microseconds (`lua/fence.lua`),
-    /// less [`FENCE_CLOCK_SLACK`] for these commands: a counter further behind the clock (new,
-    /// lost with the data, or gone back in a failover to a replica that lagged) is left to the
-    /// acquire script, which finds our token and hands us one raised to the clock. A key whose
-    /// counter this store did not see raised a moment ago does not come here when fenced: it
-    /// is most likely behind, and [`acquire_new`](Self::acquire_new) raises it in the same
-    /// round trip ([`CountedKeys`](super::counted::CountedKeys)). A full Redis refuses the
-    /// plain `SET`: the error sends the caller to the script, which may write then.
+    /// holder's. `INCR` cannot raise a counter to the clock (`lua/fence.lua`): a key comes
+    /// here only while this store saw its counter raised in the last
+    /// [`FENCE_RAISE_FRESH`](crate::token::FENCE_RAISE_FRESH)
+    /// ([`CountedKeys`](super::counted::CountedKeys)), any other goes to
+    /// [`acquire_new`](Self::acquire_new), which raises it in the same round trip. A counter
+    /// below the floor was lost since (a restart without persistence): the acquire script
+    /// finds our token and hands us a raised one. A full Redis refuses the plain `SET`: the
+    /// error sends the caller to the script, which may write then.
     async fn acquire_by_set(
         &self,
         key: &LockKey,
@@ -114,22 +113,11 @@ where
                 (line, taken, None)
             }
             Fencing::On => {
-                commands
-                    .cmd("INCR")
-                    .arg(keys.fence())
-                    .cmd("GET")
-                    .arg(keys.lock())
-                    .cmd("TIME");
-                let (line, taken, fence, holder, (seconds, micros)): (
-                    bool,
-                    bool,
-                    u64,
-                    Option<Vec<u8>>,
-                    (u64, u64),
-                ) = commands.query_async(&mut self.conn.clone()).await?;
+                commands.cmd("INCR").arg(keys.fence()).cmd("GET").arg(keys.lock());
+                let (line, taken, fence, holder): (bool, bool, u64, Option<Vec<u8>>) =
+                    commands.query_async(&mut self.conn.clone()).await?;
                 let ours = holder.as_deref() == Some(&token.to_hex()[..]);
-                let now_us = seconds.saturating_mul(1_000_000).saturating_add(micros);
-                (line, taken && ours, Some((fence, now_us)))
+                (line, taken && ours, Some(fence))
             }
         };
         if !taken {
@@ -141,10 +129,7 @@ where
         }
         match fence {
             None => Ok(Some(None)),
-            // (The slack, a tenth of a second, fits a u64 in microseconds.)
-            Some((fence, now_us)) if fence.saturating_add(FENCE_CLOCK_SLACK.as_micros() as u64) >= now_us => {
-                Ok(Some(Some(FencingToken(fence))))
-            }
+            Some(fence) if fence >= FENCE_FLOOR => Ok(Some(Some(FencingToken(fence)))),
             Some(_) => Ok(None),
         }
     }
