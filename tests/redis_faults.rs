@@ -543,28 +543,36 @@ async fn fencing_tokens_keep_rising_across_a_failover_to_a_replica_that_lagged(k
     above_every_earlier_token(&received, &after, "the failover");
 }
 
+/// Takes the free `key` and gives it back: the fencing token that holding got.
+async fn fence_of_one_holding(store: &RedisStore, key: &redefer::LockKey) -> u64 {
+    use redefer::LockToken;
+    use redefer::lock::{Acquisition, LockStore};
+
+    let token = LockToken::random();
+    let Acquisition::Acquired(Some(fence)) = store
+        .try_acquire(key, token, Duration::from_secs(60))
+        .await
+        .unwrap()
+    else {
+        panic!("the key is free");
+    };
+    assert!(store.release(key, token).await.unwrap());
+    fence.0
+}
+
 /// A counter that went back under a store that saw it raised (as one on a promoted replica
 /// that lagged, found by a store that follows the failover: a Cluster client, an address that
 /// moved): once the failover took longer than 250 ms since the store saw the counter raised,
 /// its next acquire goes to the script, which raises the counter to the clock, and the token
 /// rises above every earlier one. (Plain `INCR` would hand out the old counter's next value.)
 async fn a_counter_gone_back_under_a_store_that_saw_it_raised_still_gives_higher_tokens(kind: Server) {
-    use redefer::lock::{Acquisition, LockStore};
-    use redefer::{LockKey, LockToken};
+    use redefer::LockKey;
 
     let server = RedisServer::start_of(kind);
     let store = server.store().await;
     let key = LockKey::new("acct:1").unwrap();
     let fence_key = store.lock_redis_key(&key).replacen(":lock:", ":fence:", 1);
-    let ttl = Duration::from_secs(60);
-    let fence = async || {
-        let token = LockToken::random();
-        let Acquisition::Acquired(Some(fence)) = store.try_acquire(&key, token, ttl).await.unwrap() else {
-            panic!("the key is free");
-        };
-        assert!(store.release(&key, token).await.unwrap());
-        fence.0
-    };
+    let fence = async || fence_of_one_holding(&store, &key).await;
     // Raised by the script, then counted by plain commands: the store knows the key.
     let (raised, counted) = (fence().await, fence().await);
     assert!(counted > raised);
@@ -631,22 +639,13 @@ async fn an_acquire_whose_commands_ran_in_part_gets_a_token_above_the_last_holde
 /// commands; a counter lost since (deleted here, as a restart without persistence or an
 /// eviction would) is found below the floor by those commands, and the token still rises.
 async fn a_counter_lost_under_a_store_that_saw_it_counted_still_gives_higher_tokens(kind: Server) {
-    use redefer::lock::{Acquisition, LockStore};
-    use redefer::{LockKey, LockToken};
+    use redefer::LockKey;
 
     let server = RedisServer::start_of(kind);
     let store = server.store().await;
     let key = LockKey::new("order:1").unwrap();
     let fence_key = store.lock_redis_key(&key).replacen(":lock:", ":fence:", 1);
-    let ttl = Duration::from_secs(60);
-    let fence = async || {
-        let token = LockToken::random();
-        let Acquisition::Acquired(Some(fence)) = store.try_acquire(&key, token, ttl).await.unwrap() else {
-            panic!("the key is free");
-        };
-        assert!(store.release(&key, token).await.unwrap());
-        fence.0
-    };
+    let fence = async || fence_of_one_holding(&store, &key).await;
     // The first by the script, the second by plain commands: the store now knows the key.
     let (first, second) = (fence().await, fence().await);
     assert!(second > first);

@@ -152,6 +152,22 @@ fn round_of(runs: &Mutex<Runs>, count: usize) -> Round {
     }
 }
 
+/// Every job through `service` at once, each call in a task of its own.
+fn all_at_once<S>(service: &S, jobs: &[Job]) -> Vec<tokio::task::JoinHandle<Result<S::Response, S::Error>>>
+where
+    S: tower::Service<Job, Future: Send> + Clone + Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Send + 'static,
+{
+    jobs.iter()
+        .cloned()
+        .map(|job| {
+            let service = service.clone();
+            tokio::spawn(async move { service.oneshot(job).await })
+        })
+        .collect()
+}
+
 /// Every set at once, deferred when it meets a key held; two schedulers run the waiting ones.
 async fn deferring(server: &RedisServer, jobs: &[Job]) -> Round {
     let store = server.store().await;
@@ -172,14 +188,7 @@ async fn deferring(server: &RedisServer, jobs: &[Job]) -> Round {
                 .start()
         })
         .collect();
-    let calls: Vec<_> = jobs
-        .iter()
-        .cloned()
-        .map(|job| {
-            let service = service.clone();
-            tokio::spawn(async move { service.oneshot(job).await })
-        })
-        .collect();
+    let calls = all_at_once(&service, jobs);
     for call in calls {
         match call.await.expect("a call ends") {
             Ok(Outcome::Done(()) | Outcome::Deferred(_)) => {}
@@ -215,14 +224,7 @@ async fn waiting_in_place(server: &RedisServer, jobs: &[Job]) -> Round {
     let service = LockSetLayer::new(store, |job: &Job| Some(job.keys.clone()))
         .on_conflict(retry)
         .layer(worker(&runs, started));
-    let calls: Vec<_> = jobs
-        .iter()
-        .cloned()
-        .map(|job| {
-            let service = service.clone();
-            tokio::spawn(async move { service.oneshot(job).await })
-        })
-        .collect();
+    let calls = all_at_once(&service, jobs);
     for call in calls {
         let outcome = call.await.expect("a call ends");
         assert!(matches!(outcome, Ok(Outcome::Done(()))), "{outcome:?}");
