@@ -143,9 +143,10 @@ async fn an_unreachable_server_is_a_typed_error(kind: Server) {
         Ok(_) => panic!("connected to a closed port"),
         Err(other) => panic!("unexpected error {other}"),
     }
+    // Not a Redis URL: said so, nothing tried (see an_address_that_is_not_a_redis_url_says_what_is_wrong).
     assert!(matches!(
         RedisStore::connect("not a url").await,
-        Err(StoreError::Redis(_))
+        Err(StoreError::InvalidUrl { .. })
     ));
 }
 
