@@ -59,9 +59,9 @@ impl redis::ToRedisArgs for LockToken {
 /// handed out before. That holds when a failover takes longer than the two servers' clocks
 /// disagree, plus 250 ms (a store that follows the failover takes the tokens of a key whose
 /// counter it saw raised in the last 250 ms by plain commands, which cannot raise it), and
-/// when the key took at
-/// most one token per microsecond on average (no lock key can; a queue claiming batches of
-/// thousands of jobs many times a millisecond could run its counter ahead of the clock).
+/// when the key took at most one token per microsecond on average (no lock key can; a queue
+/// claiming batches of thousands of jobs many times a millisecond could run its counter ahead
+/// of the clock).
 /// Tokens are therefore large numbers (about 1.8 × 10^15 in 2026, below 2^53: exact in JSON
 /// and JavaScript), with gaps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -105,18 +105,11 @@ pub(crate) const FENCE_FLOOR: u64 = 1 << 40;
 /// tokens by the first acquire on the new primary, unless the failover took less than this.
 pub(crate) const FENCE_RAISE_FRESH: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// The system clock in whole microseconds since the epoch.
-pub(crate) fn now_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX))
-}
-
 /// Hands out `n` tokens from `counter` (the last returned), the first at least the system
 /// clock in microseconds: the memory store's side of `next_fences` in `lua/fence.lua`, so that
 /// a new store (a restarted process) starts above the tokens of the one before it.
 pub(crate) fn next_fences(counter: &mut u64, n: u64) -> u64 {
-    let first = counter.saturating_add(1).max(now_micros());
+    let first = counter.saturating_add(1).max(crate::store::time::now_micros());
     *counter = first.saturating_add(n.saturating_sub(1));
     *counter
 }

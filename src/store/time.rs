@@ -13,6 +13,14 @@ pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
     millis(ttl).max(1)
 }
 
+/// The system clock in whole microseconds since the Unix epoch (0 before it): the memory
+/// store's clock where the Redis scripts read the server's `TIME` in µs.
+pub(crate) fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX))
+}
+
 /// Milliseconds since the Unix epoch as a time (the epoch itself for anything before it).
 pub(crate) fn from_epoch_ms(ms: i64) -> SystemTime {
     match u64::try_from(ms) {

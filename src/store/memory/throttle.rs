@@ -8,6 +8,7 @@ use super::{MemoryStore, lock_unpoisoned};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
+use crate::store::time::now_micros;
 use crate::throttle::{Admission, BOOKING_RETENTION, Booking, Rate, ThrottleStore};
 
 #[derive(Default)]
@@ -32,14 +33,6 @@ struct KeySchedule {
     sent_back: HashMap<Waiter, u64>,
     /// Until when the key was closed (0: never), for the listing.
     closed_until: u64,
-}
-
-/// The system clock in microseconds since the epoch.
-fn now_micros() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The most a job waits for its start within its run (its scheduler's place held all that
