@@ -105,11 +105,11 @@ pub(crate) const FENCE_FLOOR: u64 = 1 << 40;
 /// tokens by the first acquire on the new primary, unless the failover took less than this.
 pub(crate) const FENCE_RAISE_FRESH: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Hands out `n` tokens from `counter` (the last returned), the first at least the system
-/// clock in microseconds: the memory store's side of `next_fences` in `lua/fence.lua`, so that
+/// Hands out `n` tokens from `counter` (the last returned), the first at least `floor` (the
+/// wall clock in microseconds): the models' side of `next_fences` in `lua/fence.lua`, so that
 /// a new store (a restarted process) starts above the tokens of the one before it.
-pub(crate) fn next_fences(counter: &mut u64, n: u64) -> u64 {
-    let first = counter.saturating_add(1).max(crate::store::time::now_micros());
+pub(crate) fn next_fences(counter: &mut u64, n: u64, floor: u64) -> u64 {
+    let first = counter.saturating_add(1).max(floor);
     *counter = first.saturating_add(n.saturating_sub(1));
     *counter
 }

@@ -16,6 +16,7 @@ mod holders;
 mod holds;
 mod layer;
 mod line;
+pub mod model;
 mod release_on_drop;
 mod run;
 mod service;

@@ -34,6 +34,7 @@
 mod call;
 mod layer;
 mod line;
+pub mod model;
 mod name;
 mod service;
 mod store;

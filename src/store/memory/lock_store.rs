@@ -13,7 +13,7 @@ lock_family!(impl for MemoryStore);
 
 impl MemoryStore {
     pub(super) async fn ask_holders_to_stop(&self, key: &LockKey, from: &Waiter) -> Result<(), StoreError> {
-        self.with_locks(key, |state, _, _| {
+        self.with_locks(std::slice::from_ref(key), |state, _| {
             if let Some(sender) = state.stops.get(key)
                 && sender.send(from.as_str().to_string()).is_err()
             {
@@ -24,7 +24,7 @@ impl MemoryStore {
     }
 
     pub(super) fn stop_channel(&self, key: &LockKey) -> Handoffs {
-        let receiver = self.with_locks(key, |state, _, _| {
+        let receiver = self.with_locks(std::slice::from_ref(key), |state, _| {
             state
                 .stops
                 .entry(key.clone())

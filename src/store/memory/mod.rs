@@ -5,7 +5,6 @@ mod fair_shares;
 mod idempotency;
 mod idle;
 mod key_records;
-mod line;
 mod lock;
 mod lock_set;
 mod lock_store;
@@ -64,7 +63,7 @@ pub struct MemoryStore {
 impl Default for MemoryStore {
     fn default() -> Self {
         MemoryStore {
-            locks: Arc::default(),
+            locks: Arc::new(Mutex::new(LockState::new(DEFAULT_RESERVATION))),
             semaphores: Arc::default(),
             throttles: Arc::default(),
             queues: Arc::default(),
@@ -91,6 +90,7 @@ impl MemoryStore {
     /// # let _ = store;
     /// ```
     pub fn with_reservation(self, reservation: Duration) -> Self {
+        self.locks().model.reservation = reservation;
         MemoryStore { reservation, ..self }
     }
 

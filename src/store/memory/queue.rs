@@ -462,7 +462,8 @@ impl QueueCore for MemoryStore {
                 };
                 match envelope {
                     Ok(envelope) => {
-                        let fence = crate::lock::next_fences(&mut q.fence, 1);
+                        let fence =
+                            crate::lock::next_fences(&mut q.fence, 1, crate::store::time::now_micros());
                         let claim = *first_fence.get_or_insert(fence);
                         let hold = Hold { token, claim, fence };
                         q.inflight.insert((deadline, id.clone()));

@@ -9,9 +9,9 @@ use tokio::time::Instant;
 use super::MemoryStore;
 use super::idle::shrink;
 use super::key_records::KeyRecords;
-use super::line::Line;
 use crate::error::StoreError;
 use crate::key::LockKey;
+use crate::lock::model::Waiters as Line;
 use crate::lock::{
     Acquisition, Fencing, FencingToken, Handoffs, Holders, LineCap, LineJoin, LockToken, Waiter, next_fences,
 };
@@ -315,7 +315,7 @@ impl MemoryStore {
                 if let Some(waiter) = waiter {
                     state.leave_line(waiter);
                 }
-                let fence = FencingToken(next_fences(counter, 1));
+                let fence = FencingToken(next_fences(counter, 1, crate::store::time::now_micros()));
                 state.holders.insert(token, (fence, now + ttl));
                 if writes {
                     state.writer = Some(token);

@@ -1,5 +1,6 @@
-//! A key's line in the in-memory store: its waiters in arrival order, as the `WAITERS` sorted
-//! set of the Redis scripts.
+//! A key's line in the models: its waiters in arrival order, as the `WAITERS` sorted set of
+//! the Redis scripts. The mutex's and the permits' lines are the same (`line.lua`,
+//! `line_join.lua`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -10,27 +11,27 @@ use crate::lock::{LineCap, Overflow, Waiter};
 const MAX_EVICTION_SCAN: usize = 1000;
 
 /// One key's line: waiters by arrival order.
-#[derive(Default)]
-pub(super) struct Line {
-    pub(super) order: BTreeMap<u64, Waiter>,
-    pub(super) place: HashMap<Waiter, u64>,
+#[derive(Debug, Default)]
+pub(crate) struct Waiters {
+    pub(crate) order: BTreeMap<u64, Waiter>,
+    pub(crate) place: HashMap<Waiter, u64>,
     /// The waiter a mutex key was last reserved for, until it takes it (a semaphore's
     /// reservations carry deadlines of their own).
-    pub(super) handed: Option<Waiter>,
+    pub(crate) handed: Option<Waiter>,
 }
 
-impl Line {
-    pub(super) fn head(&self) -> Option<&Waiter> {
+impl Waiters {
+    pub(crate) fn head(&self) -> Option<&Waiter> {
         self.order.values().next()
     }
 
-    pub(super) fn remove(&mut self, waiter: &Waiter) -> Option<u64> {
+    pub(crate) fn remove(&mut self, waiter: &Waiter) -> Option<u64> {
         let place = self.place.remove(waiter)?;
         self.order.remove(&place);
         Some(place)
     }
 
-    pub(super) fn ahead_of(&self, waiter: Option<&Waiter>) -> u64 {
+    pub(crate) fn ahead_of(&self, waiter: Option<&Waiter>) -> u64 {
         match waiter.and_then(|w| self.place.get(w)) {
             Some(place) => self.order.range(..place).count() as u64,
             None => self.order.len() as u64,
@@ -39,7 +40,7 @@ impl Line {
 
     /// Puts `waiter` at the end of the line, or in the place of `replacing`; already in line,
     /// it keeps its place.
-    pub(super) fn join(&mut self, waiter: &Waiter, replacing: Option<&Waiter>) {
+    pub(crate) fn join(&mut self, waiter: &Waiter, replacing: Option<&Waiter>) {
         let taken = replacing.and_then(|replaced| self.remove(replaced));
         if self.place.contains_key(waiter) {
             return;
@@ -52,7 +53,7 @@ impl Line {
     /// Makes room for `waiter` within `cap`, as `make_room` in `line_join.lua`: the waiters
     /// evicted (the oldest jobs, none that `reserved` protects), or `Err` with how many wait
     /// when it is refused (nothing changed).
-    pub(super) fn make_room(
+    pub(crate) fn make_room(
         &mut self,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
@@ -68,7 +69,7 @@ impl Line {
 
     /// The room [`make_room`](Self::make_room) would make, changing nothing: a set's join
     /// looks at every key's line before it changes any.
-    pub(super) fn room_for(
+    pub(crate) fn room_for(
         &self,
         waiter: &Waiter,
         replacing: Option<&Waiter>,
