@@ -596,7 +596,38 @@ fn a_semaphore_of_no_permits_is_refused_as_config_refuses_it() {
     let _ = LockLayer::new(MemoryStore::new(), |_: &u64| Some("k".to_string())).permits(0);
 }
 
+/// A blocked caller's typical hold is the key's last reported hold, as the README says, on
+/// every store (the memory store once averaged the holds instead).
+async fn the_typical_hold_is_the_last_reported_hold<S: Reserving>(store: S) {
+    let key = key("typical-hold");
+    let (first, second) = (LockToken::random(), LockToken::random());
+    assert!(take(&store, &key, first, 1).await.is_some());
+    assert!(
+        store
+            .release_permit(&key, first, 1, Some(Duration::from_millis(900)))
+            .await
+            .unwrap()
+    );
+    assert!(take(&store, &key, second, 1).await.is_some());
+    assert!(
+        store
+            .release_permit(&key, second, 1, Some(Duration::from_millis(100)))
+            .await
+            .unwrap()
+    );
+    assert!(take(&store, &key, first, 1).await.is_some());
+    let blocked = store
+        .try_acquire_permit(&key, LockToken::random(), LONG, 1, None, Fencing::On)
+        .await
+        .unwrap();
+    let Acquisition::Held { typical_hold, .. } = blocked else {
+        panic!("the one permit is held: {blocked:?}");
+    };
+    assert_eq!(typical_hold, Some(Duration::from_millis(100)));
+}
+
 for_each_store!(
+    the_typical_hold_is_the_last_reported_hold,
     a_closed_key_is_refused_under_every_strategy_and_nothing_is_stored,
     at_most_n_hold_a_key_and_each_permit_gets_a_higher_fence,
     a_resent_acquire_finds_its_own_permit_and_fence,

@@ -128,7 +128,7 @@ impl LockModel {
                 // Handed to the caller, who takes it now or keeps it reserved.
                 handed.reserved = None;
             } else {
-                blocked.push(held_key(index, state, waiter, now.time));
+                blocked.push(held_key(index, state, waiter, now.time, reservation));
             }
             handoffs.push((index, handed));
         }
@@ -237,13 +237,22 @@ impl LockModel {
 }
 
 /// What the caller meets on a key of its set (the `index`-th) that is not free for it.
-fn held_key(index: usize, state: &KeyState, waiter: Option<&Waiter>, now: Duration) -> HeldKey {
+fn held_key(
+    index: usize,
+    state: &KeyState,
+    waiter: Option<&Waiter>,
+    now: Duration,
+    reservation: Duration,
+) -> HeldKey {
     HeldKey {
         index,
-        remaining: state
-            .holding
-            .as_ref()
-            .map(|holding| holding.expires.saturating_sub(now)),
+        // A key handed on as the caller came: its reservation's time.
+        remaining: Some(
+            state
+                .holding
+                .as_ref()
+                .map_or(reservation, |holding| holding.expires.saturating_sub(now)),
+        ),
         ahead: state.waiters.ahead_of(waiter),
         typical_hold: state.typical_hold(),
         reserved: state

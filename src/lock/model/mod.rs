@@ -128,14 +128,15 @@ pub(crate) struct KeyState {
     pub(crate) waiters: Waiters,
     /// The last fencing token handed out.
     pub(crate) fence: u64,
-    /// The key's typical hold in ms: a fifth of each new hold.
-    typical_hold_ms: Option<f64>,
+    /// The key's typical hold: its last hold reported, in whole ms (a caller reports one
+    /// release in a few), as `HOLDS` of the scripts.
+    typical_hold: Option<Duration>,
 }
 
 impl KeyState {
     /// The key's typical hold, once one was recorded.
     pub(crate) fn typical_hold(&self) -> Option<Duration> {
-        self.typical_hold_ms.map(|ms| Duration::from_millis(ms as u64))
+        self.typical_hold
     }
 
     /// Whether the key is reserved for `waiter` (a live reservation: `live` ran first).
@@ -309,8 +310,14 @@ impl LockModel {
                 if head.is_some() && head != waiter {
                     handed = state.hand_to_head(true, now.time, reservation);
                     if handed.reserved.as_ref() != waiter {
+                        let acquisition = Acquisition::Held {
+                            remaining: Some(reservation),
+                            ahead: state.waiters.ahead_of(waiter),
+                            typical_hold: state.typical_hold(),
+                            reserved: true,
+                        };
                         return Acquired {
-                            acquisition: state.held(waiter, now.time),
+                            acquisition,
                             handed,
                             handoff_waited,
                         };
@@ -357,11 +364,7 @@ impl LockModel {
             return None;
         }
         if let Some(held) = held_for {
-            let held = held.as_millis() as f64;
-            let typical = state
-                .typical_hold_ms
-                .map_or(held, |typical| typical * 0.8 + held * 0.2);
-            state.typical_hold_ms = Some(typical.floor());
+            state.typical_hold = Some(Duration::from_millis(held.as_millis() as u64));
         }
         let handed = state.hand_to_head(false, now.time, reservation);
         let runner_up = state.waiters.order.values().nth(1).cloned();
@@ -408,6 +411,15 @@ impl LockModel {
             return state.hand_to_head(false, now.time, reservation).reserved;
         }
         None
+    }
+
+    /// `key`'s holding (or its reservation) runs out now, as it does when its holder crashed
+    /// or the waiter handed the key never came: the key is free; a waiter whose reservation
+    /// ran out is dropped from the line at the next attempt on the key.
+    pub fn expire(&mut self, key: &LockKey) {
+        if let Some(state) = self.keys.get_mut(key) {
+            state.holding = None;
+        }
     }
 
     /// Who has `key` now.

@@ -19,7 +19,7 @@ pub(super) struct KeyRecords {
     /// the key falls idle (a forgotten counter starts again at the clock).
     pub(super) fences: HashMap<LockKey, u64>,
     /// Per-key last hold, in ms.
-    pub(super) holds: HashMap<LockKey, f64>,
+    pub(super) holds: HashMap<LockKey, Duration>,
     announcements: HashMap<LockKey, broadcast::Sender<String>>,
     last_use: LastUse,
 }
@@ -53,19 +53,16 @@ impl KeyRecords {
         self.fences.get(key).copied().unwrap_or(0)
     }
 
-    /// Folds a hold of `key` into its typical hold: a fifth of the new one.
+    /// Records a hold of `key`, in whole ms: its typical hold is its last reported one (`HOLDS`
+    /// of the scripts).
     pub(super) fn record_hold(&mut self, key: &LockKey, held: Duration) {
-        let held = held.as_millis() as f64;
-        let typical = self
-            .holds
-            .get(key)
-            .map_or(held, |typical| typical * 0.8 + held * 0.2);
-        self.holds.insert(key.clone(), typical.floor());
+        self.holds
+            .insert(key.clone(), Duration::from_millis(held.as_millis() as u64));
     }
 
     /// `key`'s typical hold, once one was recorded.
     pub(super) fn typical_hold(&self, key: &LockKey) -> Option<Duration> {
-        self.holds.get(key).map(|ms| Duration::from_millis(*ms as u64))
+        self.holds.get(key).copied()
     }
 
     /// The handoffs of `key`, announced from now on.

@@ -1,3 +1,4 @@
+-- Model: Waiters (src/lock/model/waiters.rs); tests/lock_model.rs checks the two agree.
 -- A key's line (WAITERS: waiter -> arrival order), the same for the lock and the permits: it
 -- follows its family's prelude in each of their scripts (src/store/redis/scripts.rs), which
 -- names WAITERS.

@@ -1,3 +1,4 @@
+-- Model: Waiters::room_for, Waiters::join (src/lock/model/waiters.rs); tests/lock_model.rs checks the two agree.
 -- Joining a key's line, for the join scripts (lock_join.lua, permit_join.lua), after their
 -- family's prelude and line.lua: the place a waiter takes, and the line's cap. ARGV[5] of the
 -- lock's join (ARGV[6] of the permit's) is the most waiters ('-1': no cap), the next one what

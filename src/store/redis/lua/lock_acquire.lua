@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: LockModel::acquire (src/lock/model/mod.rs); tests/lock_model.rs checks the two agree.
 -- Takes a lock unless another holder has it, or a reservation for another waiter, or others
 -- are in line first; hands out the next fencing token. Runs when Redis is full: pushes are
 -- refused first, so that deferred work can still drain (see scripts.rs).

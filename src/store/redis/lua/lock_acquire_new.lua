@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: LockModel::acquire (src/lock/model/mod.rs); tests/lock_model.rs checks the two agree.
 -- The fenced acquire of a key the store has not seen with a raised fencing counter (its first
 -- acquire in this process, most likely a new counter), in one call: SET NX PX unless the key's
 -- line is not empty, and the next fencing token in the same step, raising a new counter to the

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: LockModel::extend (src/lock/model/mod.rs); tests/lock_model.rs checks the two agree.
 -- Resets a lock's TTL if the caller still holds it.
 -- ARGV[3] the holder's token, ARGV[4] the TTL in ms.
 -- Returns 1 when extended, 0 when the lock is gone or another holder's.

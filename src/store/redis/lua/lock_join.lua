@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: LockModel::join (src/lock/model/mod.rs); tests/lock_model.rs checks the two agree.
 -- Puts a waiter in the key's line: at the end, or in the place of the waiter it replaces (a
 -- caller that retried, then deferred). Already in line, it keeps its place.
 -- ARGV[3] the waiter, ARGV[4] the waiter it replaces ('' none), ARGV[5] the line's cap ('-1'

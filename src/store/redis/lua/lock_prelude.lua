@@ -1,3 +1,4 @@
+-- Model: LockModel (src/lock/model/mod.rs): KeyState::hand_to_head, KeyState::take; tests/lock_model.rs checks the two agree.
 -- The prelude of every lock script, prepended to it after its flags line when the scripts are
 -- loaded (src/store/redis/scripts.rs). It names the lock's keys, which every lock script
 -- receives in this order (src/store/redis/keys.rs builds the list), and the handoff that

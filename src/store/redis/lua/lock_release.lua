@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: LockModel::release (src/lock/model/mod.rs); tests/lock_model.rs checks the two agree.
 -- Releases a lock if the caller still holds it, handing the key to the first in line.
 -- ARGV[3] the holder's token, ARGV[4] how long it held the lock in whole ms ('' unknown).
 -- Returns {1, waiter the key was handed to ('' none), the next in line after it ('' none)}

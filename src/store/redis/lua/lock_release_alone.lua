@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: LockModel::release (src/lock/model/mod.rs); tests/lock_model.rs checks the two agree.
 -- Releases a lock nobody waits for, in the fewest calls: the common case. Takes only the keys
 -- it touches (the fewer keys and arguments, the cheaper the call), not the lock prelude.
 -- KEYS[1] the lock, ARGV[1] the holder's token; with a hold to report (one release in a few),

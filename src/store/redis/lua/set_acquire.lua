@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: LockModel::acquire_set (src/lock_set/model.rs); tests/lock_model.rs checks the two agree.
 -- Takes every key of a set, or none: each must be free for the caller (free with nobody in
 -- line before it, or reserved for it, or already its own: a re-sent acquire). Then each gets
 -- the holder's token for the TTL and its next fencing token.

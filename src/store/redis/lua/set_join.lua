@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: LockModel::join_set (src/lock_set/model.rs); tests/lock_model.rs checks the two agree.
 -- Puts a waiter in the line of every key of a set, in one step: at the end of each, or in the
 -- place of the waiter it replaces (a caller that retried, then deferred). Already in a line,
 -- it keeps its place there. A key released meanwhile with nobody in line is handed over now.

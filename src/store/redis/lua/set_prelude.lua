@@ -1,3 +1,4 @@
+-- Model: the set's model (src/lock_set/model.rs); tests/lock_model.rs checks the two agree.
 -- The prelude of every script on a set of lock keys taken together (set_acquire.lua,
 -- set_join.lua, set_leave.lua), after the lock's prelude, line.lua and line_join.lua. Each key
 -- of the set brings its five keys in KEYS, in the lock prelude's order, one key after the
