@@ -122,7 +122,7 @@ pub struct Joined {
 }
 
 /// One key: its holding, its line, its fencing counter and its typical hold.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct KeyState {
     pub(crate) holding: Option<Holding>,
     pub(crate) waiters: Waiters,
@@ -226,7 +226,7 @@ impl KeyState {
 
 /// The lock of every key: one holder per key, a line of waiters, a fencing counter, handoffs
 /// to the first in line. See the [module](self).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LockModel {
     pub(crate) keys: HashMap<LockKey, KeyState>,
     /// How long a key handed to the first in line stays reserved for it.
@@ -432,6 +432,12 @@ impl LockModel {
         self.keys
             .get(key)
             .map_or_else(Vec::new, |state| state.waiters.order.values().cloned().collect())
+    }
+
+    /// The waiter `key` was last handed to, until it takes it: dropped from the line at the
+    /// next attempt on the key once its reservation ran out unused.
+    pub fn handed(&self, key: &LockKey) -> Option<&Waiter> {
+        self.keys.get(key).and_then(|state| state.waiters.handed.as_ref())
     }
 
     /// The last fencing token `key` handed out (0 for none).

@@ -11,7 +11,7 @@ use crate::lock::{LineCap, Overflow, Waiter};
 const MAX_EVICTION_SCAN: usize = 1000;
 
 /// One key's line: waiters by arrival order.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Waiters {
     pub(crate) order: BTreeMap<u64, Waiter>,
     pub(crate) place: HashMap<Waiter, u64>,
