@@ -23,6 +23,7 @@
 
 mod layer;
 mod limit;
+pub mod model;
 mod permits;
 mod store;
 

@@ -8,7 +8,8 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::MemoryStore;
-use super::idle::{LastUse, shrink};
+use super::idle::shrink;
+use super::key_records::KeyRecords;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::model::{Handed, Holder, LockModel, Now};
@@ -22,11 +23,7 @@ pub(super) struct LockState {
     pub(super) model: LockModel,
     /// Per-key requests to stop, for holders that listen.
     pub(super) stops: HashMap<LockKey, broadcast::Sender<String>>,
-    /// Per-key announcements of whom the key was handed to.
-    announcements: HashMap<LockKey, broadcast::Sender<String>>,
-    last_use: LastUse,
-    /// The origin of the model's clock.
-    origin: Instant,
+    pub(super) records: KeyRecords,
 }
 
 impl LockState {
@@ -34,52 +31,26 @@ impl LockState {
         LockState {
             model: LockModel::new(reservation),
             stops: HashMap::new(),
-            announcements: HashMap::new(),
-            last_use: LastUse::default(),
-            origin: Instant::now(),
-        }
-    }
-
-    /// `now` on the model's clock, and the wall clock for fencing tokens.
-    pub(super) fn now(&self, now: Instant) -> Now {
-        Now {
-            time: now.saturating_duration_since(self.origin),
-            wall_micros: crate::store::time::now_micros(),
+            records: KeyRecords::default(),
         }
     }
 
     /// Notes a use of `key`; forgets what idle keys left, when a sweep is due.
     pub(super) fn touch(&mut self, key: &LockKey, now: Instant) {
-        let idle = self.last_use.sweep(now);
-        self.last_use.touch(key, now);
-        let Some(idle) = idle else { return };
-        let time = self.now(now).time;
-        self.model.forget(&idle, time);
+        let Some(idle) = self.records.touch(key, now) else {
+            return;
+        };
+        self.model.forget(&idle, self.records.now(now).time);
         self.stops.retain(|_, sender| sender.receiver_count() > 0);
-        self.announcements.retain(|_, sender| sender.receiver_count() > 0);
         shrink(&mut self.model.keys);
         shrink(&mut self.stops);
-        shrink(&mut self.announcements);
     }
 
     /// Tells `key`'s listeners whom it was handed to.
     pub(super) fn announce(&mut self, key: &LockKey, handed: &Handed) {
-        let Some(waiter) = &handed.reserved else { return };
-        if let Some(sender) = self.announcements.get(key)
-            && sender.send(waiter.as_str().to_string()).is_err()
-        {
-            self.announcements.remove(key);
+        if let Some(waiter) = &handed.reserved {
+            self.records.announce(key, waiter);
         }
-    }
-
-    /// The handoffs of `key`, announced from now on.
-    fn handoffs(&mut self, key: &LockKey) -> Handoffs {
-        let receiver = self
-            .announcements
-            .entry(key.clone())
-            .or_insert_with(|| broadcast::channel(64).0)
-            .subscribe();
-        Handoffs::new(receiver, None)
     }
 }
 
@@ -91,7 +62,7 @@ impl MemoryStore {
         for key in keys {
             state.touch(key, now);
         }
-        let now = state.now(now);
+        let now = state.records.now(now);
         f(&mut state, now)
     }
 
@@ -187,7 +158,7 @@ impl MemoryStore {
     }
 
     pub(super) fn lock_handoffs(&self, key: &LockKey) -> Handoffs {
-        self.with_locks(std::slice::from_ref(key), |state, _| state.handoffs(key))
+        self.with_locks(std::slice::from_ref(key), |state, _| state.records.handoffs(key))
     }
 
     /// Takes `waiter` out of the line; hands the key on if it was reserved for it.
@@ -210,7 +181,7 @@ impl crate::store::ListLocks for MemoryStore {
     async fn list_locks(&self, limit: usize) -> Result<Vec<crate::store::LockInfo>, StoreError> {
         let mut locks = {
             let state = self.locks();
-            let now = state.now(Instant::now()).time;
+            let now = state.records.now(Instant::now()).time;
             let listed = |(key, kept): (&LockKey, &crate::lock::model::KeyState)| {
                 let holding = kept.holding.as_ref().filter(|holding| holding.expires > now);
                 let reserved_for = match holding.map(|holding| &holding.holder) {

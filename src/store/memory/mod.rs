@@ -64,7 +64,7 @@ impl Default for MemoryStore {
     fn default() -> Self {
         MemoryStore {
             locks: Arc::new(Mutex::new(LockState::new(DEFAULT_RESERVATION))),
-            semaphores: Arc::default(),
+            semaphores: Arc::new(Mutex::new(SemaphoreState::new(DEFAULT_RESERVATION))),
             throttles: Arc::default(),
             queues: Arc::default(),
             registered: Arc::default(),
@@ -91,6 +91,7 @@ impl MemoryStore {
     /// ```
     pub fn with_reservation(self, reservation: Duration) -> Self {
         self.locks().model.reservation = reservation;
+        self.semaphores().model.reservation = reservation;
         MemoryStore { reservation, ..self }
     }
 
