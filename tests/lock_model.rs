@@ -8,20 +8,22 @@
 //!
 //! Time: the model's clock stands still, TTLs and reservations last a minute; what Redis
 //! reports as remaining may be less by the time a sequence takes, under a second
-//! ([`TIME_TOLERANCE`]). An expiry is the key's `DEL` on Redis, [`LockModel::expire`] on the
+//! (`differential::TIME_TOLERANCE`). An expiry is the key's `DEL` on Redis, [`LockModel::expire`] on the
 //! model.
 //!
 //! `PROPTEST_CASES` raises the number of sequences per server (the default fits CI).
 
+#[path = "support/differential.rs"]
+mod differential;
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
+use differential::{Fences, Reply, acquisition_reply, fail, joined_reply, line_join, rounded};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use redefer::lock::model::{Holder, LockModel, Now};
-use redefer::lock::{Acquisition, Fencing, Holders, LineCap, LineJoin, LockStore, LockToken, Waiter};
+use redefer::lock::{Fencing, Holders, LineCap, LockStore, LockToken, Waiter};
 use redefer::lock_set::{LockSetStore, SetAcquisition};
 use redefer::queue::{DelayQueue, Due, JobId, QueueName};
 use redefer::{LockKey, RedisStore};
@@ -29,8 +31,6 @@ use redis::aio::ConnectionManager;
 
 use support::{RedisServer, Server};
 
-/// How much less than the model Redis may report as a TTL's rest: the time a sequence takes.
-const TIME_TOLERANCE: Duration = Duration::from_secs(1);
 const TTL: Duration = Duration::from_secs(60);
 const KEYS: [&str; 3] = ["k0", "k1", "k2"];
 const SETS: [[usize; 2]; 2] = [[0, 1], [1, 2]];
@@ -129,58 +129,6 @@ enum Has {
     Reserved(String),
 }
 
-/// A key of a set that was not free: its index, rest, waiters ahead, typical hold, and
-/// whether it is reserved.
-type HeldKeyReply = (usize, Option<u64>, u64, Option<Duration>, bool);
-
-/// A reply with the TTLs' rest rounded to the tolerance (Redis's is at most the model's, and
-/// less by the time the sequence took) and fencing tokens left out (compared apart).
-#[derive(Debug, PartialEq, Eq)]
-enum Reply {
-    Acquired,
-    Held {
-        remaining: Option<u64>,
-        ahead: u64,
-        typical_hold: Option<Duration>,
-        reserved: bool,
-    },
-    SetHeld(Vec<HeldKeyReply>),
-    Done(bool),
-    Joined {
-        ahead: u64,
-        evicted: Vec<String>,
-    },
-    Full {
-        waiting: u64,
-    },
-}
-
-/// The rest of a TTL in whole tolerances, rounded up: the model's 60 s and Redis's 59.9 s
-/// are both 60.
-fn rounded(remaining: Option<Duration>) -> Option<u64> {
-    remaining.map(|rest| rest.as_millis().div_ceil(TIME_TOLERANCE.as_millis()) as u64)
-}
-
-fn acquisition_reply(acquisition: Acquisition) -> (Reply, Option<u64>) {
-    match acquisition {
-        Acquisition::Acquired(fence) => (Reply::Acquired, fence.map(|fence| fence.0)),
-        Acquisition::Held {
-            remaining,
-            ahead,
-            typical_hold,
-            reserved,
-        } => (
-            Reply::Held {
-                remaining: rounded(remaining),
-                ahead,
-                typical_hold,
-                reserved,
-            },
-            None,
-        ),
-    }
-}
-
 fn set_reply(acquisition: SetAcquisition) -> (Reply, Vec<u64>) {
     match acquisition {
         SetAcquisition::Acquired(fences) => (
@@ -206,16 +154,6 @@ fn set_reply(acquisition: SetAcquisition) -> (Reply, Vec<u64>) {
     }
 }
 
-fn join_reply(joined: LineJoin) -> Reply {
-    match joined {
-        LineJoin::Joined { ahead, evicted } => Reply::Joined {
-            ahead,
-            evicted: evicted.iter().map(|waiter| waiter.as_str().to_string()).collect(),
-        },
-        LineJoin::Full { waiting } => Reply::Full { waiting },
-    }
-}
-
 fn cap(capped: bool) -> Option<LineCap> {
     capped.then(|| LineCap::new(2).drop_oldest())
 }
@@ -228,8 +166,7 @@ struct Run {
     prefix: String,
     callers: Callers,
     keys: Vec<LockKey>,
-    /// Each key's last fencing token, on each side, and the caller it went to.
-    fences: HashMap<usize, [(u64, usize); 2]>,
+    fences: Fences,
 }
 
 impl Run {
@@ -259,7 +196,7 @@ impl Run {
                 .iter()
                 .map(|name| LockKey::new(*name).expect("a valid key"))
                 .collect(),
-            fences: HashMap::new(),
+            fences: Fences::default(),
         }
     }
 
@@ -269,29 +206,6 @@ impl Run {
 
     fn redis_key(&self, kind: &str, key: usize) -> String {
         format!("{}:{kind}:{{{}}}", self.prefix, KEYS[key])
-    }
-
-    /// Checks a new fencing token of `key` for `client` on one side (0 the model, 1 Redis):
-    /// above the key's last, or the same holder's again (a re-sent acquire).
-    fn check_fence(
-        &mut self,
-        key: usize,
-        client: usize,
-        side: usize,
-        fence: u64,
-    ) -> Result<(), TestCaseError> {
-        let last = &mut self.fences.entry(key).or_insert([(0, usize::MAX); 2])[side];
-        let rises = fence > last.0 || (fence == last.0 && last.1 == client);
-        prop_assert!(
-            rises,
-            "key {} side {}: token {} after {:?}",
-            key,
-            side,
-            fence,
-            last
-        );
-        *last = (fence, client);
-        Ok(())
     }
 
     async fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
@@ -315,7 +229,7 @@ impl Run {
                 );
                 for (side, fence) in [model_fence, redis_fence].into_iter().enumerate() {
                     if let Some(fence) = fence {
-                        self.check_fence(key, client, side, fence)?;
+                        self.fences.check(key, client, side, fence)?;
                     }
                 }
                 (model, redis)
@@ -359,7 +273,7 @@ impl Run {
                     .join_line(k, w, None, Holders::One, cap(capped))
                     .await
                     .map_err(fail)?;
-                (model, join_reply(redis))
+                (model, joined_reply(line_join(redis)))
             }
             Op::Leave { client, key } => {
                 let (k, w) = (&self.keys[key], &waiters[client]);
@@ -383,26 +297,20 @@ impl Run {
                 );
                 for (side, fences) in [model_fences, redis_fences].into_iter().enumerate() {
                     for (&key, fence) in SETS[set].iter().zip(fences) {
-                        self.check_fence(key, client, side, fence)?;
+                        self.fences.check(key, client, side, fence)?;
                     }
                 }
                 (model, redis)
             }
             Op::JoinSet { client, set, capped } => {
                 let (keys, w) = (self.set(set), waiters[client].clone());
-                let model = match self.model.join_set(&keys, &w, None, cap(capped), now).0 {
-                    Ok((ahead, evicted)) => Reply::Joined {
-                        ahead,
-                        evicted: evicted.iter().map(|waiter| waiter.as_str().to_string()).collect(),
-                    },
-                    Err(waiting) => Reply::Full { waiting },
-                };
+                let model = joined_reply(self.model.join_set(&keys, &w, None, cap(capped), now).0);
                 let redis = self
                     .store
                     .join_set_line(&keys, &w, None, cap(capped))
                     .await
                     .map_err(fail)?;
-                (model, join_reply(redis))
+                (model, joined_reply(line_join(redis)))
             }
             Op::LeaveSet { client, set } => {
                 let (keys, w) = (self.set(set), waiters[client].clone());
@@ -488,41 +396,14 @@ impl Run {
     }
 }
 
-fn fail(error: impl std::fmt::Display) -> TestCaseError {
-    TestCaseError::fail(error.to_string())
-}
-
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|cases| cases.parse().ok())
-        .unwrap_or(default)
-}
-
 fn scripts_agree_with_the_model(server: Server) {
-    if !server.available() {
-        return;
-    }
-    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let redis = RedisServer::start_of(server);
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: cases(96),
-        failure_persistence: None,
-        ..ProptestConfig::default()
+    differential::run_sequences(server, op(), 96, async |redis: &RedisServer, ops: Vec<Op>| {
+        let mut run = Run::new(redis).await;
+        for op in &ops {
+            run.step(op).await?;
+        }
+        Ok(())
     });
-    let sequences = proptest::collection::vec(op(), 1..40);
-    let result = runner.run(&sequences, |ops| {
-        runtime.block_on(async {
-            let mut run = Run::new(&redis).await;
-            for op in &ops {
-                run.step(op).await?;
-            }
-            Ok(())
-        })
-    });
-    if let Err(error) = result {
-        panic!("{server:?}: {error}");
-    }
 }
 
 #[test]

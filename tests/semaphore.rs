@@ -626,7 +626,35 @@ async fn the_typical_hold_is_the_last_reported_hold<S: Reserving>(store: S) {
     assert_eq!(typical_hold, Some(Duration::from_millis(100)));
 }
 
+/// A waiter whose reservation ran out, and that joins again (a deferred job claimed late),
+/// stands in line again, before those who come after it (on Redis the join once dropped it
+/// from the line after putting it there).
+async fn a_waiter_that_joins_again_after_its_reservation_ran_out_is_in_line<S: Reserving>(store: S) {
+    let reservation = Duration::from_millis(100);
+    let store = store.reserving(reservation);
+    let k = key("late:1");
+    // One of two permits is held for long: the key's records outlive the reservation.
+    take(&store, &k, LockToken::random(), 2).await.expect("a permit");
+    let (late, next) = (
+        Waiter::caller(LockToken::random()),
+        Waiter::caller(LockToken::random()),
+    );
+    // The other permit is reserved for `late` as it joins, and it does not come in time.
+    store.join_permits(&k, &late, None, 2).await.unwrap();
+    tokio::time::sleep(2 * reservation).await;
+    store.join_permits(&k, &late, None, 2).await.unwrap();
+    let ahead = store.join_permits(&k, &next, None, 2).await.unwrap();
+    assert_eq!(ahead, 1, "the late waiter stands before the next");
+    assert!(
+        take_as(&store, &k, LockToken::random(), 2, Some(&late), LONG)
+            .await
+            .is_some(),
+        "the permit is the late waiter's"
+    );
+}
+
 for_each_store!(
+    a_waiter_that_joins_again_after_its_reservation_ran_out_is_in_line,
     the_typical_hold_is_the_last_reported_hold,
     a_closed_key_is_refused_under_every_strategy_and_nothing_is_stored,
     at_most_n_hold_a_key_and_each_permit_gets_a_higher_fence,

@@ -67,6 +67,17 @@ impl KeyPermits {
             || self.reserved.keys().any(|waiter| self.writers.contains(waiter))
     }
 
+    /// Whether a writer holds the key (alone, then).
+    fn writes_now(&self) -> bool {
+        self.writer
+            .is_some_and(|writer| self.holders.contains_key(&writer))
+    }
+
+    /// Whether `token` holds a permit as `holders` says: writing, or reading.
+    fn holds_as(&self, token: LockToken, holders: Holders) -> bool {
+        self.holders.contains_key(&token) && (self.writer == Some(token)) == holders.writes()
+    }
+
     /// Whether a holder (a writer when `writes`) fits beside the permits held and reserved now:
     /// a writer only on a free key, a reader below the limit and beside no writer.
     fn fits(&self, writes: bool, limit: u32) -> bool {
@@ -237,7 +248,7 @@ impl PermitModel {
                     typical_hold: state.typical_hold.map(|hold| hold / limit.max(1)),
                     // Only reservations stand in the way: no holder it could not join.
                     reserved: state.holders.is_empty()
-                        || !(writes || state.holders.len() >= limit as usize || state.written()),
+                        || !(writes || state.holders.len() >= limit as usize || state.writes_now()),
                 };
                 return answer(held, handed, None);
             }
@@ -259,11 +270,20 @@ impl PermitModel {
         answer(Acquisition::Acquired(Some(fence)), handed, handoff_waited)
     }
 
-    /// Resets the lease of `token`'s permit of `key` to `ttl`; `false` when it holds none.
-    pub fn extend(&mut self, key: &LockKey, token: LockToken, ttl: Duration, now: Now) -> bool {
+    /// Resets the lease of `token`'s permit of `key` (held as `holders` says: reading or
+    /// writing) to `ttl`; `false` when it holds none.
+    pub fn extend(
+        &mut self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        holders: Holders,
+        now: Now,
+    ) -> bool {
         let permit = self
             .keys
             .get_mut(key)
+            .filter(|permits| permits.holds_as(token, holders))
             .and_then(|permits| permits.holders.get_mut(&token))
             .filter(|(_, deadline)| *deadline > now.time);
         match permit {
@@ -275,7 +295,8 @@ impl PermitModel {
         }
     }
 
-    /// Releases `token`'s permit of `key`, handing what is free to the line; `held_for` becomes
+    /// Releases `token`'s permit of `key` (held as `holders` says), handing what is free to
+    /// the line; `held_for` becomes
     /// the key's typical hold. Whether it held one.
     pub fn release(
         &mut self,
@@ -287,7 +308,7 @@ impl PermitModel {
     ) -> (bool, PermitsHanded) {
         let reservation = self.reservation;
         let (state, dropped) = self.live(key, now.time);
-        let released = state.holders.remove(&token).is_some();
+        let released = state.holds_as(token, holders) && state.holders.remove(&token).is_some();
         if released && let Some(held) = held_for {
             state.typical_hold = Some(Duration::from_millis(held.as_millis() as u64));
         }

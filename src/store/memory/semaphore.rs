@@ -170,11 +170,11 @@ impl MemoryStore {
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
-        _holders: Holders,
+        holders: Holders,
     ) -> Result<bool, StoreError> {
         let mut state = self.semaphores();
         let now = state.touch(key);
-        Ok(state.model.extend(key, token, ttl, now))
+        Ok(state.model.extend(key, token, ttl, holders, now))
     }
 
     pub(super) async fn release_permit_lease(

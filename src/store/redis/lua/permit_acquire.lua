@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: PermitModel::acquire (src/semaphore/model.rs); tests/permit_model.rs checks the two agree.
 -- Takes one of the key's permits (a writer: the key alone), unless it does not fit beside
 -- those held and reserved, or waiters without a reservation are ahead of the caller; hands
 -- out the next fencing token.

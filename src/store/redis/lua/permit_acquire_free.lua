@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: PermitModel::acquire (src/semaphore/model.rs), a free key; tests/permit_model.rs checks the two agree.
 -- Takes a permit of a key nobody waits for, in the fewest calls: the common case. Only the
 -- keys it touches and no permit prelude (fence.lua is before this): a script's call costs
 -- Redis per key, argument and `redis.call`, and the full acquire (permit_acquire.lua) makes

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: PermitModel::extend (src/semaphore/model.rs); tests/permit_model.rs checks the two agree.
 -- Resets the deadline of the caller's permit, if it still has one.
 -- ARGV[3] the holder (its token; a writer's marked), ARGV[4] the TTL in ms.
 -- Returns 1 when extended, 0 when the permit ran out (or was never taken).

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: PermitModel::join (src/semaphore/model.rs); tests/permit_model.rs checks the two agree.
 -- Puts a waiter in the key's line: at the end, or in the place of the waiter it replaces (a
 -- caller that retried, then deferred). Already in line, it keeps its place. Permits freed
 -- since the caller found them taken go to the line now.
@@ -8,6 +9,11 @@
 -- Returns {the waiters permits were reserved for, the waiters dropped, waiters ahead (all of
 -- them when refused), 1 when refused for a full line, waiters evicted to make room}.
 local waiter, replacing, limit, writes = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[8] == '1'
+-- What ran out goes first: a waiter whose reservation ran out and that joins again (its job
+-- was claimed late) leaves the line, then joins it again, rather than joining and then being
+-- dropped.
+local now = now_ms()
+local dropped = prune(now)
 local refused, evicted, waiting = make_room(waiter, replacing, tonumber(ARGV[6]) or -1, ARGV[7], function(candidate)
   return redis.call('ZSCORE', PERMITS, '@' .. candidate) ~= false
 end)
@@ -28,6 +34,4 @@ else
 end
 -- The writers live as long as the line (take_place): a writer is never taken for a reader.
 redis.call('PEXPIRE', WRITERS, IDLE_MS)
-local now = now_ms()
-local dropped = prune(now)
 return {hand_to_line(now, limit), dropped, ahead_of(waiter), 0, evicted}

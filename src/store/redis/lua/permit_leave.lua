@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: PermitModel::leave (src/semaphore/model.rs); tests/permit_model.rs checks the two agree.
 -- Takes a waiter out of the key's line (it gave up, or its job is gone); a permit reserved
 -- for it goes to the next in line.
 -- ARGV[3] the waiter, ARGV[4] the limit.

@@ -1,3 +1,4 @@
+-- Model: PermitModel (src/semaphore/model.rs): KeyPermits::prune, fits, hand_to_line; tests/permit_model.rs checks the two agree.
 -- The prelude of every permit script (a semaphore: up to a limit of holders per key; a
 -- read-write lock: its readers share the limit, a writer holds the key alone), prepended to
 -- it after its flags line when the scripts are loaded (src/store/redis/scripts.rs).

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: PermitModel::release (src/semaphore/model.rs); tests/permit_model.rs checks the two agree.
 -- Gives the caller's permit back, reserving the free permits for the first in line.
 -- ARGV[3] the holder (its token; a writer's marked), ARGV[4] how long it held the permit in
 -- whole ms ('' unknown), ARGV[5] the limit.

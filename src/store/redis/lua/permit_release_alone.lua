@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: PermitModel::release (src/semaphore/model.rs), nobody in line; tests/permit_model.rs checks the two agree.
 -- Gives back a permit of a key nobody waits for, in the fewest calls: the common case. Only
 -- the keys it touches, no permit prelude (see permit_acquire_free.lua).
 -- KEYS[1] the permits, KEYS[2] their fencing tokens, KEYS[3] the line; ARGV[1] the holder (a

@@ -1,0 +1,152 @@
+//! What the differential tests of the scripts against their models share (a module of the
+//! test binaries that use it, beside `support`): replies made comparable, fencing tokens
+//! checked on each side, and the runner of generated sequences on one server.
+#![allow(dead_code)] // each test binary uses a different part of it
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+use redefer::lock::{Acquisition, LineJoin, Waiter};
+
+use super::{RedisServer, Server};
+
+/// How much less than the model Redis may report as a TTL's rest: the time a sequence takes
+/// (the model's clock stands still).
+pub const TIME_TOLERANCE: Duration = Duration::from_secs(1);
+
+/// A reply with the TTLs' rest rounded to the tolerance (Redis's is at most the model's, and
+/// less by the time the sequence took) and fencing tokens left out (compared apart).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply {
+    Acquired,
+    Held {
+        remaining: Option<u64>,
+        ahead: u64,
+        typical_hold: Option<Duration>,
+        reserved: bool,
+    },
+    /// The keys of a set that were not free: index, rest, waiters ahead, typical hold, and
+    /// whether each is reserved.
+    SetHeld(Vec<HeldKeyReply>),
+    Done(bool),
+    Joined {
+        ahead: u64,
+        evicted: Vec<String>,
+    },
+    Full {
+        waiting: u64,
+    },
+}
+
+/// A key of a set that was not free, in [`Reply::SetHeld`].
+pub type HeldKeyReply = (usize, Option<u64>, u64, Option<Duration>, bool);
+
+/// The rest of a TTL in whole tolerances, rounded up: the model's 60 s and Redis's 59.9 s are
+/// both 60.
+pub fn rounded(remaining: Option<Duration>) -> Option<u64> {
+    remaining.map(|rest| rest.as_millis().div_ceil(TIME_TOLERANCE.as_millis()) as u64)
+}
+
+/// An acquisition as a comparable reply, and its fencing token.
+pub fn acquisition_reply(acquisition: Acquisition) -> (Reply, Option<u64>) {
+    match acquisition {
+        Acquisition::Acquired(fence) => (Reply::Acquired, fence.map(|fence| fence.0)),
+        Acquisition::Held {
+            remaining,
+            ahead,
+            typical_hold,
+            reserved,
+        } => (
+            Reply::Held {
+                remaining: rounded(remaining),
+                ahead,
+                typical_hold,
+                reserved,
+            },
+            None,
+        ),
+    }
+}
+
+/// A join as a comparable reply: the waiters evicted, as text.
+pub fn joined_reply(joined: Result<(u64, Vec<Waiter>), u64>) -> Reply {
+    match joined {
+        Ok((ahead, evicted)) => Reply::Joined {
+            ahead,
+            evicted: evicted.iter().map(|waiter| waiter.as_str().to_string()).collect(),
+        },
+        Err(waiting) => Reply::Full { waiting },
+    }
+}
+
+/// A store's [`LineJoin`] as the model's join answers it.
+pub fn line_join(joined: LineJoin) -> Result<(u64, Vec<Waiter>), u64> {
+    match joined {
+        LineJoin::Joined { ahead, evicted } => Ok((ahead, evicted)),
+        LineJoin::Full { waiting } => Err(waiting),
+    }
+}
+
+/// Each key's highest fencing token on each side (0: the model, 1: Redis), and each holder's
+/// last.
+#[derive(Default)]
+pub struct Fences(HashMap<(usize, usize), (u64, HashMap<usize, u64>)>);
+
+impl Fences {
+    /// A new token of `key` for `holder` on `side`: above every token of the key so far, or the
+    /// holder's own again (a re-sent acquire finds its holding).
+    pub fn check(&mut self, key: usize, holder: usize, side: usize, fence: u64) -> Result<(), TestCaseError> {
+        let (highest, own) = self.0.entry((key, side)).or_default();
+        let rises = fence > *highest || own.get(&holder) == Some(&fence);
+        prop_assert!(
+            rises,
+            "key {} side {}: token {} for holder {} after {} (its own: {:?})",
+            key,
+            side,
+            fence,
+            holder,
+            highest,
+            own.get(&holder)
+        );
+        *highest = (*highest).max(fence);
+        own.insert(holder, fence);
+        Ok(())
+    }
+}
+
+pub fn fail(error: impl std::fmt::Display) -> TestCaseError {
+    TestCaseError::fail(error.to_string())
+}
+
+/// Runs `sequence` on generated sequences of `op`, each on a fresh server prefix: `PROPTEST_CASES`
+/// of them, else `default_cases`. Skipped where the server is not installed (see
+/// [`Server::available`]).
+pub fn run_sequences<Op>(
+    server: Server,
+    op: impl Strategy<Value = Op>,
+    default_cases: u32,
+    sequence: impl AsyncFn(&RedisServer, Vec<Op>) -> Result<(), TestCaseError>,
+) where
+    Op: std::fmt::Debug + Clone,
+{
+    if !server.available() {
+        return;
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let redis = RedisServer::start_of(server);
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(default_cases);
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let sequences = proptest::collection::vec(op, 1..40);
+    if let Err(error) = runner.run(&sequences, |ops| runtime.block_on(sequence(&redis, ops))) {
+        panic!("{server:?}: {error}");
+    }
+}
