@@ -27,9 +27,13 @@
 //! waiter not in line), a reservation that ran out and never drops its waiter (a crashed
 //! waiter blocks the others for good).
 
-use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
+#[path = "support/explore.rs"]
+mod explore;
+mod support;
 
+use std::time::Duration;
+
+use explore::Protocol;
 use redefer::LockKey;
 use redefer::lock::model::{Holder, LockModel, Now};
 use redefer::lock::{Acquisition, LockToken, Waiter};
@@ -107,13 +111,6 @@ struct World {
     waiters: Vec<Waiter>,
 }
 
-/// A broken rule, with the steps that led to it.
-#[derive(Debug)]
-struct Violation {
-    rule: String,
-    path: Vec<Step>,
-}
-
 impl World {
     fn new(config: Config) -> Self {
         let keys = (0..config.keys)
@@ -129,15 +126,6 @@ impl World {
         }
     }
 
-    fn initial(&self) -> State {
-        State {
-            model: LockModel::new(TTL),
-            callers: vec![Caller::Idle; self.tokens.len()],
-            rounds_left: vec![self.config.rounds - 1; self.tokens.len()],
-            crashes_left: self.config.crashes,
-        }
-    }
-
     fn caller_of_token(&self, token: LockToken) -> usize {
         self.tokens
             .iter()
@@ -150,6 +138,79 @@ impl World {
             .iter()
             .position(|w| w == waiter)
             .expect("a caller's waiter")
+    }
+
+    fn wanted(&self, caller: usize) -> Vec<LockKey> {
+        self.config.wants[caller]
+            .iter()
+            .map(|&key| self.keys[key].clone())
+            .collect()
+    }
+
+    fn mask(&self, caller: usize) -> u8 {
+        self.config.wants[caller]
+            .iter()
+            .fold(0, |mask, key| mask | 1 << key)
+    }
+
+    /// At most one live caller holds a key, and the model says it holds it; a key is reserved
+    /// only for a waiter in its line (one that left hands it on at once).
+    fn check_exclusion(&self, state: &mut State) -> Result<(), String> {
+        for (index, key) in self.keys.iter().enumerate() {
+            let believers: Vec<usize> = (0..state.callers.len())
+                .filter(|&caller| matches!(state.callers[caller], Caller::Holding(mask) if mask & 1 << index != 0))
+                .collect();
+            if believers.len() > 1 {
+                return Err(format!("{key} held by callers {believers:?} at once"));
+            }
+            let line = state.model.line(key);
+            if let Some(Holder::Reserved { waiter, .. }) = state
+                .model
+                .holding(key, Duration::ZERO)
+                .map(|holding| &holding.holder)
+                && !line.contains(waiter)
+            {
+                return Err(format!("{key} reserved for {waiter:?}, who is not in its line"));
+            }
+            if let Some(&caller) = believers.first() {
+                let holder = state
+                    .model
+                    .holding(key, Duration::ZERO)
+                    .map(|holding| holding.holder.clone());
+                if !matches!(holder, Some(Holder::Owner(token, _)) if token == self.tokens[caller]) {
+                    return Err(format!(
+                        "caller {caller} believes it holds {key}, which is {holder:?}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Protocol for World {
+    type State = State;
+    type Step = Step;
+    type Print = Fingerprint;
+
+    fn initial(&self) -> State {
+        State {
+            model: LockModel::new(TTL),
+            callers: vec![Caller::Idle; self.tokens.len()],
+            rounds_left: vec![self.config.rounds - 1; self.tokens.len()],
+            crashes_left: self.config.crashes,
+        }
+    }
+
+    fn served(&self, state: &State) -> bool {
+        state
+            .callers
+            .iter()
+            .all(|caller| matches!(caller, Caller::Done | Caller::GaveUp | Caller::Crashed))
+    }
+
+    fn gives_up(&self, step: Step) -> bool {
+        matches!(step, Step::GiveUp(_))
     }
 
     fn fingerprint(&self, state: &mut State) -> Fingerprint {
@@ -180,19 +241,6 @@ impl World {
             rounds_left: state.rounds_left.clone(),
             crashes_left: state.crashes_left,
         }
-    }
-
-    fn wanted(&self, caller: usize) -> Vec<LockKey> {
-        self.config.wants[caller]
-            .iter()
-            .map(|&key| self.keys[key].clone())
-            .collect()
-    }
-
-    fn mask(&self, caller: usize) -> u8 {
-        self.config.wants[caller]
-            .iter()
-            .fold(0, |mask, key| mask | 1 << key)
     }
 
     fn steps(&self, state: &mut State) -> Vec<Step> {
@@ -285,7 +333,7 @@ impl World {
                                 return Err(format!("caller {caller} refused its set yet holds {key}"));
                             }
                         }
-                        if step_is_try(step) {
+                        if matches!(step, Step::Try(_)) {
                             state.callers[caller] = Caller::Blocked;
                         }
                     }
@@ -350,138 +398,11 @@ impl World {
         }
         self.check_exclusion(state)
     }
-
-    /// At most one live caller holds a key, and the model says it holds it; a key is reserved
-    /// only for a waiter in its line (one that left hands it on at once).
-    fn check_exclusion(&self, state: &mut State) -> Result<(), String> {
-        for (index, key) in self.keys.iter().enumerate() {
-            let believers: Vec<usize> = (0..state.callers.len())
-                .filter(|&caller| matches!(state.callers[caller], Caller::Holding(mask) if mask & 1 << index != 0))
-                .collect();
-            if believers.len() > 1 {
-                return Err(format!("{key} held by callers {believers:?} at once"));
-            }
-            let line = state.model.line(key);
-            if let Some(Holder::Reserved { waiter, .. }) = state
-                .model
-                .holding(key, Duration::ZERO)
-                .map(|holding| &holding.holder)
-                && !line.contains(waiter)
-            {
-                return Err(format!("{key} reserved for {waiter:?}, who is not in its line"));
-            }
-            if let Some(&caller) = believers.first() {
-                let holder = state
-                    .model
-                    .holding(key, Duration::ZERO)
-                    .map(|holding| holding.holder.clone());
-                if !matches!(holder, Some(Holder::Owner(token, _)) if token == self.tokens[caller]) {
-                    return Err(format!(
-                        "caller {caller} believes it holds {key}, which is {holder:?}"
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn served(state: &State) -> bool {
-        state
-            .callers
-            .iter()
-            .all(|caller| matches!(caller, Caller::Done | Caller::GaveUp | Caller::Crashed))
-    }
-
-    /// Explores every state reachable from the start; returns how many states and transitions.
-    fn explore(&self) -> Result<(usize, usize), Violation> {
-        let mut initial = self.initial();
-        let mut index: HashMap<Fingerprint, usize> = HashMap::new();
-        let mut parents: Vec<Option<(usize, Step)>> = vec![None];
-        let mut successors: Vec<Vec<usize>> = vec![Vec::new()];
-        let mut served = vec![false];
-        index.insert(self.fingerprint(&mut initial), 0);
-        let mut frontier = VecDeque::from([(0, initial)]);
-        let mut transitions = 0;
-        let path_to = |parents: &[Option<(usize, Step)>], mut at: usize| {
-            let mut path = Vec::new();
-            while let Some((parent, step)) = parents[at] {
-                path.push(step);
-                at = parent;
-            }
-            path.reverse();
-            path
-        };
-        while let Some((at, mut state)) = frontier.pop_front() {
-            for step in self.steps(&mut state) {
-                transitions += 1;
-                let mut next = state.clone();
-                if let Err(rule) = self.apply(&mut next, step) {
-                    let mut path = path_to(&parents, at);
-                    path.push(step);
-                    return Err(Violation { rule, path });
-                }
-                let fingerprint = self.fingerprint(&mut next);
-                let to = match index.get(&fingerprint) {
-                    Some(&to) => to,
-                    None => {
-                        let to = parents.len();
-                        index.insert(fingerprint, to);
-                        parents.push(Some((at, step)));
-                        successors.push(Vec::new());
-                        served.push(Self::served(&next));
-                        frontier.push_back((to, next));
-                        to
-                    }
-                };
-                // Nobody is served by another's giving up: the way to the end may not use it.
-                if !matches!(step, Step::GiveUp(_)) {
-                    successors[at].push(to);
-                }
-            }
-        }
-        // Every state must reach, without anyone giving up, one where every caller that did
-        // not crash nor give up was served: walk back from those.
-        let mut predecessors = vec![Vec::new(); successors.len()];
-        for (from, tos) in successors.iter().enumerate() {
-            for &to in tos {
-                predecessors[to].push(from);
-            }
-        }
-        let mut reaches = served.clone();
-        let mut back: VecDeque<usize> = (0..served.len()).filter(|&state| served[state]).collect();
-        while let Some(to) = back.pop_front() {
-            for &from in &predecessors[to] {
-                if !reaches[from] {
-                    reaches[from] = true;
-                    back.push_back(from);
-                }
-            }
-        }
-        if let Some(stuck) = reaches.iter().position(|reaches| !reaches) {
-            return Err(Violation {
-                rule: "from here, the callers that did not crash can never all be served".to_string(),
-                path: path_to(&parents, stuck),
-            });
-        }
-        Ok((parents.len(), transitions))
-    }
-}
-
-fn step_is_try(step: Step) -> bool {
-    matches!(step, Step::Try(_))
 }
 
 fn explore(config: Config) {
     let name = config.name;
-    let world = World::new(config);
-    let started = Instant::now();
-    match world.explore() {
-        Ok((states, transitions)) => eprintln!(
-            "{name}: {states} states, {transitions} transitions, every rule holds ({:?})",
-            started.elapsed()
-        ),
-        Err(violation) => panic!("{name}: {}\nafter {:?}", violation.rule, violation.path),
-    }
+    explore::check(name, &World::new(config));
 }
 
 #[test]
