@@ -34,6 +34,7 @@ mod book;
 mod call;
 mod close;
 mod layer;
+pub mod model;
 mod rate;
 mod service;
 mod store;

@@ -21,13 +21,13 @@ use std::time::Duration;
 use self::lock::LockState;
 use self::queue::QueueState;
 use self::semaphore::SemaphoreState;
-use self::throttle::ThrottleState;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
 use crate::queue::{JobId, QueueName};
 use crate::store::DEFAULT_RESERVATION;
 use crate::store::handover::{HandOver, Promotion};
+use crate::throttle::model::ThrottleModel;
 
 /// A store in this process's memory, with the same semantics as [`RedisStore`](super::RedisStore).
 ///
@@ -52,7 +52,7 @@ use crate::store::handover::{HandOver, Promotion};
 pub struct MemoryStore {
     locks: Arc<Mutex<LockState>>,
     semaphores: Arc<Mutex<SemaphoreState>>,
-    throttles: Arc<Mutex<ThrottleState>>,
+    throttles: Arc<Mutex<ThrottleModel>>,
     queues: Arc<Mutex<HashMap<QueueName, QueueState>>>,
     /// The registry of queues: name -> shards, and whether its activity is counted.
     registered: Arc<Mutex<std::collections::BTreeMap<String, (usize, crate::queue::Counters)>>>,
