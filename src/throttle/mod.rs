@@ -44,7 +44,6 @@ pub use self::close::{CloseError, Closed, MAX_CLOSE, close_for, close_key_for};
 pub use self::layer::ThrottleLayer;
 pub use self::rate::{Rate, RateError};
 pub use self::service::ThrottleService;
-pub(crate) use self::store::BOOKING_RETENTION;
-pub use self::store::{Admission, ThrottleStore};
+pub use self::store::{Admission, BOOKING_RETENTION, ThrottleStore};
 pub use crate::guard::Booking;
 pub use crate::guard::NextSlot;

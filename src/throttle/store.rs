@@ -80,4 +80,4 @@ pub trait ThrottleStore: Sealed + Clone + Send + Sync + 'static {
 /// How long a booking waits for its job past its slot before it is dropped (a job deleted by an
 /// operator, a queue whose schedulers were down all that time). A job that comes later is
 /// decided as a new request.
-pub(crate) const BOOKING_RETENTION: Duration = Duration::from_secs(60 * 60);
+pub const BOOKING_RETENTION: Duration = Duration::from_secs(60 * 60);

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use redefer::queue::{DelayQueue, QueueStats};
 use redefer::strategy::{Defer, Retry};
-use redefer::throttle::{CloseError, Rate, ThrottleLayer, close_for, close_key_for};
+use redefer::throttle::{Admission, CloseError, Rate, ThrottleLayer, close_for, close_key_for};
 use redefer::{Backoff, Error, MemoryStore, Outcome, Scheduler, SchedulerOptions, current_job};
 use serde::{Deserialize, Serialize};
 use tower::{Layer, ServiceExt, service_fn};
@@ -290,7 +290,35 @@ async fn booked_jobs_of_a_closed_key_do_not_hold_the_schedulers_places<S: Clocke
     assert_eq!((report.acked, report.buried), (9, 0), "{report:?}");
 }
 
+/// A job sent back to wait for its start (its slot fell inside a closure) and claimed late,
+/// well after that start (a busy scheduler), is admitted on its booking: on Redis the script
+/// once failed there (an expiry of zero for a schedule that had run out) after dropping the
+/// booking.
+async fn a_job_sent_back_and_claimed_late_keeps_its_booking<S: Clocked>(store: S) {
+    let rate = Rate::per_second(10).unwrap();
+    let key = redefer::LockKey::new("late.example").unwrap();
+    let queue = redefer::queue::QueueName::new("fetches").unwrap();
+    let job = redefer::lock::Waiter::job(&queue, &redefer::queue::JobId::new("job-1").unwrap());
+    store.book(&key, rate, &job).await.unwrap();
+    store
+        .close_for(&key, rate, Duration::from_millis(1_100))
+        .await
+        .unwrap();
+    let sent_back = store.admit(&key, rate, Some(&job)).await.unwrap();
+    let Admission::Throttled { opens_in } = sent_back else {
+        panic!("the job's start is past its run's longest wait: sent back, not {sent_back:?}");
+    };
+    // Claimed well after its start: past the key's interval and the schedule's life.
+    tokio::time::sleep(opens_in + rate.interval() + Duration::from_millis(200)).await;
+    let late = store.admit(&key, rate, Some(&job)).await;
+    assert!(
+        matches!(late, Ok(Admission::Redeemed { wait }) if wait.is_zero()),
+        "{late:?}"
+    );
+}
+
 for_each_store!(
+    a_job_sent_back_and_claimed_late_keeps_its_booking,
     booked_jobs_of_a_closed_key_do_not_hold_the_schedulers_places,
     a_closed_key_makes_every_caller_wait_for_its_reopening,
     a_job_waits_for_the_reopening_without_using_an_attempt,

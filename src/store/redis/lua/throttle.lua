@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: ThrottleModel::admit and ThrottleModel::book (src/throttle/model.rs); tests/throttle_model.rs checks the two agree.
 -- Decides one request against a key's rate (GCRA), by the server's clock, in microseconds.
 --
 -- A key keeps two times. `free_at`, the schedule: when its next slot opens, counting every
@@ -48,12 +49,14 @@ if waiter ~= '' then
     redis.call('ZREM', bookings_key, sent_back and SENT_BACK .. waiter or waiter)
   end
 end
+if sent_back then
+  -- Its run was counted when it was sent back: it starts at its start, and nothing else moves
+  -- (the schedule may have run out meanwhile, the job claimed late).
+  return {2, math.max(0, slot - now), slot}
+end
 
 local status, start
-if sent_back then
-  -- Its run was counted when it was sent back: it starts at its start.
-  status = 2
-elseif slot then
+if slot then
   status, start = 2, math.max(now, slot, run_free_at)
   -- A job that would wait long in its run (its key closed until an upstream's retry-after,
   -- the runs before it late) would hold its scheduler's place all that while, and slow other
@@ -88,9 +91,6 @@ else
 end
 
 if status == 2 then
-  if sent_back then
-    return {2, math.max(0, slot - now), slot}
-  end
   return {2, start - now, slot}
 elseif status == 1 then
   return {1, 0, now}

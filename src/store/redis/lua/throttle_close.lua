@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: ThrottleModel::close (src/throttle/model.rs); tests/throttle_model.rs checks the two agree.
 -- Closes a key until ARGV[3] microseconds from now, by the server's clock (an upstream said
 -- "retry after"): its next slot opens then, no earlier, for requests and bookings alike, and
 -- the slots after it follow at the key's rate (the bookings already made start no earlier

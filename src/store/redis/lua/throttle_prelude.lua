@@ -1,3 +1,4 @@
+-- Model: ThrottleModel (src/throttle/model.rs); tests/throttle_model.rs checks the two agree.
 -- The prelude of the throttle's scripts (throttle.lua, throttle_close.lua), after their flags
 -- line: the server's clock and the key's schedule, read from its state.
 --
