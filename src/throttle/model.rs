@@ -109,13 +109,18 @@ impl ThrottleModel {
         let (interval, tolerance) = (micros(rate.interval()), micros(rate.tolerance()));
         let schedule = self.schedule_at(key, now, tolerance);
         if let Some(waiter) = booked_as {
-            // Sent back to wait for its start: its run was counted then.
-            if let Some(start) = schedule.sent_back.remove(waiter) {
+            // Sent back to wait for its start: its run was counted then, for then. Claimed
+            // after it, the job finds that run spent (others may have taken the runs after
+            // it): it takes a turn now, as a booking does.
+            let sent_back = schedule.sent_back.remove(waiter);
+            if let Some(start) = sent_back
+                && start >= now
+            {
                 return Admission::Redeemed {
-                    wait: Duration::from_micros(start.saturating_sub(now)),
+                    wait: Duration::from_micros(start - now),
                 };
             }
-            if let Some(slot) = schedule.bookings.remove(waiter) {
+            if let Some(slot) = sent_back.or_else(|| schedule.bookings.remove(waiter)) {
                 let start = now.max(slot).max(schedule.run_free_at);
                 schedule.run_at(start, interval, tolerance);
                 // A job would hold its scheduler's place all that while: it goes back to wait.

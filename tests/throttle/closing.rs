@@ -317,7 +317,37 @@ async fn a_job_sent_back_and_claimed_late_keeps_its_booking<S: Clocked>(store: S
     );
 }
 
+/// A job sent back to wait for its start and claimed after it, once others took the runs
+/// that followed, starts a run after them: never in the same run as another (the rate holds
+/// over any span, late jobs included).
+async fn a_job_sent_back_and_claimed_late_waits_its_turn<S: Clocked>(store: S) {
+    let rate = Rate::new(1, Duration::from_millis(100)).unwrap();
+    let key = redefer::LockKey::new("turn.example").unwrap();
+    let queue = redefer::queue::QueueName::new("fetches").unwrap();
+    let job = redefer::lock::Waiter::job(&queue, &redefer::queue::JobId::new("job-1").unwrap());
+    store.book(&key, rate, &job).await.unwrap();
+    store
+        .close_for(&key, rate, Duration::from_millis(1_100))
+        .await
+        .unwrap();
+    let Admission::Throttled { opens_in } = store.admit(&key, rate, Some(&job)).await.unwrap() else {
+        panic!("the job's start is past its run's longest wait: sent back");
+    };
+    // The job is claimed late: a request came first and took the run after the job's.
+    tokio::time::sleep(opens_in + rate.interval() + Duration::from_millis(20)).await;
+    assert_eq!(store.admit(&key, rate, None).await.unwrap(), Admission::Admitted);
+    let late = store.admit(&key, rate, Some(&job)).await.unwrap();
+    let Admission::Redeemed { wait } = late else {
+        panic!("the job keeps its booking: {late:?}");
+    };
+    assert!(
+        wait >= rate.interval() / 2,
+        "the late job starts {wait:?} after the request admitted just before it"
+    );
+}
+
 for_each_store!(
+    a_job_sent_back_and_claimed_late_waits_its_turn,
     a_job_sent_back_and_claimed_late_keeps_its_booking,
     booked_jobs_of_a_closed_key_do_not_hold_the_schedulers_places,
     a_closed_key_makes_every_caller_wait_for_its_reopening,

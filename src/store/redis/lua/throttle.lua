@@ -49,10 +49,11 @@ if waiter ~= '' then
     redis.call('ZREM', bookings_key, sent_back and SENT_BACK .. waiter or waiter)
   end
 end
-if sent_back then
-  -- Its run was counted when it was sent back: it starts at its start, and nothing else moves
-  -- (the schedule may have run out meanwhile, the job claimed late).
-  return {2, math.max(0, slot - now), slot}
+-- A job sent back to wait for its start had its run counted then, for that start: on time, it
+-- starts then and nothing else moves. Claimed after it, the job finds that run spent (others
+-- may have taken the runs after it): it takes a turn now, as a booking does (below).
+if sent_back and slot >= now then
+  return {2, slot - now, slot}
 end
 
 local status, start
