@@ -15,6 +15,7 @@ mod error;
 mod group;
 mod job_id;
 mod lease;
+pub mod model;
 mod name;
 pub mod operator;
 mod pending;

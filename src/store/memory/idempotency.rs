@@ -46,7 +46,7 @@ impl IdempotencyStore for MemoryStore {
     ) -> Result<Begun, StoreError> {
         let now = Instant::now();
         Ok(self.with_queue(queue, |q| {
-            if let Some(seen) = q.seen_as_job(id).or_else(|| q.requests.live(id, now)) {
+            if let Some(seen) = q.model.seen_as_job(id).or_else(|| q.requests.live(id, now)) {
                 return Begun::Duplicate(seen);
             }
             q.requests.set(id, Seen::Running, now + hold);

@@ -3,7 +3,6 @@
 //! keys once keeps only the last minute's.
 
 use std::collections::HashMap;
-use std::hash::Hash;
 
 use tokio::time::Instant;
 
@@ -47,16 +46,8 @@ impl LastUse {
             }
             keep
         });
-        shrink(&mut self.used);
+        crate::store::shrink(&mut self.used);
         Some(idle)
-    }
-}
-
-/// Gives back what a map no longer needs after a sweep: a `HashMap` keeps its capacity when
-/// entries go.
-pub(super) fn shrink<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
-    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
-        map.shrink_to_fit();
     }
 }
 

@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use super::idle::{LastUse, shrink};
+use super::idle::LastUse;
 use crate::key::LockKey;
 use crate::lock::model::Now;
 use crate::lock::{Handoffs, Waiter};
+use crate::store::shrink;
 
 /// The records of every key of one family.
 pub(super) struct KeyRecords {

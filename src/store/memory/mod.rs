@@ -1,7 +1,6 @@
 //! The in-process store: the embedded default for a single process, and the reference the
 //! Redis store is tested against.
 
-mod fair_shares;
 mod idempotency;
 mod idle;
 mod key_records;

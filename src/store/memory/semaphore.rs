@@ -6,7 +6,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::MemoryStore;
-use super::idle::shrink;
 use super::key_records::KeyRecords;
 use crate::error::StoreError;
 use crate::key::LockKey;
@@ -16,6 +15,7 @@ use crate::metric_names;
 use crate::queue::{JobId, QueueName};
 use crate::semaphore::model::{PermitModel, PermitsHanded};
 use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired};
+use crate::store::shrink;
 
 pub(super) struct SemaphoreState {
     pub(super) model: PermitModel,

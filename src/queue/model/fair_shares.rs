@@ -1,4 +1,4 @@
-//! Fair shares across groups in the memory store: the same steps as the groups' part of
+//! Fair shares across groups in the queue's model: the same steps as the groups' part of
 //! `queue_prelude.lua` (READY, READY_DUE, GROUPS, GROUP_TAGS, GROUP_WAITING), on maps.
 
 use std::cmp::Ordering;
@@ -25,13 +25,13 @@ impl Ord for Tag {
 }
 
 /// The groups of one queue and its ready jobs.
-#[derive(Default)]
-pub(super) struct FairShares {
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FairShares {
     /// Due jobs of a queue with groups, by start tag (ties by id), and each one's tag.
     ready: BTreeSet<(Tag, JobId)>,
     tag_of: HashMap<JobId, Tag>,
     /// The ready jobs by due time, for listings.
-    pub(super) ready_due: BTreeSet<(i64, JobId)>,
+    pub(crate) ready_due: BTreeSet<(i64, JobId)>,
     /// A grouped job's group and weight, while the job is stored.
     groups: HashMap<JobId, (String, u32)>,
     /// The tag of each group's next ready job, by group and weight (`GROUP_TAGS`).
@@ -43,24 +43,24 @@ pub(super) struct FairShares {
 impl FairShares {
     /// Whether the queue has groups: grouped jobs stored, or jobs ready. Without, claims take
     /// jobs in due order and nothing here is touched.
-    pub(super) fn on(&self) -> bool {
+    pub(crate) fn on(&self) -> bool {
         !self.groups.is_empty() || !self.ready.is_empty()
     }
 
     /// Records the group of a new job.
-    pub(super) fn join(&mut self, id: &JobId, group: &JobGroup) {
+    pub(crate) fn join(&mut self, id: &JobId, group: &JobGroup) {
         self.groups
             .insert(id.clone(), (group.name().to_string(), group.share()));
     }
 
     /// Forgets the group of a job no longer stored.
-    pub(super) fn forget(&mut self, id: &JobId) {
+    pub(crate) fn forget(&mut self, id: &JobId) {
         self.groups.remove(id);
     }
 
     /// Makes waiting job `id`, due at `due`, ready: its group's next tag, at least the lowest
     /// tag ready (the virtual time), and its group's next tag `1 / weight` on.
-    pub(super) fn make_ready(&mut self, id: JobId, due: i64) {
+    pub(crate) fn make_ready(&mut self, id: JobId, due: i64) {
         let virtual_time = match self.virtual_time() {
             Some(virtual_time) => {
                 if virtual_time > self.pruned_at {
@@ -87,7 +87,7 @@ impl FairShares {
 
     /// Makes waiting job `id`, due at `due`, ready ahead of every group's turn (its key was
     /// handed to it).
-    pub(super) fn hand_now(&mut self, id: JobId, due: i64) {
+    pub(crate) fn hand_now(&mut self, id: JobId, due: i64) {
         self.unready_at(&id, due);
         self.insert(id, Tag(f64::NEG_INFINITY), due);
     }
@@ -99,7 +99,7 @@ impl FairShares {
     }
 
     /// Takes `id`, due at `due`, out of the ready jobs; whether it was ready.
-    pub(super) fn unready_at(&mut self, id: &JobId, due: i64) -> bool {
+    pub(crate) fn unready_at(&mut self, id: &JobId, due: i64) -> bool {
         match self.tag_of.remove(id) {
             Some(tag) => {
                 self.ready.remove(&(tag, id.clone()));
@@ -111,18 +111,18 @@ impl FairShares {
     }
 
     /// The ready jobs in fair order.
-    pub(super) fn in_order(&self) -> impl Iterator<Item = &JobId> {
+    pub(crate) fn in_order(&self) -> impl Iterator<Item = &JobId> {
         self.ready.iter().map(|(_, id)| id)
     }
 
     /// How many jobs are ready.
-    pub(super) fn ready_count(&self) -> usize {
+    pub(crate) fn ready_count(&self) -> usize {
         self.ready.len()
     }
 
     /// The `most` largest groups by due jobs waiting for their turn, and how many groups have
     /// due jobs: read from the groups' next tags, as `queue_groups.lua` does.
-    pub(super) fn largest(&self, most: usize) -> QueueGroups {
+    pub(crate) fn largest(&self, most: usize) -> QueueGroups {
         let Some(virtual_time) = self.virtual_time() else {
             return QueueGroups::default();
         };
