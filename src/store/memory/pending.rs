@@ -18,8 +18,10 @@ impl PendingStore for MemoryStore {
         group: Option<&JobGroup>,
         rules: PendingRules,
     ) -> Result<PendingPush, StoreError> {
-        let (due, now) = (due_ms(due), now_ms());
+        // The clock is read under the queue's mutex: requests are decided in the order of their
+        // times.
         Ok(self.with_queue(queue, |q| {
+            let (due, now) = (due_ms(due), now_ms());
             q.model.push_pending(key, id, envelope, due, group, rules, now)
         }))
     }

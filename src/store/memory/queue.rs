@@ -1,6 +1,6 @@
 //! The delay queue of the in-memory store: the queue's model ([`QueueModel`]) under one mutex
 //! per store, with what the model leaves to a store: the schedulers' wake-ups, the request
-//! records, and the clock.
+//! records, and the clock (read under the mutex: operations see it in their order).
 
 use std::time::{Duration, SystemTime};
 
@@ -75,9 +75,10 @@ impl QueueCore for MemoryStore {
         due: Due,
         group: Option<&JobGroup>,
     ) -> Result<(SystemTime, Vec<bool>), StoreError> {
-        let due = due_ms(due);
-        let stored = self.with_queue(queue, |q| q.model.push_many(jobs, due, group, now_ms()));
-        Ok((from_epoch_ms(due), stored))
+        Ok(self.with_queue(queue, |q| {
+            let due = due_ms(due);
+            (from_epoch_ms(due), q.model.push_many(jobs, due, group, now_ms()))
+        }))
     }
 
     async fn claim(
