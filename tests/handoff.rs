@@ -369,6 +369,93 @@ for_each_store!(
     when_a_reservation_runs_out_the_next_in_line_gets_the_key,
 );
 
+/// A store whose pub/sub connection opens `delay` late (through a proxy), a key held, and a
+/// `Retry` caller whose fallback poll is a minute. The key is released as soon as the caller
+/// is in line; the caller must get it long before its minute. Returns when the caller was in
+/// line, from its start.
+async fn release_as_the_caller_joins(listens_after: Duration) -> Duration {
+    use redefer::store::ListLocks;
+
+    let server = support::RedisServer::start();
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_url = format!("redis://{}", proxy.local_addr().unwrap());
+    let redis_port = server.port();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = proxy.accept().await {
+            tokio::spawn(async move {
+                tokio::time::sleep(listens_after).await;
+                let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", redis_port)).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    let store = server
+        .store()
+        .await
+        .with_pubsub(redefer::redis::Client::open(proxy_url).unwrap());
+    let key = LockKey::new("doc:late-listener").unwrap();
+    let holder = LockToken::random();
+    let acquired = store
+        .try_acquire(&key, holder, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(matches!(acquired, Acquisition::Acquired(_)), "{acquired:?}");
+    let a_minute = Backoff::exponential(Duration::from_secs(60), Duration::from_secs(60));
+    let service = LockLayer::new(store.clone(), |_: &u32| Some("doc:late-listener".to_string()))
+        .on_conflict(
+            Retry::new(a_minute)
+                .max_attempts(1)
+                .max_wait(Duration::from_secs(120)),
+        )
+        .layer(service_fn(|_: u32| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
+    let started = Instant::now();
+    let call = tokio::spawn(service.oneshot(1));
+    eventually(Duration::from_secs(5), "the caller waits in line", || {
+        let store = store.clone();
+        async move {
+            let locks = store.list_locks(10).await.ok()?;
+            locks.iter().any(|lock| lock.waiters == 1).then_some(())
+        }
+    })
+    .await;
+    let in_line = started.elapsed();
+    assert!(store.release(&key, holder).await.unwrap());
+    let done = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the caller heard of the key (not after its minute)");
+    assert!(done.unwrap().unwrap().done().is_some());
+    in_line
+}
+
+/// A caller joins the line once its store listens to the key: the handoff that follows is
+/// heard (it was lost, now and then, when the store began to listen just after the join).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_joins_the_line_once_its_store_listens() {
+    let listens_after = Duration::from_millis(300);
+    let in_line = release_as_the_caller_joins(listens_after).await;
+    assert!(
+        in_line >= listens_after,
+        "in line after {in_line:?}, before the store listened"
+    );
+}
+
+/// A store that listens later than a caller waits for it (pub/sub slow or unreachable): the
+/// caller joins anyway, the key is handed to it unheard, and it looks again once the store
+/// listens, not at its fallback poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_before_the_store_listens_is_not_lost() {
+    let listens_after = Duration::from_millis(2_000);
+    let in_line = release_as_the_caller_joins(listens_after).await;
+    assert!(
+        in_line < listens_after,
+        "in line after {in_line:?}, once the store listened"
+    );
+}
+
 /// A store kept from one runtime to the next (a harness or a tool that builds a runtime per
 /// task) still hears who a key is handed to: the handoff subscriber starts again on the new
 /// runtime once the runtime it ran on is shut down. A `Retry` caller whose backoff is a minute

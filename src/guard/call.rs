@@ -37,8 +37,9 @@ pub(crate) enum Attempt<H> {
 /// How a wait before the next attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Woken {
-    /// A key was handed to the call in its line: the next attempt is its turn, not a retry of
-    /// its own, and counts no attempt against the strategy's bounds. (A set is handed its keys
+    /// A key was handed to the call in its line (or may have been, unheard: the store began
+    /// listening only then, or missed announcements): the next attempt is its turn, not a
+    /// retry of its own, and counts no attempt against the strategy's bounds. (A set is handed its keys
     /// one at a time, as each holder lets go: a set in several lines would otherwise spend
     /// its attempts on its way to the front of them, as a single key's caller never does.)
     Turn,

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 use tower::Service;
 
-use super::LockLayer;
 use super::holds::DEFAULT_TYPICAL_HOLD;
+use super::{Heard, LISTEN_WITHIN, LockLayer};
 use crate::error::StoreError;
 use crate::guard::{Attempt, CallResult, Contended, Woken, current_job};
 use crate::guard::{ConflictKind, Error, HeldConflict, OverHandler};
@@ -306,7 +306,9 @@ impl PlaceInLine {
         }
         // Listen before joining: the key may be handed to us as we join.
         let store = guard.store();
-        self.handoffs = Some(store.line_handoffs(key, store.holders(key)));
+        let mut handoffs = store.line_handoffs(key, store.holders(key));
+        handoffs.listening(LISTEN_WITHIN).await;
+        self.handoffs = Some(handoffs);
         guard.waiting_as(Some(me.clone()));
         guard.store().join(key, &me, None).await?;
         self.place = Some(me);
@@ -321,10 +323,11 @@ impl PlaceInLine {
         };
         let my_turn = async {
             loop {
-                match handoffs.next().await {
-                    Some(waiter) if waiter == *me => return Woken::Turn,
-                    Some(_) => continue,
-                    None => return Woken::Timer, // announcements missed: look again
+                match handoffs.hear().await {
+                    Heard::HandedTo(waiter) if waiter == *me => return Woken::Turn,
+                    Heard::HandedTo(_) => continue,
+                    // Look at the key again: its handoff to us may have gone unheard.
+                    Heard::Listening | Heard::Missed => return Woken::Turn,
                 }
             }
         };

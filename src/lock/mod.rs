@@ -26,6 +26,7 @@ mod store;
 pub use self::boxed::BoxLockService;
 pub(crate) use self::call::{Acquired, LockAttempts, estimate_wait};
 pub use self::handoffs::Handoffs;
+pub(crate) use self::handoffs::{Heard, LISTEN_WITHIN, LISTENING};
 pub use self::held::{HeldLock, current_lock, current_locks};
 pub(crate) use self::held::{LockSpace, held_by_caller, run_holdings};
 pub use self::holders::Holders;

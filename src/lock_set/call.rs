@@ -8,7 +8,7 @@ use std::panic::resume_unwind;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_util::future::{select_all, try_join_all};
+use futures_util::future::{join_all, select_all, try_join_all};
 use tokio::time::{Instant, sleep};
 use tower::Service;
 
@@ -21,8 +21,8 @@ use crate::guard::{
 };
 use crate::key::LockKey;
 use crate::lock::{
-    FencingToken, Handoffs, HeldLock, Holders, LockSpace, LockStore, LockToken, ReleaseOnDrop, StopListener,
-    Waiter, estimate_wait, held_by_caller, hold_ended, run_renewed,
+    FencingToken, Handoffs, Heard, HeldLock, Holders, LISTEN_WITHIN, LockSpace, LockStore, LockToken,
+    ReleaseOnDrop, StopListener, Waiter, estimate_wait, held_by_caller, hold_ended, run_renewed,
 };
 use crate::metric_names;
 use crate::renewal::{Lease, Renewal};
@@ -488,6 +488,12 @@ impl SetPlace {
             .iter()
             .map(|key| store.line_handoffs(key, Holders::One))
             .collect();
+        join_all(
+            self.handoffs
+                .iter_mut()
+                .map(|handoffs| handoffs.listening(LISTEN_WITHIN)),
+        )
+        .await;
         self.group = group;
         store.join_set_line(keys, &me, None, None).await?;
         self.place = Some(me);
@@ -509,11 +515,12 @@ impl SetPlace {
         let handoffs = &mut self.handoffs;
         let my_turn = async {
             loop {
-                let announced = select_all(handoffs.iter_mut().map(|handoffs| Box::pin(handoffs.next())));
+                let announced = select_all(handoffs.iter_mut().map(|handoffs| Box::pin(handoffs.hear())));
                 match announced.await.0 {
-                    Some(waiter) if waiter == *me => return Woken::Turn,
-                    Some(_) => continue,
-                    None => return Woken::Timer, // announcements missed: look again
+                    Heard::HandedTo(waiter) if waiter == *me => return Woken::Turn,
+                    Heard::HandedTo(_) => continue,
+                    // Look at the keys again: a handoff to us may have gone unheard.
+                    Heard::Listening | Heard::Missed => return Woken::Turn,
                 }
             }
         };

@@ -59,7 +59,7 @@ impl KeyRecords {
             .entry(key.clone())
             .or_insert_with(|| broadcast::channel(64).0)
             .subscribe();
-        Handoffs::new(receiver, None)
+        Handoffs::new(receiver, None, true)
     }
 
     /// Tells `key`'s listeners that it was handed to `waiter`.

@@ -31,6 +31,6 @@ impl MemoryStore {
                 .or_insert_with(|| broadcast::channel(16).0)
                 .subscribe()
         });
-        Handoffs::new(receiver, None)
+        Handoffs::new(receiver, None, true)
     }
 }

@@ -10,10 +10,19 @@ use futures_util::StreamExt;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::backoff::Backoff;
-use crate::lock::Handoffs;
+use crate::lock::{Handoffs, LISTENING};
 
-/// The channels watched now: channel -> (its announcements, how many watch it).
-type Watched = Arc<Mutex<HashMap<String, (broadcast::Sender<String>, usize)>>>;
+/// The channels watched now: channel -> what the subscriber knows of it.
+type Watched = Arc<Mutex<HashMap<String, Channel>>>;
+
+/// One watched channel.
+struct Channel {
+    announcements: broadcast::Sender<String>,
+    /// How many watch it.
+    watchers: usize,
+    /// Whether the subscription to it is made (on the subscriber's current connection).
+    listening: bool,
+}
 
 /// A change of the subscription, for the subscriber task.
 enum Change {
@@ -33,7 +42,7 @@ impl Drop for Announcements {
     }
 }
 
-fn lock(watched: &Watched) -> MutexGuard<'_, HashMap<String, (broadcast::Sender<String>, usize)>> {
+fn lock(watched: &Watched) -> MutexGuard<'_, HashMap<String, Channel>> {
     // Each update is one insert or remove: a panic cannot leave the map half-updated.
     watched.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -58,20 +67,24 @@ impl Announcements {
 
     /// The announcements on `channel`, while the returned value lives.
     pub(super) fn watch(self: &Arc<Self>, channel: String) -> Handoffs {
-        let receiver = {
+        let (receiver, listening) = {
             let mut watched = lock(&self.watched);
             let entry = watched.entry(channel.clone()).or_insert_with(|| {
                 let _ = self.changes.send(Change::Subscribe(channel.clone()));
-                (broadcast::channel(64).0, 0)
+                Channel {
+                    announcements: broadcast::channel(64).0,
+                    watchers: 0,
+                    listening: false,
+                }
             });
-            entry.1 += 1;
-            entry.0.subscribe()
+            entry.watchers += 1;
+            (entry.announcements.subscribe(), entry.listening)
         };
         let guard = Watch {
             announcements: Arc::clone(self),
             channel,
         };
-        Handoffs::new(receiver, Some(Box::new(guard)))
+        Handoffs::new(receiver, Some(Box::new(guard)), listening)
     }
 }
 
@@ -85,8 +98,8 @@ impl Drop for Watch {
     fn drop(&mut self) {
         let mut watched = lock(&self.announcements.watched);
         if let Some(entry) = watched.get_mut(&self.channel) {
-            entry.1 -= 1;
-            if entry.1 == 0 {
+            entry.watchers -= 1;
+            if entry.watchers == 0 {
                 watched.remove(&self.channel);
                 let _ = self
                     .announcements
@@ -118,12 +131,22 @@ async fn subscribe(
                 let subscribed = channels.is_empty() || sink.subscribe(&channels).await.is_ok();
                 if subscribed {
                     failures = 0;
+                    listening(&watched, &channels);
                     loop {
                         tokio::select! {
                             change = changes.recv() => {
                                 let done = match change {
                                     None => return,
-                                    Some(Change::Subscribe(channel)) => sink.subscribe(channel).await,
+                                    // Subscribed already as the connection opened: nothing to
+                                    // tell its watchers again.
+                                    Some(Change::Subscribe(channel)) if is_listening(&watched, &channel) => Ok(()),
+                                    Some(Change::Subscribe(channel)) => {
+                                        let done = sink.subscribe(&channel).await;
+                                        if done.is_ok() {
+                                            listening(&watched, std::slice::from_ref(&channel));
+                                        }
+                                        done
+                                    }
                                     Some(Change::Unsubscribe(channel)) => sink.unsubscribe(channel).await,
                                 };
                                 if let Err(error) = done {
@@ -134,8 +157,8 @@ async fn subscribe(
                             message = stream.next() => {
                                 let Some(message) = message else { break };
                                 let Ok(waiter) = message.get_payload::<String>() else { continue };
-                                if let Some((sender, _)) = lock(&watched).get(message.get_channel_name()) {
-                                    let _ = sender.send(waiter);
+                                if let Some(channel) = lock(&watched).get(message.get_channel_name()) {
+                                    let _ = channel.announcements.send(waiter);
                                 }
                             }
                         }
@@ -144,8 +167,36 @@ async fn subscribe(
             }
             Err(error) => tracing::debug!(%error, "cannot open the handoff subscription"),
         }
+        deaf(&watched);
         let pause = backoff.delay(failures, &mut rand::rng());
         tokio::time::sleep(pause).await;
         failures = failures.saturating_add(1);
+    }
+}
+
+/// Notes that the subscription to `channels` is made, and tells their watchers (see
+/// [`LISTENING`]).
+fn listening(watched: &Watched, channels: &[String]) {
+    let mut watched = lock(watched);
+    for name in channels {
+        if let Some(channel) = watched.get_mut(name) {
+            channel.listening = true;
+            let _ = channel.announcements.send(LISTENING.to_string());
+        }
+    }
+}
+
+/// Whether the subscription to `channel` is made.
+fn is_listening(watched: &Watched, channel: &str) -> bool {
+    lock(watched)
+        .get(channel)
+        .is_some_and(|channel| channel.listening)
+}
+
+/// Notes that the subscriber's connection is gone: no channel is listened to until it
+/// subscribes again.
+fn deaf(watched: &Watched) {
+    for channel in lock(watched).values_mut() {
+        channel.listening = false;
     }
 }

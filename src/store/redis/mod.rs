@@ -205,7 +205,7 @@ where
         match self.announcements() {
             Some(announcements) => announcements.watch(channel),
             // Without pub/sub, the waiters poll on their backoff.
-            None => Handoffs::new(tokio::sync::broadcast::channel(1).1, None),
+            None => Handoffs::new(tokio::sync::broadcast::channel(1).1, None, true),
         }
     }
 
