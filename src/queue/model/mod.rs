@@ -124,6 +124,28 @@ impl QueueModel {
         }
     }
 
+    /// Where job `id` is: the set it is in, with the hold of the lease it is in flight under
+    /// (in flight), and when it is due (waiting) or its lease ends (in flight), ms since the
+    /// epoch; `None` for no job.
+    pub fn locate(&self, id: &JobId) -> Option<(JobSet, Option<Hold>, Option<i64>)> {
+        if let Some(due) = self.due_of.get(id) {
+            Some((JobSet::Waiting, None, Some(*due)))
+        } else if let Some((deadline, hold)) = self.leases.get(id) {
+            Some((JobSet::InFlight, Some(*hold), Some(*deadline)))
+        } else if self.dead.contains_key(id) {
+            Some((JobSet::Dead, None, None))
+        } else if self.finished.contains_key(id) {
+            Some((JobSet::Done, None, None))
+        } else {
+            None
+        }
+    }
+
+    /// How many of job `id`'s leases ran out.
+    pub fn expiries(&self, id: &JobId) -> u32 {
+        self.expiries.get(id).copied().unwrap_or(0)
+    }
+
     /// Whether a job `id` is stored (waiting or in flight).
     pub(crate) fn holds(&self, id: &JobId) -> bool {
         self.jobs.contains_key(id)

@@ -67,7 +67,7 @@ pub struct RawJob {
 }
 
 /// One of a queue's sets of jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobSet {
     /// Waiting to become due (or due and not yet claimed).
