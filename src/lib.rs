@@ -90,8 +90,6 @@ pub mod trace_context;
 // Internals, and the paths of 0.3.
 #[doc(hidden)]
 pub mod fuzz;
-#[doc(hidden)]
-pub mod middleware;
 mod renewal;
 mod sealed;
 mod token;

@@ -348,11 +348,7 @@ async fn fail_fast_reports_the_remaining_ttl<S: LockStore>(store: S) {
         other => panic!("expected Locked with a retry-after, got {other:?}"),
     };
     let first = retry_after(service.clone().oneshot(HOT).await);
-    assert_eq!(
-        first,
-        redefer::middleware::DEFAULT_TYPICAL_HOLD,
-        "not the 10 s TTL"
-    );
+    assert_eq!(first, redefer::lock::DEFAULT_TYPICAL_HOLD, "not the 10 s TTL");
     // The holder's lock runs out sooner than a typical hold: the hint follows it.
     assert!(
         store
@@ -563,10 +559,7 @@ async fn a_cold_keys_retry_after_comes_from_the_layers_holds<S: LockStore>(store
         }
     };
     // Nothing measured yet: the default typical hold.
-    assert_eq!(
-        retry_after(1_000).await,
-        redefer::middleware::DEFAULT_TYPICAL_HOLD
-    );
+    assert_eq!(retry_after(1_000).await, redefer::lock::DEFAULT_TYPICAL_HOLD);
     // Holds of 40 ms on other keys, then another cold key: their average.
     for order in 0..8 {
         let ran = service.clone().oneshot(2_040 + order * 100).await.unwrap();

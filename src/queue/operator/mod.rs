@@ -3,7 +3,6 @@
 //! [`DelayQueue`] producers and workers use; and the store capabilities it needs.
 
 mod controls;
-mod deprecated;
 mod reading;
 mod store;
 
