@@ -19,13 +19,13 @@ mod support;
 
 use std::time::Duration;
 
-use differential::{Fences, Reply, acquisition_reply, fail, joined_reply, line_join, rounded};
+use differential::{Fences, Reply, Sequence, acquisition_reply, fail, joined_reply, line_join, rounded};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use redefer::lock::model::{Holder, LockModel, Now};
 use redefer::lock::{Fencing, Holders, LineCap, LockStore, LockToken, Waiter};
 use redefer::lock_set::{LockSetStore, SetAcquisition};
-use redefer::queue::{DelayQueue, Due, JobId, QueueName};
+use redefer::queue::{JobId, QueueName};
 use redefer::{LockKey, RedisStore};
 use redis::aio::ConnectionManager;
 
@@ -169,23 +169,13 @@ struct Run {
     fences: Fences,
 }
 
-impl Run {
-    async fn new(server: &RedisServer) -> Self {
-        let prefix = support::unique_prefix();
-        let store = support::store_at(&server.url(), &prefix)
-            .await
-            .with_reservation(TTL);
+impl Sequence for Run {
+    type Op = Op;
+
+    async fn start(server: &RedisServer) -> Self {
         // The job that the third caller's waiter stands for exists: a handoff makes it due.
-        let queue = DelayQueue::<u64, _>::new(store.clone(), "model").expect("a valid queue name");
         let job = JobId::new("job-2").expect("a valid id");
-        queue
-            .push_with_id(job, &0, Due::In(TTL))
-            .await
-            .expect("the job is stored");
-        let client = redis::Client::open(server.url()).expect("a valid URL");
-        let redis = ConnectionManager::new(client)
-            .await
-            .expect("connect to the test server");
+        let (prefix, store, redis) = differential::store_with_a_job(server, TTL, &job).await;
         Run {
             model: LockModel::new(TTL),
             store,
@@ -198,14 +188,6 @@ impl Run {
                 .collect(),
             fences: Fences::default(),
         }
-    }
-
-    fn set(&self, set: usize) -> Vec<LockKey> {
-        SETS[set].iter().map(|&key| self.keys[key].clone()).collect()
-    }
-
-    fn redis_key(&self, kind: &str, key: usize) -> String {
-        format!("{}:{kind}:{{{}}}", self.prefix, KEYS[key])
     }
 
     async fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
@@ -335,6 +317,16 @@ impl Run {
         }
         Ok(())
     }
+}
+
+impl Run {
+    fn set(&self, set: usize) -> Vec<LockKey> {
+        SETS[set].iter().map(|&key| self.keys[key].clone()).collect()
+    }
+
+    fn redis_key(&self, kind: &str, key: usize) -> String {
+        format!("{}:{kind}:{{{}}}", self.prefix, KEYS[key])
+    }
 
     fn model_shows(&mut self, key: usize) -> (Has, Vec<String>) {
         let k = &self.keys[key];
@@ -396,22 +388,12 @@ impl Run {
     }
 }
 
-fn scripts_agree_with_the_model(server: Server) {
-    differential::run_sequences(server, op(), 96, async |redis: &RedisServer, ops: Vec<Op>| {
-        let mut run = Run::new(redis).await;
-        for op in &ops {
-            run.step(op).await?;
-        }
-        Ok(())
-    });
-}
-
 #[test]
 fn redis_lock_scripts_agree_with_the_model() {
-    scripts_agree_with_the_model(Server::Redis);
+    differential::agree::<Run>(Server::Redis, op());
 }
 
 #[test]
 fn valkey_lock_scripts_agree_with_the_model() {
-    scripts_agree_with_the_model(Server::Valkey);
+    differential::agree::<Run>(Server::Valkey, op());
 }

@@ -20,12 +20,12 @@ mod support;
 
 use std::time::Duration;
 
-use differential::{Fences, Reply, acquisition_reply, fail, joined_reply, line_join};
+use differential::{Fences, Reply, Sequence, acquisition_reply, fail, joined_reply, line_join};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use redefer::lock::model::Now;
 use redefer::lock::{Fencing, Holders, LineCap, LockStore, LockToken, Waiter};
-use redefer::queue::{DelayQueue, Due, JobId, QueueName};
+use redefer::queue::{JobId, QueueName};
 use redefer::semaphore::model::PermitModel;
 use redefer::{LockKey, RedisStore};
 use redis::aio::ConnectionManager;
@@ -133,23 +133,13 @@ struct Run {
     fences: Fences,
 }
 
-impl Run {
-    async fn new(server: &RedisServer) -> Self {
-        let prefix = support::unique_prefix();
-        let store = support::store_at(&server.url(), &prefix)
-            .await
-            .with_reservation(TTL);
+impl Sequence for Run {
+    type Op = Op;
+
+    async fn start(server: &RedisServer) -> Self {
         // The job that the last caller's waiter stands for exists: a handoff makes it due.
-        let queue = DelayQueue::<u64, _>::new(store.clone(), "model").expect("a valid queue name");
         let job = JobId::new("job-3").expect("a valid id");
-        queue
-            .push_with_id(job.clone(), &0, Due::In(TTL))
-            .await
-            .expect("the job is stored");
-        let client = redis::Client::open(server.url()).expect("a valid URL");
-        let redis = ConnectionManager::new(client)
-            .await
-            .expect("connect to the test server");
+        let (prefix, store, redis) = differential::store_with_a_job(server, TTL, &job).await;
         let tokens = [(); CALLERS].map(|_| LockToken::random());
         let job_queue = QueueName::new("model").expect("a valid queue name");
         let waiters = [
@@ -171,14 +161,6 @@ impl Run {
                 .collect(),
             fences: Fences::default(),
         }
-    }
-
-    fn redis_key(&self, kind: &str, key: usize) -> String {
-        format!("{}:{kind}:{{{}}}", self.prefix, KEYS[key])
-    }
-
-    async fn redis<T: redis::FromRedisValue>(&mut self, command: &redis::Cmd) -> Result<T, TestCaseError> {
-        command.query_async(&mut self.redis).await.map_err(fail)
     }
 
     async fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
@@ -289,6 +271,16 @@ impl Run {
         }
         Ok(())
     }
+}
+
+impl Run {
+    fn redis_key(&self, kind: &str, key: usize) -> String {
+        format!("{}:{kind}:{{{}}}", self.prefix, KEYS[key])
+    }
+
+    async fn redis<T: redis::FromRedisValue>(&mut self, command: &redis::Cmd) -> Result<T, TestCaseError> {
+        command.query_async(&mut self.redis).await.map_err(fail)
+    }
 
     fn caller_of(&self, token: LockToken) -> usize {
         self.tokens.iter().position(|t| *t == token).unwrap_or(usize::MAX)
@@ -384,22 +376,12 @@ fn writing_as_its_caller(mut op: Op) -> Op {
     op
 }
 
-fn scripts_agree_with_the_model(server: Server) {
-    differential::run_sequences(server, op(), 96, async |redis: &RedisServer, ops: Vec<Op>| {
-        let mut run = Run::new(redis).await;
-        for op in &ops {
-            run.step(op).await?;
-        }
-        Ok(())
-    });
-}
-
 #[test]
 fn redis_permit_scripts_agree_with_the_model() {
-    scripts_agree_with_the_model(Server::Redis);
+    differential::agree::<Run>(Server::Redis, op());
 }
 
 #[test]
 fn valkey_permit_scripts_agree_with_the_model() {
-    scripts_agree_with_the_model(Server::Valkey);
+    differential::agree::<Run>(Server::Valkey, op());
 }

@@ -18,7 +18,7 @@ mod support;
 
 use std::time::Duration;
 
-use differential::fail;
+use differential::{Sequence, fail};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use redefer::LockKey;
@@ -129,8 +129,10 @@ struct Run {
     close: redis::Script,
 }
 
-impl Run {
-    async fn new(server: &RedisServer) -> Self {
+impl Sequence for Run {
+    type Op = Op;
+
+    async fn start(server: &RedisServer) -> Self {
         let client = redis::Client::open(server.url()).expect("a valid URL");
         let redis = ConnectionManager::new(client)
             .await
@@ -151,32 +153,6 @@ impl Run {
             throttle: steered(THROTTLE),
             close: steered(CLOSE),
         }
-    }
-
-    fn redis_key(&self, kind: &str, key: usize) -> String {
-        format!("{}:{kind}:{{{}}}", self.prefix, KEYS[key])
-    }
-
-    async fn decide(
-        &mut self,
-        key: usize,
-        rate: Rate,
-        book: bool,
-        waiter: Option<usize>,
-    ) -> Result<(i64, u64, u64), TestCaseError> {
-        let waiter = waiter.map_or("", |waiter| self.waiters[waiter].as_str());
-        self.throttle
-            .key(self.redis_key("throttle", key))
-            .key(self.redis_key("throttle-bookings", key))
-            .arg(rate.interval().as_micros() as u64)
-            .arg(rate.tolerance().as_micros() as u64)
-            .arg(if book { "1" } else { "0" })
-            .arg(waiter)
-            .arg(BOOKING_RETENTION.as_millis() as u64)
-            .arg(self.now)
-            .invoke_async(&mut self.redis)
-            .await
-            .map_err(fail)
     }
 
     async fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
@@ -244,6 +220,34 @@ impl Run {
         }
         Ok(())
     }
+}
+
+impl Run {
+    fn redis_key(&self, kind: &str, key: usize) -> String {
+        format!("{}:{kind}:{{{}}}", self.prefix, KEYS[key])
+    }
+
+    async fn decide(
+        &mut self,
+        key: usize,
+        rate: Rate,
+        book: bool,
+        waiter: Option<usize>,
+    ) -> Result<(i64, u64, u64), TestCaseError> {
+        let waiter = waiter.map_or("", |waiter| self.waiters[waiter].as_str());
+        self.throttle
+            .key(self.redis_key("throttle", key))
+            .key(self.redis_key("throttle-bookings", key))
+            .arg(rate.interval().as_micros() as u64)
+            .arg(rate.tolerance().as_micros() as u64)
+            .arg(if book { "1" } else { "0" })
+            .arg(waiter)
+            .arg(BOOKING_RETENTION.as_millis() as u64)
+            .arg(self.now)
+            .invoke_async(&mut self.redis)
+            .await
+            .map_err(fail)
+    }
 
     fn model_shows(&self, key: usize) -> Result<Shows, TestCaseError> {
         let k = LockKey::new(KEYS[key]).map_err(fail)?;
@@ -288,22 +292,12 @@ impl Run {
     }
 }
 
-fn scripts_agree_with_the_model(server: Server) {
-    differential::run_sequences(server, op(), 96, async |redis: &RedisServer, ops: Vec<Op>| {
-        let mut run = Run::new(redis).await;
-        for op in &ops {
-            run.step(op).await?;
-        }
-        Ok(())
-    });
-}
-
 #[test]
 fn redis_throttle_scripts_agree_with_the_model() {
-    scripts_agree_with_the_model(Server::Redis);
+    differential::agree::<Run>(Server::Redis, op());
 }
 
 #[test]
 fn valkey_throttle_scripts_agree_with_the_model() {
-    scripts_agree_with_the_model(Server::Valkey);
+    differential::agree::<Run>(Server::Valkey, op());
 }

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+use redefer::RedisStore;
 use redefer::lock::{Acquisition, LineJoin, Waiter};
+use redefer::queue::{DelayQueue, Due, JobId};
+use redis::aio::ConnectionManager;
 
 use super::{RedisServer, Server};
 
@@ -120,17 +123,44 @@ pub fn fail(error: impl std::fmt::Display) -> TestCaseError {
     TestCaseError::fail(error.to_string())
 }
 
-/// Runs `sequence` on generated sequences of `op`, each on a fresh server prefix: `PROPTEST_CASES`
-/// of them, else `default_cases`. Skipped where the server is not installed (see
-/// [`Server::available`]).
-pub fn run_sequences<Op>(
-    server: Server,
-    op: impl Strategy<Value = Op>,
-    default_cases: u32,
-    sequence: impl AsyncFn(&RedisServer, Vec<Op>) -> Result<(), TestCaseError>,
-) where
-    Op: std::fmt::Debug + Clone,
-{
+/// A store on a fresh prefix of `server`, handoffs reserved for `reservation`, with the job
+/// `job` of the queue `model` stored (a deferred waiter's: a handoff makes it due); and a
+/// connection to read the server's keys. The prefix, the store, the connection.
+pub async fn store_with_a_job(
+    server: &RedisServer,
+    reservation: Duration,
+    job: &JobId,
+) -> (String, RedisStore<ConnectionManager>, ConnectionManager) {
+    let prefix = crate::support::unique_prefix();
+    let store = crate::support::store_at(&server.url(), &prefix)
+        .await
+        .with_reservation(reservation);
+    let queue = DelayQueue::<u64, _>::new(store.clone(), "model").expect("a valid queue name");
+    queue
+        .push_with_id(job.clone(), &0, Due::In(reservation))
+        .await
+        .expect("the job is stored");
+    let client = redis::Client::open(server.url()).expect("a valid URL");
+    let redis = ConnectionManager::new(client)
+        .await
+        .expect("connect to the test server");
+    (prefix, store, redis)
+}
+
+/// One generated sequence of operations, run on a model and on a server side by side.
+pub trait Sequence: Sized {
+    type Op: std::fmt::Debug + Clone;
+
+    /// A fresh model, and a fresh prefix on `server`.
+    async fn start(server: &RedisServer) -> Self;
+
+    /// Runs `op` on both, checking that they agree.
+    async fn step(&mut self, op: &Self::Op) -> Result<(), TestCaseError>;
+}
+
+/// Runs generated sequences of `op` as `S` on a server of kind `server`: `PROPTEST_CASES` of
+/// them, else 96. Skipped where the server is not installed (see [`Server::available`]).
+pub fn agree<S: Sequence>(server: Server, op: impl Strategy<Value = S::Op>) {
     if !server.available() {
         return;
     }
@@ -139,14 +169,23 @@ pub fn run_sequences<Op>(
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|cases| cases.parse().ok())
-        .unwrap_or(default_cases);
+        .unwrap_or(96);
     let mut runner = TestRunner::new(ProptestConfig {
         cases,
         failure_persistence: None,
         ..ProptestConfig::default()
     });
     let sequences = proptest::collection::vec(op, 1..40);
-    if let Err(error) = runner.run(&sequences, |ops| runtime.block_on(sequence(&redis, ops))) {
+    let outcome = runner.run(&sequences, |ops| {
+        runtime.block_on(async {
+            let mut sequence = S::start(&redis).await;
+            for op in &ops {
+                sequence.step(op).await?;
+            }
+            Ok(())
+        })
+    });
+    if let Err(error) = outcome {
         panic!("{server:?}: {error}");
     }
 }

@@ -290,13 +290,15 @@ async fn booked_jobs_of_a_closed_key_do_not_hold_the_schedulers_places<S: Clocke
     assert_eq!((report.acked, report.buried), (9, 0), "{report:?}");
 }
 
-/// A job sent back to wait for its start (its slot fell inside a closure) and claimed late,
-/// well after that start (a busy scheduler), is admitted on its booking: on Redis the script
-/// once failed there (an expiry of zero for a schedule that had run out) after dropping the
-/// booking.
-async fn a_job_sent_back_and_claimed_late_keeps_its_booking<S: Clocked>(store: S) {
-    let rate = Rate::per_second(10).unwrap();
-    let key = redefer::LockKey::new("late.example").unwrap();
+/// A job of `domain` booked its slot, then the domain closed for 1.1 s: the job, coming for its
+/// slot, is sent back to wait for its start (longer than a run waits). Its key, its waiter and
+/// how long until its start.
+async fn send_a_job_back<S: Clocked>(
+    store: &S,
+    rate: Rate,
+    domain: &str,
+) -> (redefer::LockKey, redefer::lock::Waiter, Duration) {
+    let key = redefer::LockKey::new(domain).unwrap();
     let queue = redefer::queue::QueueName::new("fetches").unwrap();
     let job = redefer::lock::Waiter::job(&queue, &redefer::queue::JobId::new("job-1").unwrap());
     store.book(&key, rate, &job).await.unwrap();
@@ -308,6 +310,16 @@ async fn a_job_sent_back_and_claimed_late_keeps_its_booking<S: Clocked>(store: S
     let Admission::Throttled { opens_in } = sent_back else {
         panic!("the job's start is past its run's longest wait: sent back, not {sent_back:?}");
     };
+    (key, job, opens_in)
+}
+
+/// A job sent back to wait for its start (its slot fell inside a closure) and claimed late,
+/// well after that start (a busy scheduler), is admitted on its booking: on Redis the script
+/// once failed there (an expiry of zero for a schedule that had run out) after dropping the
+/// booking.
+async fn a_job_sent_back_and_claimed_late_keeps_its_booking<S: Clocked>(store: S) {
+    let rate = Rate::per_second(10).unwrap();
+    let (key, job, opens_in) = send_a_job_back(&store, rate, "late.example").await;
     // Claimed well after its start: past the key's interval and the schedule's life.
     tokio::time::sleep(opens_in + rate.interval() + Duration::from_millis(200)).await;
     let late = store.admit(&key, rate, Some(&job)).await;
@@ -322,17 +334,7 @@ async fn a_job_sent_back_and_claimed_late_keeps_its_booking<S: Clocked>(store: S
 /// over any span, late jobs included).
 async fn a_job_sent_back_and_claimed_late_waits_its_turn<S: Clocked>(store: S) {
     let rate = Rate::new(1, Duration::from_millis(100)).unwrap();
-    let key = redefer::LockKey::new("turn.example").unwrap();
-    let queue = redefer::queue::QueueName::new("fetches").unwrap();
-    let job = redefer::lock::Waiter::job(&queue, &redefer::queue::JobId::new("job-1").unwrap());
-    store.book(&key, rate, &job).await.unwrap();
-    store
-        .close_for(&key, rate, Duration::from_millis(1_100))
-        .await
-        .unwrap();
-    let Admission::Throttled { opens_in } = store.admit(&key, rate, Some(&job)).await.unwrap() else {
-        panic!("the job's start is past its run's longest wait: sent back");
-    };
+    let (key, job, opens_in) = send_a_job_back(&store, rate, "turn.example").await;
     // The job is claimed late: a request came first and took the run after the job's.
     tokio::time::sleep(opens_in + rate.interval() + Duration::from_millis(20)).await;
     assert_eq!(store.admit(&key, rate, None).await.unwrap(), Admission::Admitted);
