@@ -553,6 +553,31 @@ async fn a_claim_s_lease_returns_only_the_jobs_it_still_holds<St: QueueStore>(st
     );
 }
 
+/// A lease that ran out comes back whole: a claim of one job after it finds the lease's two
+/// jobs waiting again (one claimed, the other due), none left in flight under a lease that
+/// ended (the memory store once sent back only as many jobs as the claim asked for).
+async fn a_lease_that_ran_out_comes_back_whole<St: QueueStore>(store: St) {
+    let q = queue(store);
+    for n in 0..2 {
+        q.push(&n.to_string(), Duration::ZERO).await.unwrap();
+    }
+    assert_eq!(
+        q.claim(10, Duration::from_millis(100)).await.unwrap().jobs.len(),
+        2
+    );
+    let back = eventually(Duration::from_secs(5), "the claim's lease runs out", || {
+        let q = q.clone();
+        async move { Some(q.claim(1, LEASE).await.unwrap().jobs).filter(|jobs| !jobs.is_empty()) }
+    })
+    .await;
+    assert_eq!(back.len(), 1, "a claim of one");
+    assert_eq!(
+        q.operator().stats().await.unwrap(),
+        stats(1, 1, 1, 0),
+        "the lease's other job waits, due; only the claimed one is in flight"
+    );
+}
+
 /// Extending one job's lease extends its claim's: the claim's other jobs keep their claimer
 /// as long, and when it stops extending they come back together.
 async fn extending_a_job_s_lease_extends_its_claim<St: QueueStore>(store: St) {
@@ -961,6 +986,7 @@ async fn a_queue_registers_itself_on_its_first_push<S: QueueStore>(store: S) {
 }
 
 for_each_store!(
+    a_lease_that_ran_out_comes_back_whole,
     a_queue_registers_itself_on_its_first_push,
     a_bulk_push_stores_each_job_once,
     entries_that_cannot_be_jobs_are_buried_with_their_reasons,

@@ -314,6 +314,34 @@ impl QueueModel {
         }
     }
 
+    /// The jobs of the leases that ran out, with their lease's deadline: strictly past it, as
+    /// in the claim script (`now` is rounded down to the ms, and a lease must never end early).
+    /// Leases are taken whole, in the order of their deadlines (then of their names, as
+    /// `INFLIGHT` orders them), each claim's jobs in the order it took them, until `max` jobs
+    /// came back.
+    fn expired_claims(&self, now: i64, max: usize) -> Vec<(i64, JobId)> {
+        // Each lease that ran out, by (deadline, name): its jobs by fence.
+        let mut leases: BTreeMap<(i64, String), BTreeMap<u64, JobId>> = BTreeMap::new();
+        for (deadline, id) in self.inflight.iter().take_while(|(deadline, _)| *deadline < now) {
+            let Some((_, hold)) = self.leases.get(id) else {
+                continue;
+            };
+            let name = format!("{}:{}", String::from_utf8_lossy(&hold.token.to_hex()), hold.claim);
+            leases
+                .entry((*deadline, name))
+                .or_default()
+                .insert(hold.fence, id.clone());
+        }
+        let mut back = Vec::new();
+        for ((deadline, _), jobs) in leases {
+            if back.len() >= max {
+                break;
+            }
+            back.extend(jobs.into_values().map(|id| (deadline, id)));
+        }
+        back
+    }
+
     /// Whether `hold`'s lease holds job `id`.
     pub(crate) fn is_held_by(&self, id: &JobId, hold: Hold) -> bool {
         self.leases.get(id).is_some_and(|(_, held)| *held == hold)
@@ -414,16 +442,7 @@ impl QueueModel {
                 };
             }
             let dead_before = self.dead.len();
-            // Strictly past the deadline, as in the claim script: `now` is rounded down to the
-            // ms, and a lease must never end early.
-            let expired: Vec<(i64, JobId)> = self
-                .inflight
-                .iter()
-                .take_while(|(deadline, _)| *deadline < now)
-                .take(max)
-                .cloned()
-                .collect();
-            for (deadline, id) in expired {
+            for (deadline, id) in self.expired_claims(now, max) {
                 self.drop_lease(&id);
                 let expiries = self.expiries.entry(id.clone()).or_insert(0);
                 *expiries += 1;

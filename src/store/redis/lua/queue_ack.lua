@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: QueueModel::ack (src/queue/model/mod.rs); tests/queue_model.rs checks the two agree.
 -- Deletes jobs their claimers finished, each only if its claim's lease still holds it.
 -- ARGV[2] how many finished jobs to keep (0: none), ARGV[3] for how long, in ms;
 -- ARGV[4] '1' to count the activity;

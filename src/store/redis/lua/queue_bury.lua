@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: QueueModel::bury (src/queue/model/mod.rs); tests/queue_model.rs checks the two agree.
 -- Moves a claimed job to the dead-letter set with its reason, if its claim's lease still holds
 -- it. The job's bytes stay, so it can be inspected and requeued.
 -- ARGV[2] job id, ARGV[3] its claim's lease, ARGV[4] its position there, ARGV[5] reason,

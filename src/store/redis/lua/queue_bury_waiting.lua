@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: QueueModel::bury_waiting (src/queue/model/mod.rs); tests/queue_model.rs checks the two agree.
 -- Moves a waiting job to the dead-letter set with its reason: a full line dropped it to make
 -- room for a newer request. The job's bytes stay, so it can be inspected and requeued.
 -- ARGV[2] job id, ARGV[3] reason, ARGV[4] '1' to count the activity.

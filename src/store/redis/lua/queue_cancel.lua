@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: QueueModel::cancel (src/queue/model/mod.rs); tests/queue_model.rs checks the two agree.
 -- Deletes a job that is waiting or dead. A job being handled cannot be cancelled.
 -- ARGV[2] job id.
 -- Returns 1 when deleted, 0 when there is no such job, -1 when it is being handled.

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: QueueModel::claim (src/queue/model/mod.rs); tests/queue_model.rs checks the two agree.
 -- Claims up to ARGV[2] due jobs for one claimer, atomically, by the server's clock.
 -- ARGV[2] most jobs to claim, ARGV[3] lease ms (at most MAX_LEASE_MS), ARGV[4] the claimer's lease token,
 -- ARGV[5] largest envelope in bytes, ARGV[6] lease expiries after which a job is buried (0: never),

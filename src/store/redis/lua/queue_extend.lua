@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: QueueModel::extend_lease (src/queue/model/mod.rs); tests/queue_model.rs checks the two agree.
 -- Moves the deadline of a claimed job's lease to ARGV[5] ms (at most MAX_LEASE_MS) from now, if
 -- that lease still holds the job. The lease is its claim's: the claim's other jobs keep it too.
 -- ARGV[2] job id, ARGV[3] its claim's lease, ARGV[4] its position there, ARGV[5] lease ms.

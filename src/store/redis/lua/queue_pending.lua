@@ -1,4 +1,5 @@
 #!lua
+-- Model: QueueModel::push_pending (src/queue/model/pending.rs); tests/queue_model.rs checks the two agree.
 -- Stores a job as its key's pending job on this shard, or joins the one that waits there.
 -- KEYS[19] PENDING hash: a lock key (its encoded hash tag) -> its waiting job's record,
 --          '<revision> <first> <arrived> <job id>': how many requests the job has carried, when

@@ -1,3 +1,4 @@
+-- Model: QueueModel (src/queue/model/mod.rs); tests/queue_model.rs checks the two agree.
 -- The prelude of every queue script, prepended to it when the scripts are loaded
 -- (src/store/redis/scripts.rs). It names the queue's keys, which every queue script receives
 -- in this order (src/store/redis/keys.rs builds the list), and the steps several scripts share.

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: QueueModel::promote (src/queue/model/mod.rs); tests/queue_model.rs checks the two agree.
 -- Makes a waiting job due now, waking schedulers (the lock it waits for was handed to it), or
 -- in ARGV[3] ms if that is sooner than its due time (the runner-up: should the first in line
 -- never come, it takes over when that reservation runs out). A job due now goes ahead of

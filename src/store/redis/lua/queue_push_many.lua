@@ -1,4 +1,5 @@
 #!lua
+-- Model: QueueModel::push_many (src/queue/model/mod.rs); tests/queue_model.rs checks the two agree.
 -- Stores new jobs (one, for a single push), all due at once by the server's clock, in one call.
 -- Refused as a whole when Redis is full (no allow-oom): a push fails rather than evict.
 -- ARGV[2] 'in' (ARGV[3] = delay ms) or 'at' (ARGV[3] = epoch ms), ARGV[4] the jobs' group as

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: QueueModel::retry (src/queue/model/mod.rs); tests/queue_model.rs checks the two agree.
 -- Puts a claimed job back to wait, due ARGV[6] ms from now by the server's clock, if its
 -- claim's lease still holds it. Also used at shutdown with a delay of 0.
 -- ARGV[2] job id, ARGV[3] its claim's lease, ARGV[4] its position there, ARGV[5] new envelope

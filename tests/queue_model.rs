@@ -1,0 +1,418 @@
+//! The queue's scripts checked against its model (`redefer::queue::model`): generated
+//! sequences of pushes, claims by two schedulers, acks, retries, burials, lease extensions,
+//! cancels and leases that run out (a scheduler that died), run one by one on the model and on
+//! a real Redis 7 and Valkey 9 through the Redis store. After every operation the replies
+//! agree (the jobs each claim took, and which ack, retry, burial, extension or cancel acted),
+//! and so does where each job is (waiting and when due, in flight and until when, dead, or
+//! gone after its ack). Job fencing tokens rise on both.
+//!
+//! Time: the scripts read the server's clock, which the test cannot move, so the model's clock
+//! is the server's, read just before each operation. Everything the test makes due is due an
+//! hour before or after it (a push at a set time, a retry an hour on) or at the moment of the
+//! operation (a retry at once), and times are compared within [`TIME_TOLERANCE`]: where a job
+//! is never turns on the milliseconds between the two clocks. A lease runs out by its
+//! deadline set in the past on both (its `INFLIGHT` score; the model's claim).
+//!
+//! `PROPTEST_CASES` raises the number of sequences per server (the default fits CI).
+
+#[path = "support/differential.rs"]
+mod differential;
+mod support;
+
+use std::time::{Duration, SystemTime};
+
+use differential::{Sequence, fail};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use redefer::RedisStore;
+use redefer::lock::LockToken;
+use redefer::queue::model::QueueModel;
+use redefer::queue::{
+    Cancelled, ClaimLimits, Counters, Due, Hold, InspectQueue, JobId, JobSet, QueueCore, QueueName,
+    RawJobState,
+};
+use redis::aio::ConnectionManager;
+
+use support::{RedisServer, Server};
+
+/// How far the two sides' times may differ: the time an operation takes, and the two clocks'
+/// readings around it.
+const TIME_TOLERANCE: Duration = Duration::from_millis(250);
+const LEASE: Duration = Duration::from_secs(30);
+const HOUR_MS: i64 = 3_600_000;
+const JOBS: usize = 4;
+const SCHEDULERS: usize = 2;
+const LIMITS: ClaimLimits = ClaimLimits {
+    max_envelope: 64,
+    max_expiries: 2,
+};
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Pushes the job due an hour ago (`past`) or in an hour.
+    Push {
+        job: usize,
+        past: bool,
+    },
+    Claim {
+        scheduler: usize,
+        max: usize,
+    },
+    /// A scheduler acts on a job it claimed (its `belief`-th, by its place in its claims).
+    Ack {
+        scheduler: usize,
+        belief: usize,
+    },
+    Retry {
+        scheduler: usize,
+        belief: usize,
+        at_once: bool,
+    },
+    Bury {
+        scheduler: usize,
+        belief: usize,
+    },
+    Extend {
+        scheduler: usize,
+        belief: usize,
+    },
+    Cancel {
+        job: usize,
+    },
+    /// The lease of the scheduler's claim of that job runs out (the scheduler died).
+    LeaseRunsOut {
+        scheduler: usize,
+        belief: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let scheduler = 0..SCHEDULERS;
+    let belief = 0..3usize;
+    prop_oneof![
+        4 => (0..JOBS, prop::bool::weighted(0.8)).prop_map(|(job, past)| Op::Push { job, past }),
+        4 => (scheduler.clone(), 1..4usize).prop_map(|(scheduler, max)| Op::Claim { scheduler, max }),
+        3 => (scheduler.clone(), belief.clone()).prop_map(|(scheduler, belief)| Op::Ack { scheduler, belief }),
+        2 => (scheduler.clone(), belief.clone(), any::<bool>())
+            .prop_map(|(scheduler, belief, at_once)| Op::Retry { scheduler, belief, at_once }),
+        1 => (scheduler.clone(), belief.clone()).prop_map(|(scheduler, belief)| Op::Bury { scheduler, belief }),
+        1 => (scheduler.clone(), belief.clone()).prop_map(|(scheduler, belief)| Op::Extend { scheduler, belief }),
+        1 => (0..JOBS).prop_map(|job| Op::Cancel { job }),
+        2 => (scheduler, belief).prop_map(|(scheduler, belief)| Op::LeaseRunsOut { scheduler, belief }),
+    ]
+}
+
+/// A job a scheduler claimed, with its hold on each side (the fences differ).
+#[derive(Debug, Clone)]
+struct Belief {
+    job: usize,
+    model: Hold,
+    redis: Hold,
+}
+
+/// Where a job is, the same way for both: its set and its time (ms since the epoch), or gone.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    Waiting(i64),
+    InFlight(i64),
+    Dead,
+    Gone,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Reply {
+    Stored(Vec<bool>),
+    Claimed(Vec<usize>),
+    Acted(bool),
+    Cancelled(Cancelled),
+    Done,
+}
+
+struct Run {
+    model: QueueModel,
+    store: RedisStore<ConnectionManager>,
+    redis: ConnectionManager,
+    queue: QueueName,
+    ids: Vec<JobId>,
+    tokens: Vec<LockToken>,
+    beliefs: Vec<Vec<Belief>>,
+    /// The last job fencing token on each side.
+    fences: [u64; 2],
+    /// An hour from the first operation, ms since the epoch: pushes are due an hour either side.
+    base: i64,
+}
+
+fn epoch_ms(at: SystemTime) -> i64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as i64)
+}
+
+impl Place {
+    /// The same place, its times within the tolerance of each other.
+    fn agrees_with(self, other: Place) -> bool {
+        let close = |a: i64, b: i64| (a - b).unsigned_abs() <= TIME_TOLERANCE.as_millis() as u64;
+        match (self, other) {
+            (Place::Waiting(a), Place::Waiting(b)) | (Place::InFlight(a), Place::InFlight(b)) => close(a, b),
+            (Place::Dead, Place::Dead) | (Place::Gone, Place::Gone) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Sequence for Run {
+    type Op = Op;
+
+    async fn start(server: &RedisServer) -> Self {
+        let prefix = support::unique_prefix();
+        let store = support::store_at(&server.url(), &prefix).await;
+        let client = redis::Client::open(server.url()).expect("a valid URL");
+        let mut redis = ConnectionManager::new(client)
+            .await
+            .expect("connect to the test server");
+        let base = server_ms(&mut redis).await.expect("the server's clock");
+        Run {
+            model: QueueModel::default(),
+            store,
+            redis,
+            queue: QueueName::new("model").expect("a valid queue name"),
+            ids: (0..JOBS)
+                .map(|n| JobId::new(format!("job-{n}")).expect("a valid id"))
+                .collect(),
+            tokens: (0..SCHEDULERS).map(|_| LockToken::random()).collect(),
+            beliefs: vec![Vec::new(); SCHEDULERS],
+            fences: [0; 2],
+            base,
+        }
+    }
+
+    async fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        let now = server_ms(&mut self.redis).await?;
+        let (model, redis) = match *op {
+            Op::Push { job, past } => {
+                let due = if past {
+                    self.base - HOUR_MS
+                } else {
+                    self.base + HOUR_MS
+                } + job as i64;
+                let jobs = [(self.ids[job].clone(), format!("{{\"n\":{job}}}").into_bytes())];
+                let model = self.model.push_many(&jobs, due, None, now);
+                let at = SystemTime::UNIX_EPOCH + Duration::from_millis(due as u64);
+                let (_, redis) = self
+                    .store
+                    .push_many_in_group(&self.queue, &jobs, Due::At(at), None)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Stored(model), Reply::Stored(redis))
+            }
+            Op::Claim { scheduler, max } => {
+                let token = self.tokens[scheduler];
+                let model = self.model.claim(max, LEASE, token, LIMITS, Counters::Off, now);
+                let redis = self
+                    .store
+                    .claim(&self.queue, max, LEASE, token, LIMITS, Counters::Off)
+                    .await
+                    .map_err(fail)?;
+                let job_of = |id: &JobId| {
+                    self.ids
+                        .iter()
+                        .position(|known| known == id)
+                        .unwrap_or(usize::MAX)
+                };
+                let mut model_jobs: Vec<usize> = model.jobs.iter().map(|job| job_of(&job.id)).collect();
+                let mut redis_jobs: Vec<usize> = redis.jobs.iter().map(|job| job_of(&job.id)).collect();
+                for (side, jobs) in [&model.jobs, &redis.jobs].into_iter().enumerate() {
+                    for job in jobs {
+                        prop_assert!(
+                            job.fence > self.fences[side],
+                            "side {}: fence {} after {}",
+                            side,
+                            job.fence,
+                            self.fences[side]
+                        );
+                        self.fences[side] = job.fence;
+                    }
+                }
+                // Beliefs in the model's claim order, each with the other side's hold.
+                for job in &model.jobs {
+                    if let Some(theirs) = redis.jobs.iter().find(|theirs| theirs.id == job.id) {
+                        self.beliefs[scheduler].push(Belief {
+                            job: job_of(&job.id),
+                            model: Hold::of(token, job),
+                            redis: Hold::of(token, theirs),
+                        });
+                    }
+                }
+                // Jobs due within the tolerance of each other may come in either order.
+                model_jobs.sort_unstable();
+                redis_jobs.sort_unstable();
+                (Reply::Claimed(model_jobs), Reply::Claimed(redis_jobs))
+            }
+            Op::Ack { scheduler, belief } => {
+                let Some(belief) = self.take_belief(scheduler, belief) else {
+                    return Ok(());
+                };
+                let id = &self.ids[belief.job];
+                let model = self.model.ack(&[(id, belief.model)], None, Counters::Off, now);
+                let redis = self
+                    .store
+                    .ack(&self.queue, &[(id, belief.redis)], None, Counters::Off)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Stored(model), Reply::Stored(redis))
+            }
+            Op::Retry {
+                scheduler,
+                belief,
+                at_once,
+            } => {
+                let Some(belief) = self.take_belief(scheduler, belief) else {
+                    return Ok(());
+                };
+                let id = &self.ids[belief.job];
+                let delay = if at_once {
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(HOUR_MS as u64)
+                };
+                let model = self
+                    .model
+                    .retry(id, belief.model, None, delay, Counters::Off, now);
+                let redis = self
+                    .store
+                    .retry(&self.queue, id, belief.redis, None, delay, Counters::Off)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Acted(model.is_some()), Reply::Acted(redis.is_some()))
+            }
+            Op::Bury { scheduler, belief } => {
+                let Some(belief) = self.take_belief(scheduler, belief) else {
+                    return Ok(());
+                };
+                let id = &self.ids[belief.job];
+                let model = self
+                    .model
+                    .bury(id, belief.model, "buried", None, Counters::Off, now);
+                let redis = self
+                    .store
+                    .bury(&self.queue, id, belief.redis, "buried", None, Counters::Off)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Acted(model), Reply::Acted(redis))
+            }
+            Op::Extend { scheduler, belief } => {
+                let Some(belief) = self.beliefs[scheduler].get(belief).cloned() else {
+                    return Ok(());
+                };
+                let id = &self.ids[belief.job];
+                let model = self.model.extend_lease(id, belief.model, LEASE, now);
+                let redis = self
+                    .store
+                    .extend_lease(&self.queue, id, belief.redis, LEASE)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Acted(model), Reply::Acted(redis))
+            }
+            Op::Cancel { job } => {
+                let model = self.model.cancel(&self.ids[job]);
+                let redis = self
+                    .store
+                    .cancel(&self.queue, &self.ids[job])
+                    .await
+                    .map_err(fail)?;
+                (Reply::Cancelled(model), Reply::Cancelled(redis))
+            }
+            Op::LeaseRunsOut { scheduler, belief } => {
+                let Some(belief) = self.beliefs[scheduler].get(belief).cloned() else {
+                    return Ok(());
+                };
+                let past = now - LEASE.as_millis() as i64;
+                self.model
+                    .extend_lease(&self.ids[belief.job], belief.model, Duration::ZERO, past);
+                let mut lease = belief.redis.token.to_hex().to_vec();
+                lease.extend_from_slice(format!(":{}", belief.redis.claim).as_bytes());
+                let inflight = format!("{}:q:{{{}}}:inflight", self.store.prefix().as_str(), self.queue);
+                let _: i64 = redis::cmd("ZADD")
+                    .arg(&inflight)
+                    .arg("XX")
+                    .arg(past)
+                    .arg(&lease)
+                    .query_async(&mut self.redis)
+                    .await
+                    .map_err(fail)?;
+                let found: Option<i64> = redis::cmd("ZSCORE")
+                    .arg(&inflight)
+                    .arg(&lease)
+                    .query_async(&mut self.redis)
+                    .await
+                    .map_err(fail)?;
+                // A lease that holds no job any more is gone on Redis, as its claim in the model.
+                let held = matches!(self.model.locate(&self.ids[belief.job]), Some((JobSet::InFlight, Some(hold), _)) if hold == belief.model);
+                prop_assert!(
+                    found.is_some() || !held,
+                    "the lease of {:?} is in INFLIGHT",
+                    belief
+                );
+                (Reply::Done, Reply::Done)
+            }
+        };
+        prop_assert_eq!(model, redis, "the replies to {:?}", op);
+        for job in 0..JOBS {
+            let model = self.model_place(job);
+            let redis = self.redis_place(job).await?;
+            prop_assert!(
+                model.agrees_with(redis),
+                "job {}: {:?} in the model, {:?} on the server, after {:?}",
+                job,
+                model,
+                redis,
+                op
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Run {
+    fn take_belief(&mut self, scheduler: usize, belief: usize) -> Option<Belief> {
+        (belief < self.beliefs[scheduler].len()).then(|| self.beliefs[scheduler].remove(belief))
+    }
+
+    fn model_place(&self, job: usize) -> Place {
+        match self.model.locate(&self.ids[job]) {
+            Some((JobSet::Waiting, _, Some(due))) => Place::Waiting(due),
+            Some((JobSet::InFlight, _, Some(until))) => Place::InFlight(until),
+            Some((JobSet::Dead, _, _)) => Place::Dead,
+            _ => Place::Gone,
+        }
+    }
+
+    async fn redis_place(&mut self, job: usize) -> Result<Place, TestCaseError> {
+        let found = self
+            .store
+            .inspect(&self.queue, &self.ids[job])
+            .await
+            .map_err(fail)?;
+        Ok(match found.state {
+            RawJobState::Delayed { due } => Place::Waiting(epoch_ms(due)),
+            RawJobState::InFlight { lease_until } => Place::InFlight(epoch_ms(lease_until)),
+            RawJobState::Dead { .. } => Place::Dead,
+            RawJobState::Done { .. } | RawJobState::Missing => Place::Gone,
+        })
+    }
+}
+
+/// The server's clock, ms since the epoch.
+async fn server_ms(redis: &mut ConnectionManager) -> Result<i64, TestCaseError> {
+    let (seconds, micros): (i64, i64) = redis::cmd("TIME").query_async(redis).await.map_err(fail)?;
+    Ok(seconds * 1000 + micros / 1000)
+}
+
+#[test]
+fn redis_queue_scripts_agree_with_the_model() {
+    differential::agree::<Run>(Server::Redis, op());
+}
+
+#[test]
+fn valkey_queue_scripts_agree_with_the_model() {
+    differential::agree::<Run>(Server::Valkey, op());
+}
