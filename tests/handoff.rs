@@ -6,7 +6,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redefer::lock::{Acquisition, LockStore, Waiter};
+use redefer::lock::{Acquisition, Fencing, Holders, LockStore, Waiter};
+use redefer::lock_set::{LockSetStore, SetAcquisition};
 use redefer::queue::{DelayQueue, QueueStats, QueueStore};
 use redefer::strategy::{Defer, FailFast, Retry, RetryLimits};
 use redefer::{
@@ -36,7 +37,7 @@ fn edit(n: u64) -> Edit {
 }
 
 /// Stores whose reservation time a test can shorten.
-trait Reserving: LockStore + QueueStore {
+trait Reserving: LockStore + LockSetStore + QueueStore {
     fn reserving(self, reservation: Duration) -> Self;
 }
 
@@ -360,7 +361,48 @@ async fn when_a_reservation_runs_out_the_next_in_line_gets_the_key<St: Reserving
     scheduler.shutdown().await;
 }
 
+/// A key whose only waiter never came for it (its reservation ran out) is free: the next
+/// caller takes it at once, even one that comes as a waiter no longer in line (its place was
+/// lost: evicted, or its join never landed), a single key and a set's alike. Both once
+/// answered "reserved" for a key nobody held nor waited for, and the caller waited its
+/// fallback poll.
+async fn a_key_whose_only_waiter_never_came_is_free_for_the_next_caller<St: Reserving>(store: St) {
+    let reservation = Duration::from_millis(100);
+    let store = store.reserving(reservation);
+    for (n, as_a_set) in [false, true].into_iter().enumerate() {
+        let key = LockKey::new(format!("doc:gone-waiter:{n}")).unwrap();
+        let holder = LockToken::random();
+        let acquired = store
+            .try_acquire(&key, holder, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert!(matches!(acquired, Acquisition::Acquired(_)), "{acquired:?}");
+        let gone = Waiter::caller(LockToken::random());
+        store.join(&key, &gone, None).await.unwrap();
+        assert!(store.release(&key, holder).await.unwrap());
+        // Reserved for `gone`, which never comes.
+        tokio::time::sleep(2 * reservation).await;
+        let token = LockToken::random();
+        let lost = Waiter::caller(token);
+        let ttl = Duration::from_secs(30);
+        let free = if as_a_set {
+            let keys = [key.clone()];
+            let taken = store
+                .acquire_set(&keys, token, ttl, Some(&lost), Fencing::On)
+                .await;
+            matches!(taken.unwrap(), SetAcquisition::Acquired(_))
+        } else {
+            let taken = store
+                .acquire(&key, token, ttl, Holders::One, Some(&lost), Fencing::On)
+                .await;
+            matches!(taken.unwrap(), Acquisition::Acquired(_))
+        };
+        assert!(free, "the key is free (as a set: {as_a_set})");
+    }
+}
+
 for_each_store!(
+    a_key_whose_only_waiter_never_came_is_free_for_the_next_caller,
     deferred_waiters_run_in_arrival_order_as_soon_as_the_key_is_released,
     a_retrying_caller_and_deferred_jobs_share_one_line,
     deferring_the_same_delivery_twice_stores_it_once,

@@ -41,7 +41,12 @@ impl KeyState {
                     return (true, Handed::default());
                 }
                 let handed = self.hand_to_head(true, now, reservation);
-                (handed.reserved.as_ref() == waiter, handed)
+                // Free for the caller too when nobody is left in line (the one whose
+                // reservation ran out was dropped).
+                (
+                    handed.reserved.is_none() || handed.reserved.as_ref() == waiter,
+                    handed,
+                )
             }
         }
     }

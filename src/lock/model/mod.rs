@@ -309,7 +309,9 @@ impl LockModel {
                 let head = state.waiters.head();
                 if head.is_some() && head != waiter {
                     handed = state.hand_to_head(true, now.time, reservation);
-                    if handed.reserved.as_ref() != waiter {
+                    // Nobody left in line (the one whose reservation ran out was dropped):
+                    // the key is the caller's.
+                    if handed.reserved.is_some() && handed.reserved.as_ref() != waiter {
                         let acquisition = Acquisition::Held {
                             remaining: Some(reservation),
                             ahead: state.waiters.ahead_of(waiter),

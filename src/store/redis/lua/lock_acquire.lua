@@ -41,7 +41,8 @@ if not current then
     -- Free, but others came first: the key is theirs. Nobody handed it over (the holder's
     -- TTL ran out, or the reservation of the first in line did): hand it over now.
     local reserved, dropped = hand_to_head(true)
-    if reserved ~= waiter then
+    -- Nobody left in line (the one whose reservation ran out was dropped): the key is ours.
+    if reserved ~= '' and reserved ~= waiter then
       keep_counter()
       local hold = tonumber(redis.call('GET', HOLDS)) or -1
       return {0, tonumber(RESERVATION_MS), ahead_of(waiter), hold, reserved, dropped, 1}

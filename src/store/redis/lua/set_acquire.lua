@@ -54,7 +54,9 @@ local function free_for_caller(i)
   end
   local reserved, gone = hand_to_head(true)
   note_handoff(i, reserved, gone)
-  return reserved == waiter
+  -- Free for the caller too when nobody is left in line (the one whose reservation ran out
+  -- was dropped).
+  return reserved == '' or reserved == waiter
 end
 
 local blocked = {}
