@@ -8,7 +8,9 @@
 //! Time: the scripts read the server's clock (`TIME`), which a test cannot move. The test
 //! runs the scripts' own text (`src/store/redis/lua/throttle*.lua`, assembled as the store
 //! assembles it) with that one line steered: the clock comes from the call's last argument,
-//! the model's clock. Everything else is the scripts as shipped.
+//! the model's clock. The schedule's key is kept without its expiry, which would run on the
+//! server's real clock (a schedule that ran out decides as an absent one). Everything else is
+//! the scripts as shipped.
 //!
 //! `PROPTEST_CASES` raises the number of sequences per server (the default fits CI).
 
@@ -51,15 +53,26 @@ fn rates() -> [Rate; 3] {
     ]
 }
 
+/// What gives a schedule's key its expiry in real time, and what the test writes instead.
+const EXPIRY: &str = ", 'PX', forget)";
+const NO_EXPIRY: &str = ")";
+
 /// A throttle script as the store assembles it (its flags line, the prelude, its body), with
-/// the clock steered.
+/// the clock steered, and the schedule's key kept without an expiry: that expiry runs on the
+/// server's real clock, not the steered one (a schedule that ran out decides as an absent one,
+/// so keeping it changes no decision; dropping it early, in real time, would).
 fn steered(script: &str) -> redis::Script {
     let (flags, body) = script.split_once('\n').expect("a flags line");
     assert!(
         PRELUDE.contains(SERVER_CLOCK),
         "the prelude reads the clock as the test expects"
     );
+    assert!(
+        body.contains(EXPIRY),
+        "the script sets the schedule's expiry as the test expects"
+    );
     let prelude = PRELUDE.replace(SERVER_CLOCK, STEERED_CLOCK);
+    let body = body.replace(EXPIRY, NO_EXPIRY);
     redis::Script::new(&format!("{flags}\n{prelude}{body}"))
 }
 
