@@ -31,6 +31,7 @@
 //! ```
 
 mod fair_shares;
+mod operator;
 mod pending;
 mod steps;
 
