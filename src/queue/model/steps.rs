@@ -342,6 +342,11 @@ impl QueueModel {
         // Each lease that ran out, by (deadline, name): its jobs by fence.
         let mut leases: BTreeMap<(i64, String), BTreeMap<u64, JobId>> = BTreeMap::new();
         for (deadline, id) in self.inflight.iter().take_while(|(deadline, _)| *deadline < now) {
+            // Bounded work: `max` leases give `max` jobs at least, and a later deadline's lease
+            // comes after every one found (the jobs of one lease share its deadline).
+            if leases.len() >= max && leases.keys().next_back().is_some_and(|(last, _)| deadline > last) {
+                break;
+            }
             let Some((_, hold)) = self.leases.get(id) else {
                 continue;
             };
