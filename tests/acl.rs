@@ -162,7 +162,7 @@ async fn the_documented_least_privilege_user_runs_everything() {
     let noop = service_fn(|_: u64| async { Ok::<_, Infallible>(()) });
     let holder = redefer::LockToken::random();
     let held = redefer::LockKey::new("account:1").unwrap();
-    redefer::lock::LockStore::try_acquire(&store, &held, holder, Duration::from_secs(30))
+    support::Shorthand::try_acquire(&store, &held, holder, Duration::from_secs(30))
         .await
         .unwrap();
     let coalescing = LockLayer::new(store.clone(), account)
@@ -181,9 +181,7 @@ async fn the_documented_least_privilege_user_runs_everything() {
         1,
         "the coalesced job made room"
     );
-    redefer::lock::LockStore::release(&store, &held, holder)
-        .await
-        .unwrap();
+    support::Shorthand::release(&store, &held, holder).await.unwrap();
     let debounce = Debounce::new(Duration::from_millis(50), Duration::from_secs(1)).unwrap();
     let debounced =
         DebounceLayer::new(syncs.clone(), |n: &u64| Some(format!("doc:{n}")), debounce).layer(noop);

@@ -4,6 +4,7 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,7 +14,7 @@ use std::time::Duration;
 use ::redis::cluster_async::ClusterConnection;
 use redefer::debounce::{Debounce, DebounceLayer};
 use redefer::lock::LineCap;
-use redefer::lock::{Acquisition, LockStore, current_locks};
+use redefer::lock::{Acquisition, current_locks};
 use redefer::lock_set::LockSetLayer;
 use redefer::queue::QueueStats;
 use redefer::queue::{DelayQueue, GroupWaiting, JobGroup};

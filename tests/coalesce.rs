@@ -3,6 +3,7 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

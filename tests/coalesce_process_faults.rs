@@ -5,11 +5,11 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::RngExt;
-use redefer::lock::LockStore;
 use redefer::queue::{DelayQueue, QueueStats};
 use redefer::strategy::Coalesce;
 use redefer::{LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions};

@@ -2,10 +2,10 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use redefer::lock::LockStore;
 use redefer::{Config, LockKey, LockToken};
 use tower::{Layer, ServiceExt, service_fn};
 

@@ -7,13 +7,13 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use redefer::dashboard::{Dashboard, DashboardOptions};
-use redefer::lock::LockStore;
 use redefer::queue::{DelayQueue, JobGroup, JobId, JobSet, QueueCore, RawJobState};
 use redefer::{LockKey, LockToken, RedisStore};
 use serde_json::{Value, json};

@@ -5,11 +5,12 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use redefer::lock::{Acquisition, LockStore};
+use redefer::lock::Acquisition;
 use redefer::{LockKey, LockToken};
 use serde_json::{Value, json};
 

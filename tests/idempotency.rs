@@ -4,6 +4,7 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

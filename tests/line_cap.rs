@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::support::Shorthand;
 use redefer::lock::{LineCap, LockStore, SUPERSEDED_BY_NEWER};
 use redefer::queue::{DelayQueue, JobSet, QueueStats, QueueStore};
-use redefer::semaphore::SemaphoreStore;
 use redefer::store::ListLocks;
 use redefer::strategy::Defer;
 use redefer::{Error, LockKey, LockLayer, LockToken, Outcome, Scheduler, SchedulerOptions};
@@ -19,9 +19,9 @@ use tower::{Layer, ServiceExt, service_fn};
 
 use support::{eventually, for_each_store};
 
-trait Store: QueueStore + LockStore + SemaphoreStore + ListLocks {}
+trait Store: QueueStore + LockStore + ListLocks {}
 
-impl<S: QueueStore + LockStore + SemaphoreStore + ListLocks> Store for S {}
+impl<S: QueueStore + LockStore + ListLocks> Store for S {}
 
 const PRODUCERS: u64 = 50;
 const PER_PRODUCER: u64 = 4;

@@ -3,6 +3,7 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;

@@ -13,6 +13,7 @@ mod process_faults;
 mod storm;
 mod support;
 
+use crate::support::Shorthand;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

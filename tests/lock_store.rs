@@ -2,6 +2,7 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::time::Duration;
 
 use redefer::lock::{Acquisition, LockStore, Waiter};

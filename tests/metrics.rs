@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use redefer::lock::LockStore;
+use redefer::lock::{Fencing, Holders, LockStore};
 use redefer::queue::QueueStats;
 use redefer::queue::{DelayQueue, RetryPolicy};
 use redefer::{Backoff, LockKey, LockLayer, LockToken, MemoryStore, Scheduler, SchedulerOptions};
@@ -64,7 +64,14 @@ fn the_layer_and_the_scheduler_report_what_they_do() {
         assert!(service.clone().oneshot(1).await.unwrap().done().is_some());
         let holder = LockToken::random();
         store
-            .try_acquire(&LockKey::new("order:1").unwrap(), holder, Duration::from_secs(60))
+            .acquire(
+                &LockKey::new("order:1").unwrap(),
+                holder,
+                Duration::from_secs(60),
+                Holders::One,
+                None,
+                Fencing::On,
+            )
             .await
             .unwrap();
         assert!(service.clone().oneshot(1).await.is_err(), "refused: held");

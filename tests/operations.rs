@@ -3,6 +3,7 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -388,7 +389,7 @@ async fn a_new_minute_drops_the_minutes_out_of_the_window() {
 /// (`redefer locks`, the dashboard), with its waiters, for a mutex and for a semaphore.
 async fn keys_with_waiters_and_no_holder_are_listed<St>(store: St)
 where
-    St: redefer::lock::LockStore + redefer::semaphore::SemaphoreStore + redefer::store::ListLocks,
+    St: redefer::lock::LockStore + redefer::store::ListLocks,
 {
     use redefer::lock::Waiter;
     use redefer::{LockKey, LockToken};

@@ -10,6 +10,7 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -3,13 +3,14 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use redefer::lock::{Acquisition, LockStore};
+use redefer::lock::Acquisition;
 use redefer::{LockKey, LockToken};
 use serde::{Deserialize, Serialize};
 

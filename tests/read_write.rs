@@ -29,7 +29,6 @@ use rand::{RngExt, SeedableRng};
 use redefer::lock::{Acquisition, Holders, LockStore};
 use redefer::queue::{DelayQueue, PendingStore, QueueStats, QueueStore};
 use redefer::read_write::{Access, ReadWriteLayer};
-use redefer::semaphore::SemaphoreStore;
 use redefer::store::ListLocks;
 use redefer::strategy::{Coalesce, Defer, Retry};
 use redefer::{
@@ -89,7 +88,7 @@ type Extractor = fn(&Request) -> Option<String>;
 type ByAccess = fn(&Request) -> Access;
 
 /// The layer every test guards `doc` with.
-fn layer<St: SemaphoreStore>(store: &St) -> ReadWriteLayer<St, Extractor, ByAccess> {
+fn layer<St: LockStore>(store: &St) -> ReadWriteLayer<St, Extractor, ByAccess> {
     ReadWriteLayer::new(store.clone(), doc as Extractor, access as ByAccess)
 }
 
@@ -157,7 +156,7 @@ fn recorder(
 
 /// Readers hold the key together, each with a fence of its own; a writer meets them and is
 /// refused (`FailFast`) with an estimate; a writer's fence is above every earlier reader's.
-async fn readers_share_a_key_and_a_writer_holds_it_alone<St: SemaphoreStore>(store: St) {
+async fn readers_share_a_key_and_a_writer_holds_it_alone<St: LockStore>(store: St) {
     let (first, first_fence) = hold(&store, Holders::Permits(UNLIMITED)).await;
     let (second, second_fence) = hold(&store, Holders::Permits(UNLIMITED)).await;
     assert!(second_fence > first_fence);
@@ -211,7 +210,7 @@ async fn readers_share_a_key_and_a_writer_holds_it_alone<St: SemaphoreStore>(sto
 /// Writer precedence: a writer waiting for a reader holds back the readers that come after it,
 /// though the key has room for them; it runs once the reader ahead of it leaves, and they run
 /// after it.
-async fn a_waiting_writer_holds_back_later_readers<St: SemaphoreStore>(store: St) {
+async fn a_waiting_writer_holds_back_later_readers<St: LockStore>(store: St) {
     let (reader, _) = hold(&store, Holders::Permits(UNLIMITED)).await;
     let order = Order::default();
     let service = layer(&store).on_conflict(retry()).layer(recorder(&order));
@@ -239,7 +238,7 @@ async fn a_waiting_writer_holds_back_later_readers<St: SemaphoreStore>(store: St
 
 /// The readers that queued behind a writer enter together when it is done: each waits inside
 /// its handler for all of them.
-async fn the_readers_behind_a_writer_enter_together<St: SemaphoreStore>(store: St) {
+async fn the_readers_behind_a_writer_enter_together<St: LockStore>(store: St) {
     const READERS: usize = 4;
     let (writer, _) = hold(&store, Holders::Writer(UNLIMITED)).await;
     let together = Arc::new(Barrier::new(READERS));
@@ -273,7 +272,7 @@ async fn the_readers_behind_a_writer_enter_together<St: SemaphoreStore>(store: S
 
 /// With a limit of readers, the next reader waits in line as a writer would, and enters when
 /// a reader leaves.
-async fn a_limit_of_readers_holds_the_next_in_line<St: SemaphoreStore>(store: St) {
+async fn a_limit_of_readers_holds_the_next_in_line<St: LockStore>(store: St) {
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let service = layer(&store).readers(2).on_conflict(retry()).layer(service_fn({
@@ -304,7 +303,7 @@ async fn a_limit_of_readers_holds_the_next_in_line<St: SemaphoreStore>(store: St
 
 /// Readers and writers at random, all retrying: a writer never has anyone beside it, readers
 /// do share, and every request ends.
-async fn a_writer_is_never_beside_anyone<St: SemaphoreStore>(store: St) {
+async fn a_writer_is_never_beside_anyone<St: LockStore>(store: St) {
     let readers = Arc::new(AtomicUsize::new(0));
     let writers = Arc::new(AtomicUsize::new(0));
     let (broken, shared) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -375,7 +374,7 @@ async fn a_writer_is_never_beside_anyone<St: SemaphoreStore>(store: St) {
 
 /// A handler that reads a key and calls the stack again to write it would wait for itself: it
 /// is refused at once, naming the key.
-async fn a_writer_under_its_own_readers_holding_is_refused<St: SemaphoreStore>(store: St) {
+async fn a_writer_under_its_own_readers_holding_is_refused<St: LockStore>(store: St) {
     let inner = layer(&store)
         .on_conflict(retry())
         .layer(service_fn(|_: Request| async { Ok::<_, Infallible>(()) }));
@@ -400,7 +399,7 @@ fn quick() -> SchedulerOptions {
 
 /// Deferred readers and writers wait in the key's one line and run in its order: the writer
 /// deferred first runs alone, then the readers behind it, then the next writer.
-async fn deferred_readers_and_writers_run_in_line_order<St: SemaphoreStore + QueueStore>(store: St) {
+async fn deferred_readers_and_writers_run_in_line_order<St: LockStore + QueueStore>(store: St) {
     let queue = DelayQueue::<Request, _>::new(store.clone(), "documents").unwrap();
     let order = Order::default();
     let service = layer(&store)
@@ -435,7 +434,7 @@ async fn deferred_readers_and_writers_run_in_line_order<St: SemaphoreStore + Que
 
 /// The listing (what `redefer locks`, the dashboard and its JSON API show) says who holds a
 /// key (a writer, or how many readers) and how many writers wait.
-async fn the_listing_shows_the_mode_the_readers_and_the_waiting_writers<St: SemaphoreStore + ListLocks>(
+async fn the_listing_shows_the_mode_the_readers_and_the_waiting_writers<St: LockStore + ListLocks>(
     store: St,
 ) {
     let (first, _) = hold(&store, Holders::Permits(UNLIMITED)).await;
@@ -484,7 +483,7 @@ async fn the_listing_shows_the_mode_the_readers_and_the_waiting_writers<St: Sema
 /// A writer whose handler outlives its TTL keeps the key (its holding is renewed): readers
 /// meanwhile are refused; and a writer cut off (its future dropped) gives the key back at
 /// once, not at the end of its TTL.
-async fn a_writer_is_renewed_and_released_on_every_exit_path<St: SemaphoreStore>(store: St) {
+async fn a_writer_is_renewed_and_released_on_every_exit_path<St: LockStore>(store: St) {
     let (started, mut start) = tokio::sync::mpsc::channel::<()>(1);
     let writer = layer(&store)
         .ttl(Duration::from_millis(450))
@@ -538,7 +537,7 @@ async fn a_writer_is_renewed_and_released_on_every_exit_path<St: SemaphoreStore>
 /// one job (the latest runs), the requests to read it another; a read never takes the place of
 /// a waiting write.
 async fn coalesce_keeps_a_waiting_write_and_a_waiting_read_apart<
-    St: SemaphoreStore + QueueStore + PendingStore,
+    St: LockStore + QueueStore + PendingStore,
 >(
     store: St,
 ) {

@@ -12,6 +12,7 @@ use redefer::{Error, KeyError, LockLayer, LossReason, RedisStore, StoreError};
 use tokio::sync::oneshot;
 use tower::{Layer, ServiceExt, service_fn};
 
+use support::Shorthand;
 use support::{RedisServer, Server, eventually, for_each_server};
 
 fn by_order(order: &u32) -> Option<String> {
@@ -400,7 +401,7 @@ async fn a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers
 }
 
 async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_required(kind: Server) {
-    use redefer::lock::{Acquisition, LockStore};
+    use redefer::lock::Acquisition;
     use redefer::{LockKey, LockToken};
 
     let server = RedisServer::start_of(kind); // no replicas at all
@@ -430,9 +431,9 @@ async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_requir
 /// Every token `store` hands out for `key` in three rounds, in order: a lock's (by plain
 /// commands and by the script), a semaphore permit's and a job's.
 async fn tokens_handed_out(store: RedisStore, key: &redefer::LockKey) -> [Vec<u64>; 3] {
-    use redefer::lock::{Acquisition, LockStore, Waiter};
+    use crate::support::Shorthand;
+    use redefer::lock::{Acquisition, Waiter};
     use redefer::queue::DelayQueue;
-    use redefer::semaphore::SemaphoreStore;
     use redefer::{Fencing, LockToken};
 
     let ttl = Duration::from_secs(10);
@@ -547,7 +548,7 @@ async fn fencing_tokens_keep_rising_across_a_failover_to_a_replica_that_lagged(k
 /// Takes the free `key` and gives it back: the fencing token that holding got.
 async fn fence_of_one_holding(store: &RedisStore, key: &redefer::LockKey) -> u64 {
     use redefer::LockToken;
-    use redefer::lock::{Acquisition, LockStore};
+    use redefer::lock::Acquisition;
 
     let token = LockToken::random();
     let Acquisition::Acquired(Some(fence)) = store
@@ -594,7 +595,7 @@ async fn a_counter_gone_back_under_a_store_that_saw_it_raised_still_gives_higher
 /// on the key and gets a token counted then, above the previous holder's (not the counter as it
 /// stood, which is that holder's).
 async fn an_acquire_whose_commands_ran_in_part_gets_a_token_above_the_last_holders(kind: Server) {
-    use redefer::lock::{Acquisition, LockStore, Waiter};
+    use redefer::lock::{Acquisition, Waiter};
     use redefer::{Fencing, LockKey, LockToken};
 
     let server = RedisServer::start_of(kind);
@@ -665,7 +666,7 @@ async fn a_counter_lost_under_a_store_that_saw_it_counted_still_gives_higher_tok
 /// counter on the way (the plain commands' `INCR`); that counter gets its expiry too, and the
 /// holder after it still gets a higher token.
 async fn an_expired_counter_gives_higher_tokens_and_expires_again(kind: Server) {
-    use redefer::lock::{Acquisition, LockStore};
+    use redefer::lock::Acquisition;
     use redefer::store::lifetimes::IDLE_KEY_TTL;
     use redefer::{LockKey, LockToken};
 
@@ -733,7 +734,7 @@ for_each_server!(
 /// A new memory store (a restarted process) hands out tokens above the old one's.
 #[tokio::test]
 async fn a_new_memory_store_starts_its_tokens_above_the_old_ones() {
-    use redefer::lock::{Acquisition, LockStore};
+    use redefer::lock::Acquisition;
     use redefer::{LockKey, LockToken, MemoryStore};
 
     let key = LockKey::new("order:1").unwrap();

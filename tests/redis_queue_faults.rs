@@ -3,6 +3,7 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -144,7 +145,6 @@ async fn entries_written_by_other_clients_are_buried_with_a_reason_and_the_rest_
 }
 
 async fn keys_of_the_wrong_type_are_store_errors_and_touch_nothing_else(kind: Server) {
-    use redefer::lock::LockStore;
     use redefer::{LockKey, LockToken, StoreError};
 
     let server = RedisServer::start_of(kind);
@@ -343,7 +343,7 @@ async fn an_idle_scheduler_sends_only_a_few_commands_per_second(kind: Server) {
 }
 
 async fn no_deferral_reported_to_a_caller_is_lost_when_redis_is_killed_mid_run(kind: Server) {
-    use redefer::lock::{Acquisition, LockStore};
+    use redefer::lock::Acquisition;
     use redefer::strategy::Defer;
     use redefer::{LockKey, LockToken, Outcome};
     use tower::ServiceExt;

@@ -3,6 +3,7 @@
 
 mod support;
 
+use crate::support::Shorthand;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};

@@ -1,4 +1,4 @@
-//! Conformance of the semaphore operations of every store (the semantics `SemaphoreStore`
+//! Conformance of the semaphore operations of every store (the semantics `LockStore`
 //! documents), and the lock layer with N permits per key end to end.
 
 mod support;
@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::Shorthand;
 use redefer::lock::{Acquisition, LockStore, Waiter};
 use redefer::queue::{DelayQueue, QueueStats, QueueStore};
-use redefer::semaphore::{Permits, SemaphoreStore};
+use redefer::semaphore::Permits;
 use redefer::store::ListLocks;
 use redefer::strategy::{Defer, Retry};
 use redefer::{
@@ -29,7 +30,7 @@ fn key(name: &str) -> LockKey {
 }
 
 /// Stores whose reservation time a test can shorten.
-trait Reserving: SemaphoreStore + LockStore + QueueStore + ListLocks {
+trait Reserving: LockStore + QueueStore + ListLocks {
     fn reserving(self, reservation: Duration) -> Self;
 }
 
@@ -45,7 +46,7 @@ impl Reserving for RedisStore {
     }
 }
 
-async fn take<S: SemaphoreStore>(
+async fn take<S: LockStore>(
     store: &S,
     key: &LockKey,
     token: LockToken,
@@ -54,7 +55,7 @@ async fn take<S: SemaphoreStore>(
     take_as(store, key, token, permits, None, LONG).await
 }
 
-async fn take_as<S: SemaphoreStore>(
+async fn take_as<S: LockStore>(
     store: &S,
     key: &LockKey,
     token: LockToken,

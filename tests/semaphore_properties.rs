@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use redefer::lock::Holders;
-use redefer::semaphore::SemaphoreStore;
+use redefer::lock::{Holders, LockStore};
 use redefer::strategy::Retry;
 use redefer::{Backoff, LockKey, LockLayer, MemoryStore, Outcome, current_lock};
 use tokio::time::Instant;
@@ -51,7 +50,7 @@ fn load() -> impl Strategy<Value = Load> {
         .prop_map(|(permits, callers)| Load { permits, callers })
 }
 
-async fn check<St: SemaphoreStore>(store: St, load: Load) -> Result<(), String> {
+async fn check<St: LockStore>(store: St, load: Load) -> Result<(), String> {
     let key = LockKey::new(format!("tenant-{}", rand::random::<u64>())).unwrap();
     let holdings = Arc::new(Mutex::new(Vec::<Holding>::new()));
     let service = {

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redefer::lock::LockStore;
+use redefer::lock::{Fencing, Holders, LockStore};
 use redefer::queue::{DelayQueue, QueueStats};
 use redefer::strategy::{Conflict, ConflictStrategy, Decision, Defer, Retry};
 use redefer::{
@@ -91,11 +91,18 @@ pub async fn run(server: &RedisServer, size: Size) {
     for _ in 0..5 {
         let token = LockToken::random();
         store
-            .try_acquire(&key, token, Duration::from_secs(10))
+            .acquire(
+                &key,
+                token,
+                Duration::from_secs(10),
+                Holders::One,
+                None,
+                Fencing::On,
+            )
             .await
             .expect("acquire");
         store
-            .release_after(&key, token, Some(WORK))
+            .release_holding(&key, token, Holders::One, Some(WORK))
             .await
             .expect("release");
     }
@@ -224,13 +231,20 @@ async fn hold_while(store: &RedisStore, arrivals: impl Future<Output = ()>) -> I
     let token = LockToken::random();
     let since = Instant::now();
     store
-        .try_acquire(&key, token, Duration::from_secs(10))
+        .acquire(
+            &key,
+            token,
+            Duration::from_secs(10),
+            Holders::One,
+            None,
+            Fencing::On,
+        )
         .await
         .expect("acquire");
     arrivals.await;
     tokio::time::sleep(HOLD.saturating_sub(since.elapsed())).await;
     store
-        .release_after(&key, token, Some(WORK))
+        .release_holding(&key, token, Holders::One, Some(WORK))
         .await
         .expect("release");
     Instant::now()

@@ -5,10 +5,11 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+use crate::support::Shorthand;
 use std::process::Command;
 use std::time::Duration;
 
-use redefer::lock::{LockStore, Waiter};
+use redefer::lock::Waiter;
 use redefer::queue::{DelayQueue, JobGroup, JobId, QueueName};
 use redefer::throttle::{Rate, ThrottleStore};
 use redefer::{LockKey, LockToken};

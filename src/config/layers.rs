@@ -12,7 +12,7 @@ use crate::lock::LockLayer;
 use crate::lock::LockStore;
 use crate::queue::QueueStore;
 use crate::queue::{DelayQueue, Json};
-use crate::semaphore::{Permits, SemaphoreStore};
+use crate::semaphore::Permits;
 use crate::strategy::{Conflict, ConflictStrategy, Decision, Defer, FailFast, Retry};
 use crate::throttle::{ThrottleLayer, ThrottleStore};
 
@@ -101,7 +101,7 @@ impl Config {
 
     /// The semaphore `name` of `[guards]` (its `lock.permits` set); see
     /// [`lock_layer_named`](Config::lock_layer_named).
-    pub fn semaphore_layer_named<St: SemaphoreStore, X, Req, Q>(
+    pub fn semaphore_layer_named<St: LockStore, X, Req, Q>(
         &self,
         name: &str,
         store: St,
@@ -166,7 +166,7 @@ impl Config {
     /// # let _ = layer;
     /// # Ok(()) }
     /// ```
-    pub fn semaphore_layer<St: SemaphoreStore, X, Req, Q>(
+    pub fn semaphore_layer<St: LockStore, X, Req, Q>(
         &self,
         store: St,
         extractor: X,

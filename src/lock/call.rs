@@ -169,7 +169,10 @@ where
                 // the next handoff, not into a free key.
                 let (remaining, reserved) = attempts.holder;
                 crate::guard::lock_met(remaining.filter(|_| !reserved));
-                release.store().join(key, me, line.place.as_ref()).await?;
+                let store = release.store();
+                store
+                    .join_line(key, me, line.place.as_ref(), store.holders(key), None)
+                    .await?;
                 release.waiting_as(None);
             }
             (Some(Decision::Deferred(deferred)), _) => match &deferred.queue {
@@ -178,7 +181,9 @@ where
                 // The job takes the caller's place in line, or the end of it.
                 Some(queue) => {
                     let job = Waiter::job(queue, &deferred.job_id);
-                    if let Err(error) = release.store().join(key, &job, line.place.as_ref()).await {
+                    let store = release.store();
+                    let joined = store.join_line(key, &job, line.place.as_ref(), store.holders(key), None);
+                    if let Err(error) = joined.await {
                         // Stored, but not in line: it runs at its fallback due time.
                         tracing::warn!(%error, "the deferred job could not join the line");
                         line.leave(key, release).await;
@@ -310,7 +315,8 @@ impl PlaceInLine {
         handoffs.listening(LISTEN_WITHIN).await;
         self.handoffs = Some(handoffs);
         guard.waiting_as(Some(me.clone()));
-        guard.store().join(key, &me, None).await?;
+        let store = guard.store();
+        store.join_line(key, &me, None, store.holders(key), None).await?;
         self.place = Some(me);
         Ok(())
     }

@@ -71,17 +71,18 @@ impl Handoffs {
     /// ```
     /// use std::time::Duration;
     /// use redefer::{LockKey, LockToken, MemoryStore};
-    /// use redefer::lock::{LockStore, Waiter};
+    /// use redefer::lock::{Fencing, Holders, LockStore, Waiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let store = MemoryStore::new();
     /// let key = LockKey::new("doc:1")?;
     /// let holder = LockToken::random();
-    /// store.try_acquire(&key, holder, Duration::from_secs(10)).await?;
+    /// let ttl = Duration::from_secs(10);
+    /// store.acquire(&key, holder, ttl, Holders::One, None, Fencing::On).await?;
     /// let me = Waiter::caller(LockToken::random());
-    /// let mut handoffs = store.handoffs(&key);
-    /// store.join(&key, &me, None).await?;
-    /// store.release(&key, holder).await?;
+    /// let mut handoffs = store.line_handoffs(&key, Holders::One);
+    /// store.join_line(&key, &me, None, Holders::One, None).await?;
+    /// store.release_holding(&key, holder, Holders::One, None).await?;
     /// assert_eq!(handoffs.next().await, Some(me));
     /// # Ok(()) }
     /// ```

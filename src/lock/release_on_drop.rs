@@ -169,6 +169,8 @@ async fn store_release<St: LockStore>(
 ) -> Option<Result<bool, crate::error::StoreError>> {
     match armed {
         Armed::Off => None,
-        Armed::Acquiring | Armed::Holding => Some(store.release(key, token).await),
+        Armed::Acquiring | Armed::Holding => {
+            Some(store.release_holding(key, token, store.holders(key), None).await)
+        }
     }
 }

@@ -34,9 +34,10 @@ pub enum Acquisition {
 /// handoff at release, the fencing tokens, the renewal and the requests to stop are the same
 /// for both; what differs (one `SET NX PX` key, or a set of leases) is the store's inside.
 ///
-/// The operations that take [`Holders`] are the family; the others are their shapes of 0.3,
-/// holding the key as [`holders`](LockStore::holders) says (one holder, unless the store is
-/// [`Permits`](crate::semaphore::Permits)).
+/// Each operation takes the [`Holders`] the key is held by: [`Holders::One`] for a lock, or
+/// what [`holders`](LockStore::holders) says for the key (one holder, unless the store is
+/// [`Permits`](crate::semaphore::Permits), which answers with the key's limit whatever it is
+/// passed).
 ///
 /// Implementations keep these semantics, which the conformance tests pin for every store:
 /// - `try_acquire` succeeds only when no one holds the key and nobody is in line (or the
@@ -143,99 +144,4 @@ pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
     /// The requests to stop that holders of `key` get from now on, each as the waiter that
     /// asked.
     fn stop_requests(&self, key: &LockKey) -> Handoffs;
-
-    /// Takes `key` for `ttl` unless it is taken or others are in line.
-    fn try_acquire(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
-        self.acquire(key, token, ttl, self.holders(key), None, Fencing::On)
-    }
-
-    /// [`acquire`](LockStore::acquire), held as [`holders`](LockStore::holders) says.
-    fn try_acquire_in_line(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
-        waiter: Option<&Waiter>,
-        fencing: Fencing,
-    ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
-        self.acquire(key, token, ttl, self.holders(key), waiter, fencing)
-    }
-
-    /// [`extend_holding`](LockStore::extend_holding), held as [`holders`](LockStore::holders)
-    /// says.
-    fn extend(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.extend_holding(key, token, ttl, self.holders(key))
-    }
-
-    /// Releases `token`'s holding of `key`, handing it to the first in line; `false` if it did
-    /// not hold it.
-    fn release(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.release_holding(key, token, self.holders(key), None)
-    }
-
-    /// [`release_holding`](LockStore::release_holding), held as
-    /// [`holders`](LockStore::holders) says.
-    fn release_after(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        held_for: Option<Duration>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.release_holding(key, token, self.holders(key), held_for)
-    }
-
-    /// [`join_line`](LockStore::join_line) without a cap; how many are in line before
-    /// `waiter`.
-    fn join(
-        &self,
-        key: &LockKey,
-        waiter: &Waiter,
-        replacing: Option<&Waiter>,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
-        async move {
-            match self
-                .join_line(key, waiter, replacing, self.holders(key), None)
-                .await?
-            {
-                LineJoin::Joined { ahead, .. } => Ok(ahead),
-                LineJoin::Full { waiting } => Ok(waiting),
-            }
-        }
-    }
-
-    /// [`join_line`](LockStore::join_line), held as [`holders`](LockStore::holders) says.
-    fn join_within(
-        &self,
-        key: &LockKey,
-        waiter: &Waiter,
-        replacing: Option<&Waiter>,
-        cap: Option<LineCap>,
-    ) -> impl Future<Output = Result<LineJoin, StoreError>> + Send {
-        self.join_line(key, waiter, replacing, self.holders(key), cap)
-    }
-
-    /// [`leave_line`](LockStore::leave_line), held as [`holders`](LockStore::holders) says.
-    fn leave(&self, key: &LockKey, waiter: &Waiter) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.leave_line(key, waiter, self.holders(key))
-    }
-
-    /// [`line_handoffs`](LockStore::line_handoffs), held as [`holders`](LockStore::holders)
-    /// says.
-    fn handoffs(&self, key: &LockKey) -> Handoffs {
-        self.line_handoffs(key, self.holders(key))
-    }
 }

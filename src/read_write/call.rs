@@ -11,10 +11,11 @@ use crate::LockLayer;
 use crate::error::StoreError;
 use crate::guard::{Attempt, CallResult, Contended, Error, OverHandler, Woken};
 use crate::key::LockKey;
+use crate::lock::LockStore;
 use crate::lock::{Acquired, LockAttempts};
 use crate::lock_set::digest_name;
 use crate::metric_names;
-use crate::semaphore::{Permits, SemaphoreStore};
+use crate::semaphore::Permits;
 use crate::strategy::{ConflictStrategy, Decision};
 
 /// A request's key and what it does to it: what a [`ReadWriteLayer`] guards a request by
@@ -53,7 +54,7 @@ where
     S::Response: Send + 'static,
     S::Error: Send + 'static,
     Req: Send + 'static,
-    St: SemaphoreStore,
+    St: LockStore,
     X: Send + Sync + 'static,
     A: Send + Sync + 'static,
     Strat: ConflictStrategy<Req>,

@@ -8,7 +8,8 @@ use super::ReadWriteService;
 use crate::LockLayer;
 use crate::guard::GuardService;
 use crate::lock::Fencing;
-use crate::semaphore::{Permits, SemaphoreStore};
+use crate::lock::LockStore;
+use crate::semaphore::Permits;
 use crate::strategy::FailFast;
 
 /// Runs each request under its key, read or written as `access` says: readers together,
@@ -49,7 +50,7 @@ pub struct ReadWriteLayer<St, X, A, Strat = FailFast> {
 /// No limit on the readers of a key unless [`ReadWriteLayer::readers`] sets one.
 pub(crate) const UNLIMITED: u32 = u32::MAX;
 
-impl<St: SemaphoreStore, X, A> ReadWriteLayer<St, X, A, FailFast> {
+impl<St: LockStore, X, A> ReadWriteLayer<St, X, A, FailFast> {
     /// Guards each request on the key `extractor` gives it, reading or writing it as `access`
     /// says, with any number of readers together, failing fast on conflicts, with the default
     /// TTL of 10 s.
@@ -61,7 +62,7 @@ impl<St: SemaphoreStore, X, A> ReadWriteLayer<St, X, A, FailFast> {
     }
 }
 
-impl<St: SemaphoreStore, X, A, Strat> ReadWriteLayer<St, X, A, Strat> {
+impl<St: LockStore, X, A, Strat> ReadWriteLayer<St, X, A, Strat> {
     /// At most `readers` requests read one key at once (by default, any number): the next
     /// waits in the key's line as a writer would.
     ///

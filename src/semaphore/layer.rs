@@ -1,7 +1,8 @@
 //! The semaphore as a layer: a [`LockLayer`] whose keys have N permits each.
 
-use super::{PermitLimit, Permits, SemaphoreStore};
+use super::{PermitLimit, Permits};
 use crate::lock::LockLayer;
+use crate::lock::LockStore;
 
 impl<St, X, Strat> LockLayer<St, X, Strat> {
     /// Lets up to `permits` requests hold each key at once: a [semaphore](crate::semaphore)
@@ -32,7 +33,7 @@ impl<St, X, Strat> LockLayer<St, X, Strat> {
     /// is refused with [`Error::Closed`](crate::Error::Closed)).
     pub fn permits(self, permits: u32) -> LockLayer<Permits<St, u32>, X, Strat>
     where
-        St: SemaphoreStore,
+        St: LockStore,
     {
         assert!(
             permits > 0,
@@ -62,7 +63,7 @@ impl<St, X, Strat> LockLayer<St, X, Strat> {
     /// ```
     pub fn permits_by<L>(self, limit: L) -> LockLayer<Permits<St, L>, X, Strat>
     where
-        St: SemaphoreStore,
+        St: LockStore,
         L: PermitLimit + Clone,
     {
         LockLayer {

@@ -25,8 +25,6 @@ mod layer;
 mod limit;
 pub mod model;
 mod permits;
-mod store;
 
 pub use self::limit::PermitLimit;
 pub use self::permits::Permits;
-pub use self::store::SemaphoreStore;

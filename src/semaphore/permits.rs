@@ -24,18 +24,19 @@ use crate::sealed::Sealed;
 /// ```
 /// use std::time::Duration;
 /// use redefer::{LockKey, LockToken, MemoryStore};
-/// use redefer::lock::{Acquisition, LockStore};
+/// use redefer::lock::{Acquisition, Fencing, LockStore};
 /// use redefer::semaphore::Permits;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let permits = Permits::new(MemoryStore::new(), 2);
 /// let key = LockKey::new("upstream:7")?;
 /// let ttl = Duration::from_secs(5);
+/// let holders = permits.holders(&key); // Holders::Permits(2)
 /// for _ in 0..2 {
-///     let taken = permits.try_acquire(&key, LockToken::random(), ttl).await?;
+///     let taken = permits.acquire(&key, LockToken::random(), ttl, holders, None, Fencing::On).await?;
 ///     assert!(matches!(taken, Acquisition::Acquired(Some(_))));
 /// }
-/// let third = permits.try_acquire(&key, LockToken::random(), ttl).await?;
+/// let third = permits.acquire(&key, LockToken::random(), ttl, holders, None, Fencing::On).await?;
 /// assert!(matches!(third, Acquisition::Held { .. }));
 /// # Ok(()) }
 /// ```

@@ -58,12 +58,14 @@ pub(crate) fn listed_limit(kept: u64) -> Option<u64> {
 /// ```
 /// use std::time::Duration;
 /// use redefer::{LockKey, LockToken, MemoryStore};
-/// use redefer::lock::LockStore;
+/// use redefer::lock::{Fencing, Holders, LockStore};
 /// use redefer::store::ListLocks;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = MemoryStore::new();
-/// store.try_acquire(&LockKey::new("order:7")?, LockToken::random(), Duration::from_secs(30)).await?;
+/// let holder = LockToken::random();
+/// store.acquire(&LockKey::new("order:7")?, holder, Duration::from_secs(30), Holders::One, None, Fencing::On)
+///     .await?;
 /// let locks = store.list_locks(100).await?;
 /// assert_eq!(locks[0].key, "order:7");
 /// # Ok(()) }

@@ -42,7 +42,7 @@ use crate::queue::{Codec, DelayQueue, Due, JobGroup, JobId, Joining, Json, Keep,
 /// use std::convert::Infallible;
 /// use std::time::Duration;
 /// use redefer::{LockKey, LockLayer, LockToken, MemoryStore, Outcome};
-/// use redefer::lock::LockStore;
+/// use redefer::lock::{Fencing, Holders, LockStore};
 /// use redefer::queue::DelayQueue;
 /// use redefer::strategy::Coalesce;
 /// use tower::{service_fn, Layer, ServiceExt};
@@ -58,7 +58,9 @@ use crate::queue::{Codec, DelayQueue, Due, JobGroup, JobId, Joining, Json, Keep,
 ///     .layer(service_fn(|_: Sync| async { Ok::<_, Infallible>(()) }));
 ///
 /// // A sync runs on account 7; three more arrive meanwhile.
-/// store.try_acquire(&LockKey::new("account:7")?, LockToken::random(), Duration::from_secs(30)).await?;
+/// let holder = LockToken::random();
+/// store.acquire(&LockKey::new("account:7")?, holder, Duration::from_secs(30), Holders::One, None, Fencing::On)
+///     .await?;
 /// let mut deferrals = Vec::new();
 /// for version in 1..=3 {
 ///     let outcome = syncs.clone().oneshot(Sync { account: 7, version }).await?;

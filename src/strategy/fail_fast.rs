@@ -17,13 +17,15 @@ use crate::error::BoxError;
 /// use std::convert::Infallible;
 /// use std::time::Duration;
 /// use redefer::{Error, LockKey, LockLayer, LockToken, MemoryStore};
-/// use redefer::lock::LockStore;
+/// use redefer::lock::{Fencing, Holders, LockStore};
 /// use tower::{service_fn, Layer, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = MemoryStore::new();
 /// // Another request holds order 7 for 30 s.
-/// store.try_acquire(&LockKey::new("order:7")?, LockToken::random(), Duration::from_secs(30)).await?;
+/// let holder = LockToken::random();
+/// store.acquire(&LockKey::new("order:7")?, holder, Duration::from_secs(30), Holders::One, None, Fencing::On)
+///     .await?;
 ///
 /// let service = LockLayer::new(store, |order: &u64| Some(format!("order:{order}")))
 ///     .layer(service_fn(|_: u64| async { Ok::<_, Infallible>(()) }));

@@ -17,7 +17,7 @@ use crate::error::BoxError;
 /// use std::convert::Infallible;
 /// use std::time::Duration;
 /// use redefer::{LockKey, LockLayer, LockToken, MemoryStore, Outcome, Error};
-/// use redefer::lock::LockStore;
+/// use redefer::lock::{Fencing, Holders, LockStore};
 /// use redefer::queue::DelayQueue;
 /// use redefer::strategy::{Defer, FailFast, Switch};
 /// use serde::{Deserialize, Serialize};
@@ -33,7 +33,9 @@ use crate::error::BoxError;
 ///     .on_conflict(Switch::when(|c: &Change| c.from_webhook, Defer::new(queue)).otherwise(FailFast))
 ///     .layer(service_fn(|_: Change| async { Ok::<_, Infallible>(()) }));
 ///
-/// store.try_acquire(&LockKey::new("order:7")?, LockToken::random(), Duration::from_secs(30)).await?;
+/// let holder = LockToken::random();
+/// store.acquire(&LockKey::new("order:7")?, holder, Duration::from_secs(30), Holders::One, None, Fencing::On)
+///     .await?;
 /// let webhook = service.clone().oneshot(Change { order: 7, from_webhook: true }).await?;
 /// assert!(matches!(webhook, Outcome::Deferred(_)));
 /// let person = service.oneshot(Change { order: 7, from_webhook: false }).await;

@@ -2,6 +2,7 @@
 //! backlog, weights share the claims, a group alone takes them all, a job handed its key runs
 //! ahead of every group's turn, and every guarantee of the queue holds for grouped jobs.
 
+use crate::support::Shorthand;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -12,9 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use redefer::lock::Holders;
+use redefer::lock::{Holders, LockStore};
 use redefer::read_write::{Access, ReadWriteLayer};
-use redefer::semaphore::SemaphoreStore;
 use redefer::strategy::Retry;
 use redefer::{Backoff, LockKey, MemoryStore, Outcome, current_lock};
 use tokio::time::Instant;
@@ -63,7 +62,7 @@ fn load() -> impl Strategy<Value = Load> {
 /// A request of the load: when it was asked, whether it writes, how long it holds.
 type Request = (Instant, bool, u64);
 
-async fn check<St: SemaphoreStore>(store: St, load: Load) -> Result<(), String> {
+async fn check<St: LockStore>(store: St, load: Load) -> Result<(), String> {
     let key = LockKey::new(format!("doc-{}", rand::random::<u64>())).unwrap();
     let holdings = Arc::new(Mutex::new(Vec::<Holding>::new()));
     let name = key.as_str().to_string();

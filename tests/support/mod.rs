@@ -9,6 +9,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod shorthand;
+pub use shorthand::Shorthand;
+
 use redefer::RedisStore;
 use redis::aio::ConnectionManager;
 

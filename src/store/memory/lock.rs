@@ -230,7 +230,7 @@ impl crate::store::ListLocks for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::LockStore;
+    use crate::lock::{Fencing, Holders, LockStore};
     use crate::store::lifetimes::IDLE_KEY_TTL;
 
     /// A process that locks each of many keys once keeps only the last minute's state: the
@@ -244,19 +244,29 @@ mod tests {
         for n in 0..1_000 {
             let key = LockKey::new(format!("order:{n}")).unwrap();
             let token = LockToken::random();
-            let Acquisition::Acquired(Some(fence)) = store.try_acquire(&key, token, ttl).await.unwrap()
+            let Acquisition::Acquired(Some(fence)) = store
+                .acquire(&key, token, ttl, Holders::One, None, Fencing::On)
+                .await
+                .unwrap()
             else {
                 panic!("the key is free");
             };
             fences.insert(key.clone(), fence);
-            assert!(store.release_after(&key, token, Some(ttl / 2)).await.unwrap());
+            assert!(
+                store
+                    .release_holding(&key, token, Holders::One, Some(ttl / 2))
+                    .await
+                    .unwrap()
+            );
         }
         assert_eq!(store.locks().model.keys.len(), 1_000);
 
         tokio::time::advance(2 * IDLE_KEY_TTL).await;
         let again = LockKey::new("order:7").unwrap();
-        let Acquisition::Acquired(Some(fence)) =
-            store.try_acquire(&again, LockToken::random(), ttl).await.unwrap()
+        let Acquisition::Acquired(Some(fence)) = store
+            .acquire(&again, LockToken::random(), ttl, Holders::One, None, Fencing::On)
+            .await
+            .unwrap()
         else {
             panic!("the key is free");
         };

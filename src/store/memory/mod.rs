@@ -36,14 +36,15 @@ use crate::throttle::model::ThrottleModel;
 /// ```
 /// use std::time::Duration;
 /// use redefer::{LockKey, LockToken, MemoryStore};
-/// use redefer::lock::{Acquisition, LockStore};
+/// use redefer::lock::{Acquisition, Fencing, Holders, LockStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = MemoryStore::new();
 /// let key = LockKey::new("order:42")?;
-/// let first = store.try_acquire(&key, LockToken::random(), Duration::from_secs(5)).await?;
+/// let ttl = Duration::from_secs(5);
+/// let first = store.acquire(&key, LockToken::random(), ttl, Holders::One, None, Fencing::On).await?;
 /// assert!(matches!(first, Acquisition::Acquired(_)));
-/// let second = store.try_acquire(&key, LockToken::random(), Duration::from_secs(5)).await?;
+/// let second = store.acquire(&key, LockToken::random(), ttl, Holders::One, None, Fencing::On).await?;
 /// assert!(matches!(second, Acquisition::Held { .. }));
 /// # Ok(()) }
 /// ```

@@ -248,7 +248,7 @@ impl HandOver for PermitLine<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::semaphore::SemaphoreStore;
+    use crate::lock::LockStore;
     use crate::store::lifetimes::IDLE_KEY_TTL;
 
     /// The semaphore keeps only what is in use, as the mutex does: the permits, counters and
@@ -261,16 +261,28 @@ mod tests {
             let key = LockKey::new(format!("tenant:{n}")).unwrap();
             let token = LockToken::random();
             let taken = store
-                .try_acquire_permit(&key, token, ttl, 2, None, Fencing::On)
+                .acquire(&key, token, ttl, Holders::Permits(2), None, Fencing::On)
                 .await
                 .unwrap();
             assert!(matches!(taken, Acquisition::Acquired(Some(_))));
-            assert!(store.release_permit(&key, token, 2, Some(ttl / 2)).await.unwrap());
+            assert!(
+                store
+                    .release_holding(&key, token, Holders::Permits(2), Some(ttl / 2))
+                    .await
+                    .unwrap()
+            );
         }
         // A permit that outlives the minute, unextended.
         let long = LockKey::new("tenant:long").unwrap();
         let held = store
-            .try_acquire_permit(&long, LockToken::random(), 3 * IDLE_KEY_TTL, 2, None, Fencing::On)
+            .acquire(
+                &long,
+                LockToken::random(),
+                3 * IDLE_KEY_TTL,
+                Holders::Permits(2),
+                None,
+                Fencing::On,
+            )
             .await
             .unwrap();
         assert!(matches!(held, Acquisition::Acquired(_)));
@@ -279,7 +291,14 @@ mod tests {
         tokio::time::advance(2 * IDLE_KEY_TTL).await;
         let again = LockKey::new("tenant:7").unwrap();
         store
-            .try_acquire_permit(&again, LockToken::random(), ttl, 2, None, Fencing::On)
+            .acquire(
+                &again,
+                LockToken::random(),
+                ttl,
+                Holders::Permits(2),
+                None,
+                Fencing::On,
+            )
             .await
             .unwrap();
         let state = store.semaphores();

@@ -14,8 +14,8 @@ use super::scripts::{
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, LineCap, LineJoin, LockStore, LockToken,
-    Overflow, Waiter,
+    Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, Holders, LineCap, LineJoin, LockStore,
+    LockToken, Overflow, Waiter,
 };
 use crate::metric_names;
 use crate::queue::{JobId, QueueName};
@@ -124,7 +124,7 @@ where
             return Ok(None);
         }
         if line {
-            self.release(key, token).await?;
+            self.release_holding(key, token, Holders::One, None).await?;
             return Ok(None);
         }
         match fence {
@@ -253,7 +253,7 @@ where
     /// gives the lock back when too few acknowledged it.
     async fn await_replicas(&self, key: &LockKey, token: LockToken) -> Result<(), StoreError> {
         if let Err(error) = self.replicated().await {
-            self.release(key, token).await?;
+            self.release_holding(key, token, Holders::One, None).await?;
             return Err(error);
         }
         Ok(())

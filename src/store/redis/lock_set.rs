@@ -13,7 +13,7 @@ use super::lock::{JoinReply, cap_args, duration};
 use super::scripts::{SET_ACQUIRE, SET_JOIN, SET_LEAVE};
 use crate::error::StoreError;
 use crate::key::{LockKey, hash_slot};
-use crate::lock::{Fencing, FencingToken, LineCap, LineJoin, LockStore, LockToken, Waiter};
+use crate::lock::{Fencing, FencingToken, Holders, LineCap, LineJoin, LockStore, LockToken, Waiter};
 use crate::lock_set::{HeldKey, LockSetStore, SetAcquisition};
 use crate::store::handover::{hand_over, reservation_expired};
 
@@ -135,7 +135,7 @@ where
             }
             if let Err(error) = self.replicated().await {
                 for key in keys {
-                    self.release(key, token).await?;
+                    self.release_holding(key, token, Holders::One, None).await?;
                 }
                 return Err(error);
             }
