@@ -92,6 +92,8 @@ pub mod trace_context;
 pub mod fuzz;
 mod renewal;
 mod sealed;
+mod shrink;
+mod time;
 mod token;
 
 pub use crate::backoff::Backoff;

@@ -7,22 +7,12 @@ use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
 use crate::metric_names;
+use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
 
 /// How many waiters one handoff looks at (skipping those whose job is gone) before it leaves
 /// the rest to the reservations' expiry: bounds the work of one release.
 const MAX_SKIPPED: usize = 16;
-
-/// Where a promoted job was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Promotion {
-    /// Waiting: it is due now.
-    Promoted,
-    /// In flight: its run is under way and will take the reservation.
-    Running,
-    /// Not waiting nor running: nobody will take the reservation.
-    Gone,
-}
 
 /// The store operations a handoff needs beyond the lock's own.
 pub(crate) trait HandOver {

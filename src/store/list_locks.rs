@@ -13,7 +13,7 @@ pub struct LockInfo {
     pub key: String,
     /// How long it still lives (a semaphore: until its last permit's deadline); `None` for a
     /// key without a TTL (written by another tool). In JSON, `remaining_ms`.
-    #[serde(rename = "remaining_ms", serialize_with = "super::time::serialize_opt_millis")]
+    #[serde(rename = "remaining_ms", serialize_with = "crate::time::serialize_opt_millis")]
     pub remaining: Option<Duration>,
     /// The key's fencing counter: the token of its latest holder.
     pub fence: u64,
@@ -37,11 +37,11 @@ pub struct LockInfo {
     /// A throttled key: how long until its next slot opens (zero: one is open now). Its
     /// `waiters` are the slots booked ahead and not yet taken; `None` for a lock. In JSON,
     /// `next_slot_ms`.
-    #[serde(rename = "next_slot_ms", serialize_with = "super::time::serialize_opt_millis")]
+    #[serde(rename = "next_slot_ms", serialize_with = "crate::time::serialize_opt_millis")]
     pub next_slot: Option<Duration>,
     /// A throttled key a handler closed (an upstream's "429, retry after"): how long it stays
     /// closed. In JSON, `closed_ms`.
-    #[serde(rename = "closed_ms", serialize_with = "super::time::serialize_opt_millis")]
+    #[serde(rename = "closed_ms", serialize_with = "crate::time::serialize_opt_millis")]
     pub closed_for: Option<Duration>,
 }
 

@@ -17,14 +17,11 @@ pub(crate) mod list_locks;
 mod lock_family;
 mod memory;
 mod redis;
-mod shrink;
-pub(crate) mod time;
 
 pub use self::list_locks::{ListLocks, LockInfo};
 pub use self::memory::MemoryStore;
 pub(crate) use self::redis::keys as redis_keys;
 pub use self::redis::{RedisStore, RedisStoreBuilder, without_password};
-pub(crate) use self::shrink::shrink;
 
 pub(crate) use crate::sealed::Sealed;
 

@@ -40,11 +40,12 @@ use std::ops::Bound;
 
 pub(crate) use self::fair_shares::FairShares;
 pub(crate) use self::pending::PendingJobs;
+pub(crate) use self::steps::Promotion;
 use crate::lock::LockToken;
 use crate::queue::{
     ACTIVITY_MINUTES, Counters, Hold, JobGroup, JobId, JobSet, ListCursor, MinuteActivity, Retention,
 };
-use crate::store::time::to_epoch_ms;
+use crate::time::to_epoch_ms;
 
 /// One queue: the same sets as in Redis, scores in ms since the epoch. See the [module](self).
 #[derive(Debug, Clone, Default)]
@@ -105,22 +106,6 @@ impl QueueModel {
     /// When the waiting job `id` is due; `None` when it is not waiting.
     pub(crate) fn waiting_due(&self, id: &JobId) -> Option<i64> {
         self.due_of.get(id).copied()
-    }
-
-    /// The set job `id` is in, as the idempotency guard names it; `None` for no job.
-    pub(crate) fn seen_as_job(&self, id: &JobId) -> Option<crate::idempotency::Seen> {
-        use crate::idempotency::Seen;
-        if self.due_of.contains_key(id) {
-            Some(Seen::Waiting)
-        } else if self.leases.contains_key(id) {
-            Some(Seen::InFlight)
-        } else if self.dead.contains_key(id) {
-            Some(Seen::Dead)
-        } else if self.finished.contains_key(id) {
-            Some(Seen::Done)
-        } else {
-            None
-        }
     }
 
     /// Where job `id` is: the set it is in, with the hold of the lease it is in flight under

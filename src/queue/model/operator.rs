@@ -6,7 +6,7 @@ use crate::queue::{
     ACTIVITY_MINUTES, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE, MinuteActivity, QueueStats, RawJob,
     RawJobState,
 };
-use crate::store::time::from_epoch_ms;
+use crate::time::from_epoch_ms;
 
 impl QueueModel {
     /// Where job `id` is, with its envelope (`queue_inspect.lua`).

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::QueueModel;
 use crate::key::LockKey;
 use crate::queue::{JobGroup, JobId, Keep, PendingPush, PendingRules};
-use crate::store::time::{after_epoch_ms, from_epoch_ms};
+use crate::time::{after_epoch_ms, from_epoch_ms};
 
 /// The keys' pending jobs of one queue, as the `PENDING` and `PENDING_JOBS` hashes of
 /// `queue_pending.lua` hold them: a record lives while its job waits, and whatever ends the
@@ -23,8 +23,8 @@ impl PendingJobs {
     pub(crate) fn forget_job(&mut self, id: &JobId) {
         if let Some(key) = self.keys.remove(id) {
             self.records.remove(&key);
-            crate::store::shrink(&mut self.keys);
-            crate::store::shrink(&mut self.records);
+            crate::shrink::shrink(&mut self.keys);
+            crate::shrink::shrink(&mut self.records);
         }
     }
 

@@ -11,8 +11,18 @@ use crate::queue::{
     Cancelled, ClaimBatch, ClaimLimits, Counters, Hold, JobGroup, JobId, MAX_LEASE, MAX_PAGE, RawClaim,
     Retention,
 };
-use crate::store::handover::Promotion;
-use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
+use crate::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
+
+/// Where a promoted job was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Promotion {
+    /// Waiting: it is due now.
+    Promoted,
+    /// In flight: its run is under way and will take the reservation.
+    Running,
+    /// Not waiting nor running: nobody will take the reservation.
+    Gone,
+}
 
 impl QueueModel {
     /// Makes the waiting job `id` due `after` from now, if sooner; a job in flight comes back

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::idempotency::{Begun, IdempotencyStore, Seen};
-use crate::queue::{JobId, QueueName};
+use crate::queue::{JobId, JobSet, QueueName};
 
 /// Request id -> (running or finished, until when). Run-out records are dropped when their
 /// number has doubled since the last sweep.
@@ -37,6 +37,16 @@ impl RequestRecords {
     }
 }
 
+/// A job's set as a request sees it: its id is taken while the job is stored.
+fn seen_as_job(set: JobSet) -> Seen {
+    match set {
+        JobSet::Waiting => Seen::Waiting,
+        JobSet::InFlight => Seen::InFlight,
+        JobSet::Dead => Seen::Dead,
+        JobSet::Done => Seen::Done,
+    }
+}
+
 impl IdempotencyStore for MemoryStore {
     async fn begin_request(
         &self,
@@ -46,7 +56,8 @@ impl IdempotencyStore for MemoryStore {
     ) -> Result<Begun, StoreError> {
         let now = Instant::now();
         Ok(self.with_queue(queue, |q| {
-            if let Some(seen) = q.model.seen_as_job(id).or_else(|| q.requests.live(id, now)) {
+            let as_job = q.model.locate(id).map(|(set, ..)| seen_as_job(set));
+            if let Some(seen) = as_job.or_else(|| q.requests.live(id, now)) {
                 return Begun::Duplicate(seen);
             }
             q.requests.set(id, Seen::Running, now + hold);

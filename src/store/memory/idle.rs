@@ -46,7 +46,7 @@ impl LastUse {
             }
             keep
         });
-        crate::store::shrink(&mut self.used);
+        crate::shrink::shrink(&mut self.used);
         Some(idle)
     }
 }

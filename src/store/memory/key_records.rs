@@ -11,7 +11,7 @@ use super::idle::LastUse;
 use crate::key::LockKey;
 use crate::lock::model::Now;
 use crate::lock::{Handoffs, Waiter};
-use crate::store::shrink;
+use crate::shrink::shrink;
 
 /// The records of every key of one family.
 pub(super) struct KeyRecords {
@@ -36,7 +36,7 @@ impl KeyRecords {
     pub(super) fn now(&self, now: Instant) -> Now {
         Now {
             time: now.saturating_duration_since(self.origin),
-            wall_micros: crate::store::time::now_micros(),
+            wall_micros: crate::time::now_micros(),
         }
     }
 

@@ -14,8 +14,8 @@ use crate::key::LockKey;
 use crate::lock::model::{Handed, Holder, LockModel, Now};
 use crate::lock::{Acquisition, Fencing, Handoffs, LineCap, LineJoin, LockToken, Waiter};
 use crate::metric_names;
+use crate::shrink::shrink;
 use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_expired};
-use crate::store::shrink;
 
 /// The lock's model under the store's mutex, with what the model leaves to a store: the
 /// announcements of handoffs, the requests to stop, and when each key was last used.

@@ -23,9 +23,10 @@ use self::semaphore::SemaphoreState;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
+use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
 use crate::store::DEFAULT_RESERVATION;
-use crate::store::handover::{HandOver, Promotion};
+use crate::store::handover::HandOver;
 use crate::throttle::model::ThrottleModel;
 
 /// A store in this process's memory, with the same semantics as [`RedisStore`](super::RedisStore).

@@ -9,13 +9,13 @@ use tokio::sync::watch;
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::lock::LockToken;
+use crate::queue::model::Promotion;
 use crate::queue::model::QueueModel;
 use crate::queue::{
     Cancelled, ClaimBatch, ClaimLimits, Counters, Due, Hold, JobGroup, JobId, QueueCore, QueueName,
     Retention, Wakeups,
 };
-use crate::store::handover::Promotion;
-use crate::store::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
+use crate::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
 
 /// One queue: its model, the channel that wakes its schedulers, the idempotency guard's
 /// request records (see `IdempotencyStore`).

@@ -12,10 +12,11 @@ use crate::key::LockKey;
 use crate::lock::model::Now;
 use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LineCap, LineJoin, LockToken, Waiter};
 use crate::metric_names;
+use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
 use crate::semaphore::model::{PermitModel, PermitsHanded};
-use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired};
-use crate::store::shrink;
+use crate::shrink::shrink;
+use crate::store::handover::{HandOver, hand_over, reservation_expired};
 
 pub(super) struct SemaphoreState {
     pub(super) model: PermitModel,

@@ -7,8 +7,8 @@ use super::{MemoryStore, lock_unpoisoned};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
-use crate::store::time::now_micros;
 use crate::throttle::{Admission, Booking, Rate, ThrottleStore};
+use crate::time::now_micros;
 
 impl MemoryStore {
     /// Up to `limit` throttled keys whose schedule still matters, for

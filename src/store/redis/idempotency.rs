@@ -10,7 +10,7 @@ use super::scripts::REQUEST_RECORD;
 use crate::error::StoreError;
 use crate::idempotency::{Begun, IdempotencyStore, Seen};
 use crate::queue::{JobId, QueueName};
-use crate::store::time::millis;
+use crate::time::millis;
 
 impl<Conn> RedisStore<Conn>
 where

@@ -18,9 +18,10 @@ use crate::lock::{
     LockToken, Overflow, Waiter,
 };
 use crate::metric_names;
+use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
-use crate::store::handover::{HandOver, Promotion, hand_over, hand_over_with_runner_up, reservation_expired};
-use crate::store::time::{millis, ttl_millis};
+use crate::store::handover::{HandOver, hand_over, hand_over_with_runner_up, reservation_expired};
+use crate::time::{millis, ttl_millis};
 
 /// The acquire script's reply: status, then (acquired) fence, ms the reservation waited, or
 /// (held) remaining ms, waiters ahead, typical hold ms, waiter handed to, waiter dropped,

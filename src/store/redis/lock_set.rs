@@ -57,7 +57,7 @@ where
         }
         invocation
             .arg(names.first().map_or("", LockKeys::wake))
-            .arg(crate::store::time::ttl_millis(self.reservation));
+            .arg(crate::time::ttl_millis(self.reservation));
         args(&mut invocation);
         for key in &names {
             invocation.arg(key.wake());
@@ -114,7 +114,7 @@ where
             .set_script(&SET_ACQUIRE, keys, |script| {
                 script
                     .arg(token)
-                    .arg(crate::store::time::ttl_millis(ttl))
+                    .arg(crate::time::ttl_millis(ttl))
                     .arg(waiter.map_or("", Waiter::as_str));
             })
             .invoke_async(&mut self.conn.clone())

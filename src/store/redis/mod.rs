@@ -153,7 +153,7 @@ where
         };
         let acked: u64 = redis::cmd("WAIT")
             .arg(wanted)
-            .arg(crate::store::time::ttl_millis(timeout))
+            .arg(crate::time::ttl_millis(timeout))
             .query_async(&mut self.conn.clone())
             .await?;
         if acked < u64::from(wanted) {

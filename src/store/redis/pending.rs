@@ -9,7 +9,7 @@ use super::scripts::QUEUE_PENDING;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::queue::{Due, JobGroup, JobId, PendingPush, PendingRules, PendingStore, QueueName};
-use crate::store::time::{from_epoch_ms, millis};
+use crate::time::{from_epoch_ms, millis};
 
 /// The script's reply: status, job id, revision, due ms.
 type PendingReply = (i64, String, u64, i64);

@@ -20,7 +20,7 @@ use crate::queue::{
     Cancelled, ClaimBatch, ClaimLimits, Counters, Due, Hold, JobGroup, JobId, MAX_PAGE, QueueCore, QueueName,
     RawClaim, Retention, Wakeups,
 };
-use crate::store::time::{from_epoch_ms, millis, to_epoch_ms, ttl_millis};
+use crate::time::{from_epoch_ms, millis, to_epoch_ms, ttl_millis};
 
 impl<Conn> RedisStore<Conn> {
     pub(super) fn keys(&self, queue: &QueueName) -> QueueKeys {

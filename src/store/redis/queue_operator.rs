@@ -15,7 +15,7 @@ use crate::queue::{
     ControlQueue, Counters, GroupWaiting, InspectQueue, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE,
     MinuteActivity, QueueGroups, QueueName, QueueRegistry, QueueStats, RawJob, RawJobState, RegisteredQueue,
 };
-use crate::store::time::{from_epoch_ms, to_epoch_ms};
+use crate::time::{from_epoch_ms, to_epoch_ms};
 
 impl<Conn> InspectQueue for RedisStore<Conn>
 where

@@ -18,9 +18,10 @@ use crate::lock::{
     Acquisition, Fencing, FencingToken, Handoffs, Holders, LineCap, LineJoin, LockToken, Waiter,
 };
 use crate::metric_names;
+use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
-use crate::store::handover::{HandOver, Promotion, hand_over, reservation_expired};
-use crate::store::time::{millis, ttl_millis};
+use crate::store::handover::{HandOver, hand_over, reservation_expired};
+use crate::time::{millis, ttl_millis};
 
 /// The acquire script's reply: status, three numbers (fence, ms waited; or remaining ms,
 /// waiters ahead, typical hold ms), whether only reservations stand in the way, the waiters

@@ -10,8 +10,8 @@ use super::scripts::{THROTTLE, THROTTLE_CLOSE};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
-use crate::store::time::millis;
 use crate::throttle::{Admission, BOOKING_RETENTION, Booking, Rate, ThrottleStore};
+use crate::time::millis;
 
 /// The script's reply: status, microseconds to wait, the slot in microseconds since the epoch.
 type ThrottleReply = (i64, i64, i64);
