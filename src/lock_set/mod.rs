@@ -34,8 +34,10 @@
 mod call;
 mod layer;
 mod line;
+mod memory_store;
 pub mod model;
 mod name;
+mod redis_store;
 mod service;
 mod store;
 

@@ -15,8 +15,8 @@ pub(crate) mod handover;
 pub mod lifetimes;
 pub(crate) mod list_locks;
 mod lock_family;
-mod memory;
-mod redis;
+pub(crate) mod memory;
+pub(crate) mod redis;
 
 pub use self::list_locks::{ListLocks, LockInfo};
 pub use self::memory::MemoryStore;

@@ -34,8 +34,10 @@ mod book;
 mod call;
 mod close;
 mod layer;
+mod memory_store;
 pub mod model;
 mod rate;
+mod redis_store;
 mod service;
 mod store;
 

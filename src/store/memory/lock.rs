@@ -19,8 +19,8 @@ use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_ex
 
 /// The lock's model under the store's mutex, with what the model leaves to a store: the
 /// announcements of handoffs, the requests to stop, and when each key was last used.
-pub(super) struct LockState {
-    pub(super) model: LockModel,
+pub(crate) struct LockState {
+    pub(crate) model: LockModel,
     /// Per-key requests to stop, for holders that listen.
     pub(super) stops: HashMap<LockKey, broadcast::Sender<String>>,
     pub(super) records: KeyRecords,
@@ -47,7 +47,7 @@ impl LockState {
     }
 
     /// Tells `key`'s listeners whom it was handed to.
-    pub(super) fn announce(&mut self, key: &LockKey, handed: &Handed) {
+    pub(crate) fn announce(&mut self, key: &LockKey, handed: &Handed) {
         if let Some(waiter) = &handed.reserved {
             self.records.announce(key, waiter);
         }
@@ -56,7 +56,7 @@ impl LockState {
 
 impl MemoryStore {
     /// The lock state, with every key of `keys` noted as used, and the time.
-    pub(super) fn with_locks<R>(&self, keys: &[LockKey], f: impl FnOnce(&mut LockState, Now) -> R) -> R {
+    pub(crate) fn with_locks<R>(&self, keys: &[LockKey], f: impl FnOnce(&mut LockState, Now) -> R) -> R {
         let mut state = self.locks();
         let now = Instant::now();
         for key in keys {

@@ -4,14 +4,12 @@
 mod idempotency;
 mod idle;
 mod key_records;
-mod lock;
-mod lock_set;
+pub(crate) mod lock;
 mod lock_store;
 mod pending;
 mod queue;
 mod queue_operator;
 mod semaphore;
-mod throttle;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -53,7 +51,7 @@ use crate::throttle::model::ThrottleModel;
 pub struct MemoryStore {
     locks: Arc<Mutex<LockState>>,
     semaphores: Arc<Mutex<SemaphoreState>>,
-    throttles: Arc<Mutex<ThrottleModel>>,
+    pub(crate) throttles: Arc<Mutex<ThrottleModel>>,
     queues: Arc<Mutex<HashMap<QueueName, QueueState>>>,
     /// The registry of queues: name -> shards, and whether its activity is counted.
     registered: Arc<Mutex<std::collections::BTreeMap<String, (usize, crate::queue::Counters)>>>,
@@ -116,7 +114,7 @@ impl MemoryStore {
 
 /// A panic while one of these mutexes was held cannot leave its data half-updated: no code
 /// that can panic runs between the updates of one operation. So the data is still consistent.
-fn lock_unpoisoned<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock_unpoisoned<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

@@ -51,7 +51,7 @@ fn acquire_reply(reply: Vec<redis::Value>) -> Result<AcquireReply, StoreError> {
 }
 
 /// A duration from a script's milliseconds; `None` for the -1 (or -2) of "none".
-pub(super) fn duration(ms: i64) -> Option<Duration> {
+pub(crate) fn duration(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
@@ -425,10 +425,10 @@ where
 
 /// A join script's reply: the waiters handed the key (`T`: one, or a list for permits), the
 /// waiters dropped, the waiters ahead (all, when refused), 1 when refused, the waiters evicted.
-pub(super) type JoinReply<T> = (T, T, u64, i64, Vec<String>);
+pub(crate) type JoinReply<T> = (T, T, u64, i64, Vec<String>);
 
 /// A line cap as the join scripts read it: the most waiters ('-1' none), and what a full line does.
-pub(super) fn cap_args(cap: Option<LineCap>) -> (i64, &'static str) {
+pub(crate) fn cap_args(cap: Option<LineCap>) -> (i64, &'static str) {
     match cap {
         None => (-1, "refuse"),
         Some(LineCap { max, overflow }) => (

@@ -7,17 +7,15 @@ mod eviction;
 mod footprint;
 mod idempotency;
 pub(crate) mod keys;
-mod lock;
-mod lock_set;
+pub(crate) mod lock;
 mod lock_store;
 mod locks;
 mod pending;
 mod queue;
 mod queue_operator;
 mod releasing;
-mod scripts;
+pub(crate) mod scripts;
 mod semaphore;
-mod throttle;
 mod url;
 mod wake;
 
@@ -54,15 +52,15 @@ use crate::store::DEFAULT_RESERVATION;
 /// ```
 #[derive(Clone)]
 pub struct RedisStore<Conn = ConnectionManager> {
-    conn: Conn,
-    prefix: Prefix,
+    pub(crate) conn: Conn,
+    pub(crate) prefix: Prefix,
     /// Where to open the pub/sub connections that wake schedulers (any node of a cluster will
     /// do, so several are tried in turn); without one, schedulers wake on their timers only.
     pubsub: Option<Arc<[redis::Client]>>,
     /// After an acquire, wait for this many replicas to acknowledge it, for at most this long.
     replication: Option<(u32, Duration)>,
     /// How long a released key stays reserved for the first in its line.
-    reservation: Duration,
+    pub(crate) reservation: Duration,
     /// The subscriber that tells waiting callers who a key was handed to, started on first use
     /// and shared by the store's clones; started again on the runtime of the day when the
     /// runtime it ran on was shut down.
@@ -74,7 +72,7 @@ pub struct RedisStore<Conn = ConnectionManager> {
     releasing: Arc<Releasing>,
     /// The lock keys seen with a raised fencing counter, shared by the store's clones: their
     /// fenced acquires go by plain commands, the others' by the acquire script.
-    counted: Arc<CountedKeys>,
+    pub(crate) counted: Arc<CountedKeys>,
 }
 
 impl<Conn> std::fmt::Debug for RedisStore<Conn> {

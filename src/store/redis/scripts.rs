@@ -26,7 +26,7 @@ use redis::aio::ConnectionLike;
 /// A script of `family` ("lock" or "queue"): its file with the family's prelude.
 macro_rules! script {
     ($name:ident, $prelude:expr, $file:literal) => {
-        pub(super) static $name: LazyLock<Script> = LazyLock::new(|| {
+        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
             Script::new(&with_prelude(
                 $prelude,
                 include_str!(concat!("lua/", $file)),
@@ -105,10 +105,10 @@ fn with_schedule(script: &str) -> String {
     format!("{flags}\n{THROTTLE_PRELUDE}{body}")
 }
 /// The throttle's decision: a request admitted, refused or booked.
-pub(super) static THROTTLE: LazyLock<Script> =
+pub(crate) static THROTTLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&with_schedule(include_str!("lua/throttle.lua"))));
 /// A key closed until a time an upstream named.
-pub(super) static THROTTLE_CLOSE: LazyLock<Script> =
+pub(crate) static THROTTLE_CLOSE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&with_schedule(include_str!("lua/throttle_close.lua"))));
 script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
 script!(QUEUE_PENDING, QUEUE_PRELUDE, "queue_pending.lua");

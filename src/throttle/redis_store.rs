@@ -1,16 +1,17 @@
-//! The throttle operations of the Redis store: one call of `lua/throttle.lua` each.
+//! The throttle on Redis: each operation one call of `store/redis/lua/throttle.lua` (or
+//! `throttle_close.lua`).
 
 use std::time::{Duration, SystemTime};
 
 use redis::aio::ConnectionLike;
 
-use super::RedisStore;
-use super::keys::ThrottleKeys;
-use super::scripts::{THROTTLE, THROTTLE_CLOSE};
+use super::{Admission, BOOKING_RETENTION, Booking, Rate, ThrottleStore};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
-use crate::throttle::{Admission, BOOKING_RETENTION, Booking, Rate, ThrottleStore};
+use crate::store::RedisStore;
+use crate::store::redis::keys::ThrottleKeys;
+use crate::store::redis::scripts::{THROTTLE, THROTTLE_CLOSE};
 use crate::time::millis;
 
 /// The script's reply: status, microseconds to wait, the slot in microseconds since the epoch.

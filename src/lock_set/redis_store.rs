@@ -1,4 +1,4 @@
-//! The set guard's operations in the Redis store: one script each over every key of a group
+//! The set on Redis: one script each over every key of a group
 //! (`set_acquire.lua`, `set_join.lua`, `set_leave.lua`), each key bringing the lock's five keys.
 
 use std::collections::BTreeMap;
@@ -7,15 +7,15 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Script, ScriptInvocation, Value};
 
-use super::RedisStore;
-use super::keys::LockKeys;
-use super::lock::{JoinReply, cap_args, duration};
-use super::scripts::{SET_ACQUIRE, SET_JOIN, SET_LEAVE};
+use super::{HeldKey, LockSetStore, SetAcquisition};
 use crate::error::StoreError;
 use crate::key::{LockKey, hash_slot};
 use crate::lock::{Fencing, FencingToken, Holders, LineCap, LineJoin, LockStore, LockToken, Waiter};
-use crate::lock_set::{HeldKey, LockSetStore, SetAcquisition};
+use crate::store::RedisStore;
 use crate::store::handover::{hand_over, reservation_expired};
+use crate::store::redis::keys::LockKeys;
+use crate::store::redis::lock::{JoinReply, cap_args, duration};
+use crate::store::redis::scripts::{SET_ACQUIRE, SET_JOIN, SET_LEAVE};
 
 /// A set script's {key index, waiter} pairs: the keys it handed over, or whose reservation it
 /// found run out.

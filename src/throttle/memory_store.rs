@@ -1,19 +1,20 @@
-//! The throttle of the in-memory store: the throttle's model ([`ThrottleModel`]) under one
+//! The throttle in memory: the throttle's model ([`ThrottleModel`]) under one
 //! mutex, by the system clock (the clock queue due times follow, so a booked slot is a due time).
 
 use std::time::{Duration, SystemTime};
 
-use super::{MemoryStore, lock_unpoisoned};
+use super::{Admission, Booking, Rate, ThrottleStore};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
-use crate::throttle::{Admission, Booking, Rate, ThrottleStore};
+use crate::store::MemoryStore;
+use crate::store::memory::lock_unpoisoned;
 use crate::time::now_micros;
 
 impl MemoryStore {
     /// Up to `limit` throttled keys whose schedule still matters, for
     /// [`ListLocks`](crate::store::ListLocks).
-    pub(super) fn list_throttles(&self, limit: usize) -> Vec<crate::store::LockInfo> {
+    pub(crate) fn list_throttles(&self, limit: usize) -> Vec<crate::store::LockInfo> {
         let now = now_micros();
         lock_unpoisoned(&self.throttles)
             .keys

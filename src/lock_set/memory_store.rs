@@ -1,14 +1,14 @@
-//! The set guard's operations in the in-memory store: the steps of the set scripts
+//! The set in memory: the steps of the set scripts
 //! (`set_acquire.lua`, `set_join.lua`, `set_leave.lua`) under the lock state's one mutex.
 
 use std::time::Duration;
 
-use super::MemoryStore;
+use super::model::SetHandoffs;
+use super::{LockSetStore, SetAcquisition};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{Fencing, LineCap, LineJoin, LockToken, Waiter};
-use crate::lock_set::model::SetHandoffs;
-use crate::lock_set::{LockSetStore, SetAcquisition};
+use crate::store::MemoryStore;
 use crate::store::handover::{hand_over, reservation_expired};
 
 impl MemoryStore {
