@@ -23,8 +23,10 @@
 
 mod layer;
 mod limit;
+mod memory_store;
 pub mod model;
 mod permits;
+mod redis_store;
 
 pub use self::limit::PermitLimit;
 pub use self::permits::Permits;

@@ -3,20 +3,28 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::model::ThrottleModel;
 use super::{Admission, Booking, Rate, ThrottleStore};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
 use crate::store::MemoryStore;
-use crate::store::memory::lock_unpoisoned;
+use crate::store::memory::{GuardState, lock_unpoisoned};
 use crate::time::now_micros;
+
+/// The throttle keeps no reservations: a booking is its waiter's own slot.
+impl GuardState for ThrottleModel {
+    fn new(_reservation: Duration) -> Self {
+        ThrottleModel::default()
+    }
+}
 
 impl MemoryStore {
     /// Up to `limit` throttled keys whose schedule still matters, for
     /// [`ListLocks`](crate::store::ListLocks).
     pub(crate) fn list_throttles(&self, limit: usize) -> Vec<crate::store::LockInfo> {
         let now = now_micros();
-        lock_unpoisoned(&self.throttles)
+        lock_unpoisoned(&self.state_of::<ThrottleModel>())
             .keys
             .iter()
             .filter(|(_, schedule)| !schedule.is_stale(now))
@@ -46,12 +54,12 @@ impl ThrottleStore for MemoryStore {
         rate: Rate,
         booked_as: Option<&Waiter>,
     ) -> Result<Admission, StoreError> {
-        Ok(lock_unpoisoned(&self.throttles).admit(key, rate, booked_as, now_micros()))
+        Ok(lock_unpoisoned(&self.state_of::<ThrottleModel>()).admit(key, rate, booked_as, now_micros()))
     }
 
     async fn book(&self, key: &LockKey, rate: Rate, waiter: &Waiter) -> Result<Booking, StoreError> {
         let now = now_micros();
-        let slot = lock_unpoisoned(&self.throttles).book(key, rate, waiter, now);
+        let slot = lock_unpoisoned(&self.state_of::<ThrottleModel>()).book(key, rate, waiter, now);
         Ok(Booking {
             at: SystemTime::UNIX_EPOCH + Duration::from_micros(slot),
             wait: Duration::from_micros(slot.saturating_sub(now)),
@@ -59,7 +67,8 @@ impl ThrottleStore for MemoryStore {
     }
 
     async fn close_for(&self, key: &LockKey, rate: Rate, duration: Duration) -> Result<Duration, StoreError> {
-        let opens_in = lock_unpoisoned(&self.throttles).close(key, rate, duration, now_micros());
+        let opens_in =
+            lock_unpoisoned(&self.state_of::<ThrottleModel>()).close(key, rate, duration, now_micros());
         Ok(Duration::from_micros(opens_in))
     }
 }

@@ -14,7 +14,7 @@ use crate::lock::{Handoffs, Waiter};
 use crate::shrink::shrink;
 
 /// The records of every key of one family.
-pub(super) struct KeyRecords {
+pub(crate) struct KeyRecords {
     announcements: HashMap<LockKey, broadcast::Sender<String>>,
     last_use: LastUse,
     /// The origin of the model's clock: tokio's, so that tests that pause time move it.
@@ -33,7 +33,7 @@ impl Default for KeyRecords {
 
 impl KeyRecords {
     /// `now` on the model's clock, and the wall clock for fencing tokens.
-    pub(super) fn now(&self, now: Instant) -> Now {
+    pub(crate) fn now(&self, now: Instant) -> Now {
         Now {
             time: now.saturating_duration_since(self.origin),
             wall_micros: crate::time::now_micros(),
@@ -43,7 +43,7 @@ impl KeyRecords {
     /// Notes a use of `key`. When a sweep is due, returns the keys idle for a minute, for the
     /// model to forget what it keeps of them. The sweep comes first: a key used again after a
     /// minute starts afresh, as in Redis.
-    pub(super) fn touch(&mut self, key: &LockKey, now: Instant) -> Option<Vec<LockKey>> {
+    pub(crate) fn touch(&mut self, key: &LockKey, now: Instant) -> Option<Vec<LockKey>> {
         let idle = self.last_use.sweep(now);
         self.last_use.touch(key, now);
         let idle = idle?;
@@ -53,7 +53,7 @@ impl KeyRecords {
     }
 
     /// The handoffs of `key`, announced from now on.
-    pub(super) fn handoffs(&mut self, key: &LockKey) -> Handoffs {
+    pub(crate) fn handoffs(&mut self, key: &LockKey) -> Handoffs {
         let receiver = self
             .announcements
             .entry(key.clone())
@@ -63,7 +63,7 @@ impl KeyRecords {
     }
 
     /// Tells `key`'s listeners that it was handed to `waiter`.
-    pub(super) fn announce(&mut self, key: &LockKey, waiter: &Waiter) {
+    pub(crate) fn announce(&mut self, key: &LockKey, waiter: &Waiter) {
         if let Some(sender) = self.announcements.get(key)
             && sender.send(waiter.as_str().to_string()).is_err()
         {

@@ -1,23 +1,24 @@
 //! The in-process store: the embedded default for a single process, and the reference the
 //! Redis store is tested against.
 
+mod guard_states;
 mod idempotency;
 mod idle;
-mod key_records;
+pub(crate) mod key_records;
 pub(crate) mod lock;
 mod lock_store;
 mod pending;
-mod queue;
+pub(crate) mod queue;
 mod queue_operator;
-mod semaphore;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+pub(crate) use self::guard_states::GuardState;
+use self::guard_states::GuardStates;
 use self::lock::LockState;
 use self::queue::QueueState;
-use self::semaphore::SemaphoreState;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::Waiter;
@@ -25,7 +26,6 @@ use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
 use crate::store::DEFAULT_RESERVATION;
 use crate::store::handover::HandOver;
-use crate::throttle::model::ThrottleModel;
 
 /// A store in this process's memory, with the same semantics as [`RedisStore`](super::RedisStore).
 ///
@@ -50,8 +50,8 @@ use crate::throttle::model::ThrottleModel;
 #[derive(Clone)]
 pub struct MemoryStore {
     locks: Arc<Mutex<LockState>>,
-    semaphores: Arc<Mutex<SemaphoreState>>,
-    pub(crate) throttles: Arc<Mutex<ThrottleModel>>,
+    /// What the other guard kinds keep (the semaphore's permits, the throttle's schedules).
+    guards: Arc<GuardStates>,
     queues: Arc<Mutex<HashMap<QueueName, QueueState>>>,
     /// The registry of queues: name -> shards, and whether its activity is counted.
     registered: Arc<Mutex<std::collections::BTreeMap<String, (usize, crate::queue::Counters)>>>,
@@ -63,8 +63,7 @@ impl Default for MemoryStore {
     fn default() -> Self {
         MemoryStore {
             locks: Arc::new(Mutex::new(LockState::new(DEFAULT_RESERVATION))),
-            semaphores: Arc::new(Mutex::new(SemaphoreState::new(DEFAULT_RESERVATION))),
-            throttles: Arc::default(),
+            guards: Arc::new(GuardStates::new(DEFAULT_RESERVATION)),
             queues: Arc::default(),
             registered: Arc::default(),
             reservation: DEFAULT_RESERVATION,
@@ -90,7 +89,7 @@ impl MemoryStore {
     /// ```
     pub fn with_reservation(self, reservation: Duration) -> Self {
         self.locks().model.reservation = reservation;
-        self.semaphores().model.reservation = reservation;
+        self.guards.reserve_for(reservation);
         MemoryStore { reservation, ..self }
     }
 
@@ -103,8 +102,9 @@ impl MemoryStore {
         lock_unpoisoned(&self.locks)
     }
 
-    fn semaphores(&self) -> MutexGuard<'_, SemaphoreState> {
-        lock_unpoisoned(&self.semaphores)
+    /// What guard kind `T` keeps in this store (and its clones).
+    pub(crate) fn state_of<T: GuardState>(&self) -> Arc<Mutex<T>> {
+        self.guards.get()
     }
 
     fn queues(&self) -> MutexGuard<'_, HashMap<QueueName, QueueState>> {

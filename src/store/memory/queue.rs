@@ -62,7 +62,7 @@ impl MemoryStore {
     }
 
     /// Makes the waiting job `id` due `after` from now, if sooner (see `queue_promote.lua`).
-    pub(super) fn promote_now(&self, queue: &QueueName, id: &JobId, after: Duration) -> Promotion {
+    pub(crate) fn promote_now(&self, queue: &QueueName, id: &JobId, after: Duration) -> Promotion {
         self.with_queue(queue, |q| q.model.promote(id, after, now_ms()))
     }
 }

@@ -233,7 +233,7 @@ where
     /// keys and arguments already in `release`), passing the key's last hold in `holds` only
     /// when there is one to report (each key and argument costs the call). `Some(released)`;
     /// `None` when someone is in line: the full release hands over then.
-    pub(super) async fn release_alone(
+    pub(crate) async fn release_alone(
         &self,
         mut release: ScriptInvocation<'_>,
         holds: &str,

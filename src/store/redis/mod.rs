@@ -13,9 +13,8 @@ mod locks;
 mod pending;
 mod queue;
 mod queue_operator;
-mod releasing;
+pub(crate) mod releasing;
 pub(crate) mod scripts;
-mod semaphore;
 mod url;
 mod wake;
 
@@ -69,7 +68,7 @@ pub struct RedisStore<Conn = ConnectionManager> {
     /// (a store over a connection of the user's) by the first acquire, push or claim.
     prepared: Arc<tokio::sync::OnceCell<Conditional>>,
     /// The releases sent and not yet answered, shared by the store's clones.
-    releasing: Arc<Releasing>,
+    pub(crate) releasing: Arc<Releasing>,
     /// The lock keys seen with a raised fencing counter, shared by the store's clones: their
     /// fenced acquires go by plain commands, the others' by the acquire script.
     pub(crate) counted: Arc<CountedKeys>,
@@ -199,7 +198,7 @@ where
     }
 
     /// The handoffs announced on `channel` (a mutex's or a semaphore's), from now on.
-    fn announced_on(&self, channel: String) -> Handoffs {
+    pub(crate) fn announced_on(&self, channel: String) -> Handoffs {
         match self.announcements() {
             Some(announcements) => announcements.watch(channel),
             // Without pub/sub, the waiters poll on their backoff.

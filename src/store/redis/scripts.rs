@@ -89,7 +89,7 @@ script!(PERMIT_ACQUIRE_FREE, "", "permit_acquire_free.lua");
 script!(PERMIT_EXTEND, PERMIT_PRELUDE, "permit_extend.lua");
 script!(PERMIT_RELEASE, PERMIT_PRELUDE, "permit_release.lua");
 /// The release of a permit nobody waits for: three keys, no prelude.
-pub(super) static PERMIT_RELEASE_ALONE: LazyLock<Script> =
+pub(crate) static PERMIT_RELEASE_ALONE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/permit_release_alone.lua")));
 script!(
     PERMIT_JOIN,

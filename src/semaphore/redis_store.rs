@@ -1,17 +1,10 @@
-//! The semaphore operations of the Redis store: one Lua script each, over the semaphore's keys.
+//! The semaphore on Redis: one Lua script each, over the semaphore's keys.
 
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisWrite, Script, ScriptInvocation, ToRedisArgs};
 
-use super::RedisStore;
-use super::keys::PermitKeys;
-use super::lock::{JoinReply, cap_args};
-use super::scripts::{
-    PERMIT_ACQUIRE, PERMIT_ACQUIRE_FREE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE, PERMIT_RELEASE,
-    PERMIT_RELEASE_ALONE,
-};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::{
@@ -20,7 +13,14 @@ use crate::lock::{
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
+use crate::store::RedisStore;
 use crate::store::handover::{HandOver, hand_over, reservation_expired};
+use crate::store::redis::keys::PermitKeys;
+use crate::store::redis::lock::{JoinReply, cap_args};
+use crate::store::redis::scripts::{
+    PERMIT_ACQUIRE, PERMIT_ACQUIRE_FREE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE, PERMIT_RELEASE,
+    PERMIT_RELEASE_ALONE,
+};
 use crate::time::{millis, ttl_millis};
 
 /// The acquire script's reply: status, three numbers (fence, ms waited; or remaining ms,
@@ -184,7 +184,7 @@ impl<Conn> RedisStore<Conn>
 where
     Conn: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    pub(super) async fn acquire_permit_in_line(
+    pub(crate) async fn acquire_permit_in_line(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -209,7 +209,7 @@ where
         Ok(acquisition)
     }
 
-    pub(super) async fn extend_permit_lease(
+    pub(crate) async fn extend_permit_lease(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -225,7 +225,7 @@ where
         Ok(extended)
     }
 
-    pub(super) async fn release_permit_lease(
+    pub(crate) async fn release_permit_lease(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -256,7 +256,7 @@ where
         Ok(released)
     }
 
-    pub(super) async fn join_permit_line(
+    pub(crate) async fn join_permit_line(
         &self,
         key: &LockKey,
         waiter: &Waiter,
@@ -286,7 +286,7 @@ where
         })
     }
 
-    pub(super) async fn leave_permit_line(
+    pub(crate) async fn leave_permit_line(
         &self,
         key: &LockKey,
         waiter: &Waiter,
@@ -301,7 +301,7 @@ where
         Ok(())
     }
 
-    pub(super) fn permit_line_handoffs(&self, key: &LockKey) -> Handoffs {
+    pub(crate) fn permit_line_handoffs(&self, key: &LockKey) -> Handoffs {
         self.announced_on(PermitKeys::new(&self.prefix, key).wake().to_string())
     }
 }

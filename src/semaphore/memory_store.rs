@@ -1,12 +1,12 @@
-//! The semaphore of the in-memory store: the permits' model ([`PermitModel`]) under one mutex,
-//! with the announcements of handoffs and the idle sweep.
+//! The semaphore in memory: the permits' model ([`PermitModel`]) under one mutex, with the
+//! announcements of handoffs and the idle sweep.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::MemoryStore;
-use super::key_records::KeyRecords;
+use super::model::{PermitModel, PermitsHanded};
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::lock::model::Now;
@@ -14,23 +14,32 @@ use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LineCap, LineJoin, Lo
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
-use crate::semaphore::model::{PermitModel, PermitsHanded};
 use crate::shrink::shrink;
+use crate::store::MemoryStore;
 use crate::store::handover::{HandOver, hand_over, reservation_expired};
+use crate::store::memory::key_records::KeyRecords;
+use crate::store::memory::{GuardState, lock_unpoisoned};
 
-pub(super) struct SemaphoreState {
-    pub(super) model: PermitModel,
-    pub(super) records: KeyRecords,
+/// The permits of every key, and when their keys were last used.
+struct SemaphoreState {
+    model: PermitModel,
+    records: KeyRecords,
 }
 
-impl SemaphoreState {
-    pub(super) fn new(reservation: Duration) -> Self {
+impl GuardState for SemaphoreState {
+    fn new(reservation: Duration) -> Self {
         SemaphoreState {
             model: PermitModel::new(reservation),
             records: KeyRecords::default(),
         }
     }
 
+    fn reserve_for(&mut self, reservation: Duration) {
+        self.model.reservation = reservation;
+    }
+}
+
+impl SemaphoreState {
     /// Notes a use of `key` and gives the time; forgets what idle keys left, when a sweep is
     /// due. A key unused for a minute holds no live permit (a holder extends its lease every
     /// third of its TTL).
@@ -59,6 +68,10 @@ impl SemaphoreState {
 }
 
 impl MemoryStore {
+    fn semaphores(&self) -> Arc<Mutex<SemaphoreState>> {
+        self.state_of()
+    }
+
     /// Runs a permit operation on `key`, then finishes its handoffs: logs the dropped waiters,
     /// wakes the reserved ones.
     async fn on_permits<R>(
@@ -67,7 +80,7 @@ impl MemoryStore {
         permits: u32,
         operation: impl FnOnce(&mut PermitModel, Now) -> (R, PermitsHanded),
     ) -> R {
-        let (answer, handed) = self.semaphores().on_key(key, operation);
+        let (answer, handed) = lock_unpoisoned(&self.semaphores()).on_key(key, operation);
         for waiter in &handed.dropped {
             reservation_expired(key, Some(waiter));
         }
@@ -78,8 +91,7 @@ impl MemoryStore {
 
     fn leave_permits_now(&self, key: &LockKey, waiter: &Waiter, permits: u32) -> Vec<Waiter> {
         let holders = Holders::Permits(permits);
-        let ((), handed) = self
-            .semaphores()
+        let ((), handed) = lock_unpoisoned(&self.semaphores())
             .on_key(key, |model, now| ((), model.leave(key, waiter, holders, now)));
         for dropped in &handed.dropped {
             reservation_expired(key, Some(dropped));
@@ -90,8 +102,9 @@ impl MemoryStore {
 
 impl MemoryStore {
     /// Up to `limit` semaphores with permits held or reserved, for [`ListLocks`](crate::store::ListLocks).
-    pub(super) fn list_semaphores(&self, limit: usize) -> Vec<crate::store::LockInfo> {
-        let state = self.semaphores();
+    pub(crate) fn list_semaphores(&self, limit: usize) -> Vec<crate::store::LockInfo> {
+        let semaphores = self.semaphores();
+        let state = lock_unpoisoned(&semaphores);
         let now = state.records.now(Instant::now()).time;
         state
             .model
@@ -140,7 +153,7 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    pub(super) async fn acquire_permit_in_line(
+    pub(crate) async fn acquire_permit_in_line(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -166,19 +179,20 @@ impl MemoryStore {
         })
     }
 
-    pub(super) async fn extend_permit_lease(
+    pub(crate) async fn extend_permit_lease(
         &self,
         key: &LockKey,
         token: LockToken,
         ttl: Duration,
         holders: Holders,
     ) -> Result<bool, StoreError> {
-        let mut state = self.semaphores();
+        let semaphores = self.semaphores();
+        let mut state = lock_unpoisoned(&semaphores);
         let now = state.touch(key);
         Ok(state.model.extend(key, token, ttl, holders, now))
     }
 
-    pub(super) async fn release_permit_lease(
+    pub(crate) async fn release_permit_lease(
         &self,
         key: &LockKey,
         token: LockToken,
@@ -192,7 +206,7 @@ impl MemoryStore {
             .await)
     }
 
-    pub(super) async fn join_permit_line(
+    pub(crate) async fn join_permit_line(
         &self,
         key: &LockKey,
         waiter: &Waiter,
@@ -211,7 +225,7 @@ impl MemoryStore {
         })
     }
 
-    pub(super) async fn leave_permit_line(
+    pub(crate) async fn leave_permit_line(
         &self,
         key: &LockKey,
         waiter: &Waiter,
@@ -224,8 +238,8 @@ impl MemoryStore {
         Ok(())
     }
 
-    pub(super) fn permit_line_handoffs(&self, key: &LockKey) -> Handoffs {
-        self.semaphores().records.handoffs(key)
+    pub(crate) fn permit_line_handoffs(&self, key: &LockKey) -> Handoffs {
+        lock_unpoisoned(&self.semaphores()).records.handoffs(key)
     }
 }
 
@@ -287,7 +301,7 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(held, Acquisition::Acquired(_)));
-        assert_eq!(store.semaphores().model.keys.len(), 501);
+        assert_eq!(lock_unpoisoned(&store.semaphores()).model.keys.len(), 501);
 
         tokio::time::advance(2 * IDLE_KEY_TTL).await;
         let again = LockKey::new("tenant:7").unwrap();
@@ -302,7 +316,8 @@ mod tests {
             )
             .await
             .unwrap();
-        let state = store.semaphores();
+        let semaphores = store.semaphores();
+        let state = lock_unpoisoned(&semaphores);
         assert!(state.model.keys.contains_key(&long), "a live permit is kept");
         assert_eq!(
             state.model.keys.len(),
