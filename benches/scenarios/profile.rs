@@ -306,7 +306,7 @@ fn requests(concurrency: usize, size: Size) -> usize {
 }
 
 /// User plus system CPU time of this process so far, every thread.
-fn cpu_time() -> Duration {
+pub fn cpu_time() -> Duration {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: `usage` is a valid, writable rusage; RUSAGE_SELF is a valid target.
     let usage = unsafe {

@@ -3,7 +3,10 @@
 //! interleaved: the bare loop on a multiplexed connection of its own with redis-rs's defaults
 //! (`SET NX PX`, then the token-checked release by `EVALSHA`, both awaited), the layer on a
 //! store made by `RedisStore::connect` with its defaults (fencing on and off, and 4 permits
-//! per key). Nothing here uses the bench's own store: what a newcomer would write.
+//! per key), and rslock, the Redlock crate a Rust user would pick instead (one instance, `lock`
+//! then `unlock`). Nothing here uses the bench's own store: what a newcomer would write. Each
+//! round also measures the CPU this process and Redis spent per request: the client's share
+//! is what the layer adds to the protocol.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,6 +18,7 @@ use redefer::{Fencing, LockLayer, LockToken, RedisStore};
 use tower::{Layer, ServiceExt, service_fn};
 
 use crate::Size;
+use crate::profile::cpu_time;
 use crate::redis_info;
 use crate::report::{Table, spread};
 use crate::support::RedisServer;
@@ -27,8 +31,9 @@ pub async fn run(server: &RedisServer, size: Size) {
     let rounds = size.pick(5, 1);
     let round = size.seconds(2);
     let url = server.url();
-    let mut results: [Vec<f64>; 5] = Default::default();
-    let mut server_cpu: [Vec<f64>; 5] = Default::default();
+    let mut results: [Vec<f64>; 6] = Default::default();
+    let mut server_cpu: [Vec<f64>; 6] = Default::default();
+    let mut client_cpu: [Vec<f64>; 6] = Default::default();
     for _ in 0..rounds {
         for (at, contender) in [
             Contender::Bare {
@@ -40,21 +45,27 @@ pub async fn run(server: &RedisServer, size: Size) {
             Contender::Bare {
                 on_store_connection: true,
             },
+            Contender::Rslock,
         ]
         .into_iter()
         .enumerate()
         {
             let cpu_before = redis_info::cpu_time(server).await;
+            let client_before = cpu_time();
             let (requests, elapsed) = match contender {
                 Contender::Bare { on_store_connection } => bare(&url, round, on_store_connection).await,
                 Contender::Layer(guard) => layer(&url, round, guard).await,
+                Contender::Rslock => rslock(&url, round).await,
             };
+            let client = cpu_time().saturating_sub(client_before);
             let cpu = redis_info::cpu_time(server).await.saturating_sub(cpu_before);
+            let per_request = |cpu: Duration| cpu.as_secs_f64() * 1e6 / requests.max(1) as f64;
             results[at].push(requests as f64 / elapsed.as_secs_f64());
-            server_cpu[at].push(cpu.as_secs_f64() * 1e6 / requests.max(1) as f64);
+            server_cpu[at].push(per_request(cpu));
+            client_cpu[at].push(per_request(client));
         }
     }
-    let [bare, on, off, semaphore, bare_on_store] = results;
+    let [bare, on, off, semaphore, bare_on_store, rslock] = results;
     let ratios =
         |layer: &[f64], to: &[f64]| -> Vec<f64> { layer.iter().zip(to).map(|(l, b)| l / b).collect() };
     let per_s = |v: f64| format!("{v:.0}/s");
@@ -69,11 +80,16 @@ pub async fn run(server: &RedisServer, size: Size) {
             "layer, fencing on",
             "layer, fencing off",
             "layer, 4 permits",
+            "rslock",
             "fencing on / bare",
+            "fencing on / rslock",
+            "rslock / bare",
             "fencing off / bare",
             "4 permits / fencing on",
             "bare loop on the store's connection / on its own",
-            "Redis CPU per request: bare, fencing on, off, 4 permits, bare on the store's connection",
+            "Redis CPU per request: bare, fencing on, off, 4 permits, bare on the store's connection, rslock",
+            "client CPU per request: same order",
+            "client CPU per request, fencing on / bare",
         ],
     );
     let micros = |v: f64| format!("{v:.1} µs");
@@ -82,7 +98,10 @@ pub async fn run(server: &RedisServer, size: Size) {
         spread(&on, per_s),
         spread(&off, per_s),
         spread(&semaphore, per_s),
+        spread(&rslock, per_s),
         spread(&ratios(&on, &bare), times),
+        spread(&ratios(&on, &rslock), times),
+        spread(&ratios(&rslock, &bare), times),
         spread(&ratios(&off, &bare), times),
         spread(&ratios(&semaphore, &on), times),
         spread(&ratios(&bare_on_store, &bare), times),
@@ -91,6 +110,12 @@ pub async fn run(server: &RedisServer, size: Size) {
             .map(|cpu| spread(cpu, micros))
             .collect::<Vec<_>>()
             .join(", "),
+        client_cpu
+            .iter()
+            .map(|cpu| spread(cpu, micros))
+            .collect::<Vec<_>>()
+            .join(", "),
+        spread(&ratios(&client_cpu[1], &client_cpu[0]), times),
     ]);
     table.print();
 }
@@ -100,6 +125,7 @@ pub async fn run(server: &RedisServer, size: Size) {
 enum Contender {
     Bare { on_store_connection: bool },
     Layer(Guard),
+    Rslock,
 }
 
 /// What the layer guards with.
@@ -160,6 +186,29 @@ where
                     .await
                     .expect("release");
                 assert_eq!(released, 1);
+                nth += 1;
+                round.count();
+            }
+        }
+    })
+    .await
+}
+
+/// Requests done by rslock over `round` (`lock`, then `unlock`, on one instance), and the time
+/// they took.
+async fn rslock(url: &str, round: Duration) -> (usize, Duration) {
+    let locks = rslock::LockManager::new(vec![url.to_string()]);
+    run_round(round, move |task, round| {
+        let locks = locks.clone();
+        async move {
+            let mut nth = 0;
+            while round.goes_on() {
+                let key = key_of(task, nth);
+                let lock = locks
+                    .lock(key.as_bytes(), Duration::from_secs(10))
+                    .await
+                    .expect("uncontended");
+                locks.unlock(&lock).await;
                 nth += 1;
                 round.count();
             }
