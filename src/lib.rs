@@ -36,6 +36,12 @@
 //! # }
 //! ```
 //!
+//! # The guide
+//!
+//! [`guide`] has a chapter per guard and per concern (strategies, the delay queue and
+//! scheduler, each guard, what waits, configuration, errors, guarantees, operations, security,
+//! running at scale, upgrading), every example compiled.
+//!
 //! # Where things are
 //!
 //! - The guards, each a tower layer on the shared core of [`guard`]: one service for every
@@ -59,6 +65,8 @@
 //!   [`metric_names`], [`trace_context`].
 
 #![warn(missing_docs)]
+
+pub mod guide;
 
 // The guards, on their shared vocabulary, and the policies in front of them.
 pub mod debounce;

@@ -1,5 +1,5 @@
-//! The least-privilege ACL user the README documents is enough for the lock layer (mutex and
-//! semaphore), the throttle, the policies for what waits (coalescing, line caps, debouncing,
+//! The least-privilege ACL user the guide documents (`src/guide/security.md`) is enough for the
+//! lock layer (mutex and semaphore), the throttle, the policies for what waits (coalescing, line caps, debouncing,
 //! superseding), the queue, the scheduler (wake-ups included) and the command's `locks`.
 
 mod support;
@@ -19,15 +19,15 @@ use tower::{Layer, ServiceExt, service_fn};
 
 use support::{RedisServer, eventually};
 
-/// The rules of the README's `ACL SETUSER billing >secret ...` line, read from the README so
+/// The rules of the guide's `ACL SETUSER billing >secret ...` line, read from the guide so
 /// that the documentation and this test cannot drift apart.
 fn readme_rules() -> String {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/guide/security.md"))
+        .expect("the guide's security chapter");
     readme
         .lines()
         .find_map(|line| line.trim().strip_prefix("ACL SETUSER billing >secret "))
-        .expect("the README documents the ACL user")
+        .expect("the guide documents the ACL user")
         .to_string()
 }
 
@@ -69,7 +69,7 @@ fn the_documented_user_may_run_every_command_the_scripts_call() {
         .collect();
     assert!(
         missing.is_empty(),
-        "the README's ACL line lacks {missing:?} (Redis checks commands run by scripts)"
+        "the guide's ACL line lacks {missing:?} (Redis checks commands run by scripts)"
     );
 }
 

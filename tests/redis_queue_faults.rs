@@ -715,7 +715,7 @@ async fn a_claim_on_its_way_at_shutdown_is_handed_back(kind: Server) {
     );
 }
 
-/// A queue with no job ready keeps no groups' turns (its `group-tags`, as the README's key
+/// A queue with no job ready keeps no groups' turns (its `group-tags`, as the guide's key
 /// table says): not after a purge of its waiting jobs, nor after a claim of its last ready
 /// job, nor after its last ready job is cancelled. Before, the tags stayed until the next job
 /// became ready (`tenant-a 1000` after a purge).

@@ -597,7 +597,7 @@ fn a_semaphore_of_no_permits_is_refused_as_config_refuses_it() {
     let _ = LockLayer::new(MemoryStore::new(), |_: &u64| Some("k".to_string())).permits(0);
 }
 
-/// A blocked caller's typical hold is the key's last reported hold, as the README says, on
+/// A blocked caller's typical hold is the key's last reported hold, as the guide says, on
 /// every store (the memory store once averaged the holds instead).
 async fn the_typical_hold_is_the_last_reported_hold<S: Reserving>(store: S) {
     let key = key("typical-hold");

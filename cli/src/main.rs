@@ -16,7 +16,7 @@
 //! ```
 //!
 //! Human tables by default, `--json` for scripts (errors too). Payloads are shown as JSON; a
-//! job whose bytes do not decode is shown as such. The sets are named as in the README:
+//! job whose bytes do not decode is shown as such. The sets are named as in the guide:
 //! waiting, in_flight, dead, done.
 
 mod args;

@@ -49,7 +49,7 @@ pub enum Acquisition {
 /// - `extend` and `release` act only while the key holds `token`, and say whether it did;
 /// - a release with waiters in line reserves the key for the first of them, for the store's
 ///   reservation time, makes its job due at once (a job waiter) and announces it on
-///   [`handoffs`](LockStore::handoffs); a reservation that runs out unused drops its waiter
+///   [`line_handoffs`](LockStore::line_handoffs); a reservation that runs out unused drops its waiter
 ///   from the line at the next attempt on the key, which hands the key to the next.
 ///
 /// Sealed: the crate's two stores implement it, and operations can be added without breaking

@@ -68,7 +68,7 @@ pub fn attempts_in(set: JobSet, failed: u32) -> u32 {
 }
 
 impl JobStatus {
-    /// The status of a job as [`DelayQueue::job`] read it (`None`: no such job).
+    /// The status of a job as [`QueueOperator::job`](crate::queue::QueueOperator::job) read it (`None`: no such job).
     pub fn of<T>(job: Option<&JobInfo<T>>) -> JobStatus {
         let Some(job) = job else {
             return JobStatus::Unknown;

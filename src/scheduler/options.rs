@@ -31,7 +31,8 @@ pub struct SchedulerOptions {
     /// How long one attempt of a job may run; past it, the handler is stopped and the attempt
     /// fails with "timed out after D" (counted like any failed attempt). A handler that never
     /// returns would otherwise hold its job in flight forever, renewing its lease. For a limit
-    /// per request type, or one that covers only the handler, see the README on `TimeoutLayer`.
+    /// per request type, or one that covers only the handler, see where `TimeoutLayer` goes
+    /// ([`guide::strategies`](crate::guide::strategies)).
     ///
     /// The handler is stopped at its next `.await`: code that blocks its thread runs on until
     /// it returns or awaits (its lease is renewed meanwhile), and work it handed to

@@ -23,7 +23,7 @@ use super::lifetimes::{Lifetime, lifetime_of};
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct Footprint {
-    /// Kind (`fence`, `q:delayed`, ...; see the README's key tables) -> what was found of it.
+    /// Kind (`fence`, `q:delayed`, ...; see the guide's key tables) -> what was found of it.
     pub kinds: BTreeMap<String, KindFootprint>,
     /// Keys looked at under the prefix.
     pub scanned: u64,

@@ -3,7 +3,7 @@
 //!
 //! A key made for one lock key (its fencing counter, its line, its last hold, ...) lives while
 //! something needs it and at most [`IDLE_KEY_TTL`] after its last use; a queue's keys live with
-//! the queue (tens of keys, however many jobs passed). The README's key tables say the same per
+//! the queue (tens of keys, however many jobs passed). The guide's key tables say the same per
 //! key (a test in `redis/keys.rs` reads them against [`lifetime_of`]), the Lua scripts set it
 //! (`IDLE_MS` of `lua/fence.lua`), and [`RedisStore::footprint`](super::RedisStore::footprint)
 //! counts what a prefix holds by kind.
@@ -18,7 +18,7 @@ use std::time::Duration;
 /// the last minute is still known), short enough that a service that touches each of millions
 /// of keys once holds only the last minute's. A fencing counter that expires is raised to the
 /// server's clock in microseconds when next used, above every token it gave unless the server's
-/// clock went back by more than a minute in between (see the README, "Tokens survive a lost
+/// clock went back by more than a minute in between (see the guide's lock chapter, "Tokens survive a lost
 /// counter").
 pub const IDLE_KEY_TTL: Duration = Duration::from_secs(60);
 

@@ -84,7 +84,7 @@ impl JobSet {
     /// Every set, in the order a job passes through them.
     pub const ALL: [JobSet; 4] = [JobSet::Waiting, JobSet::InFlight, JobSet::Dead, JobSet::Done];
 
-    /// The set's name, as the CLI, the dashboard and the README spell it.
+    /// The set's name, as the CLI, the dashboard and the guide spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             JobSet::Waiting => "waiting",

@@ -1,5 +1,5 @@
 //! The Redis key layout: every key and channel name the Redis store uses is built here, and
-//! only here. The README's key tables list the same names (a test below reads them).
+//! only here. The guide's key tables list the same names (a test below reads them).
 //!
 //! Every key carries a Redis Cluster hash tag, `{<encoded name>}`, that is the same for all the
 //! keys of one lock and for all the keys of one queue: the scripts that touch several of them
@@ -522,12 +522,19 @@ mod tests {
         }
     }
 
-    /// The README's key tables are the documentation of this file: every Redis key named there
+    /// The guide's key tables, in the chapters of the guards and the queue.
+    const KEY_TABLES: &str = concat!(
+        include_str!("../../guide/lock.md"),
+        include_str!("../../guide/semaphore.md"),
+        include_str!("../../guide/throttle.md"),
+        include_str!("../../guide/deferral.md"),
+    );
+
+    /// The guide's key tables are the documentation of this file: every Redis key named there
     /// is one these functions build, and the other way round.
     #[test]
-    fn the_readme_key_tables_list_exactly_these_keys() {
-        let readme = include_str!("../../../README.md");
-        let documented: BTreeSet<&str> = readme
+    fn the_guide_key_tables_list_exactly_these_keys() {
+        let documented: BTreeSet<&str> = KEY_TABLES
             .lines()
             .filter_map(|line| line.strip_prefix("| `<prefix>:"))
             .filter_map(|rest| rest.split_once('`'))
@@ -558,16 +565,15 @@ mod tests {
             .collect();
         assert_eq!(
             documented, built,
-            "README key tables (left) against src/store/redis/keys.rs (right)"
+            "the guide's key tables (left) against src/store/redis/keys.rs (right)"
         );
     }
 
-    /// The README's key tables say how long each key lives, as `lifetimes::lifetime_of` does.
+    /// The guide's key tables say how long each key lives, as `lifetimes::lifetime_of` does.
     #[test]
-    fn the_readme_key_tables_say_how_long_each_key_lives() {
-        let readme = include_str!("../../../README.md");
+    fn the_guide_key_tables_say_how_long_each_key_lives() {
         let mut checked = 0;
-        for line in readme.lines().filter(|line| line.starts_with("| `<prefix>:")) {
+        for line in KEY_TABLES.lines().filter(|line| line.starts_with("| `<prefix>:")) {
             let name = line.split('`').nth(1).expect("a key's name in backquotes");
             let lives = line
                 .trim_end_matches('|')
