@@ -16,6 +16,7 @@ use redefer::lock::{Acquisition, LockStore};
 use redefer::queue::{DelayQueue, Due, JobId, QueueStore};
 use redefer::strategy::Defer;
 use redefer::{LockKey, LockLayer, LockToken, Scheduler, SchedulerOptions};
+use support::Shorthand;
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt, service_fn};
 use tracing::Instrument;
