@@ -5,7 +5,9 @@
 //!
 //! curl -X PUT localhost:3000/orders/7 -H 'content-type: application/json' -d '{"note":"paid","work_ms":2000}'
 //! curl -X PUT localhost:3000/orders/7 -H 'content-type: application/json' -d '{"note":"shipped"}'
-//!     # while the first runs: 409 Conflict, Retry-After: 5
+//!     # while the first runs: 409 Conflict, Retry-After: the estimated wait in whole seconds,
+//!     # rounded up: 1 while the key's typical hold is not known yet (an estimate of 100 ms),
+//!     # 2 once the key was held for its 2 s: the estimate follows the key's last hold
 //! curl -X PUT localhost:3000/orders/7 -H 'prefer: respond-async' -H 'content-type: application/json' -d '{"note":"shipped"}'
 //!     # while the first runs: 202 Accepted {"job_id": ...}; the scheduler applies it afterwards
 //! curl localhost:3000/jobs/<job_id> # that job's status: waiting, in_flight, done (kept an hour), dead

@@ -76,7 +76,7 @@ impl<R> Outcome<R> {
 }
 
 /// A request stored in a delay queue: reported only once the store has it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Deferred {
     /// The job that will carry the request; stays the same across re-deferrals.
@@ -100,6 +100,21 @@ pub struct Deferred {
     pub revision: u64,
     /// The strategy put the job in its key's line itself (within a cap): the layer does not.
     pub(crate) in_line: bool,
+}
+
+/// Every public field; not whether the strategy or the layer put the job in line (it is in its
+/// key's line either way when it has a `queue`).
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deferred")
+            .field("job_id", &self.job_id)
+            .field("due", &self.due)
+            .field("attempt", &self.attempt)
+            .field("queue", &self.queue)
+            .field("duplicate", &self.duplicate)
+            .field("revision", &self.revision)
+            .finish()
+    }
 }
 
 impl Deferred {
@@ -167,4 +182,25 @@ pub enum Seen {
     Dead,
     /// It is a finished job the queue's retention keeps.
     Done,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::Deferred;
+    use crate::queue::{JobId, QueueName};
+
+    /// A job in its key's line reads as one: the Debug output shows what a caller can read,
+    /// not the crate's note of who put the job in line (`in_line: false` misled a reader).
+    #[test]
+    fn a_deferral_shows_its_public_fields_only() {
+        let queue = QueueName::new("orders").unwrap();
+        let deferred = Deferred::new(JobId::new("j-1").unwrap(), SystemTime::UNIX_EPOCH, 0)
+            .in_queue(queue)
+            .already_in_line();
+        let shown = format!("{deferred:?}");
+        assert!(shown.contains("job_id") && shown.contains("orders") && shown.contains("revision: 1"));
+        assert!(!shown.contains("in_line"), "{shown}");
+    }
 }
