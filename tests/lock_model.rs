@@ -397,3 +397,62 @@ fn redis_lock_scripts_agree_with_the_model() {
 fn valkey_lock_scripts_agree_with_the_model() {
     differential::agree::<Run>(Server::Valkey, op());
 }
+
+/// A waiter handed a key long ago (its set's job, which then left its lines) that takes the key
+/// free later ends that handoff: joining the key's line again, it is not dropped from it as a
+/// waiter whose reservation ran out. Found by the sequences above (the script's fast path took
+/// the key without ending the handoff, as the model's `take` does).
+#[test]
+fn a_waiter_that_takes_a_free_key_ends_its_old_handoff() {
+    use Op::*;
+    let ops = [
+        JoinSet {
+            client: 2,
+            set: 0,
+            capped: false,
+        },
+        Expire { key: 1 },
+        LeaveSet { client: 2, set: 0 },
+        Acquire {
+            client: 2,
+            key: 1,
+            in_line: true,
+        },
+        JoinSet {
+            client: 2,
+            set: 0,
+            capped: false,
+        },
+        JoinSet {
+            client: 1,
+            set: 0,
+            capped: false,
+        },
+        JoinSet {
+            client: 0,
+            set: 1,
+            capped: true,
+        },
+        Expire { key: 1 },
+        AcquireSet {
+            client: 2,
+            set: 0,
+            in_line: true,
+        },
+    ];
+    for server in [Server::Redis, Server::Valkey] {
+        if !server.available() {
+            continue;
+        }
+        let redis = RedisServer::start_of(server);
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        runtime.block_on(async {
+            let mut run = Run::start(&redis).await;
+            for op in &ops {
+                if let Err(disagreement) = run.step(op).await {
+                    panic!("{server:?}: {disagreement}");
+                }
+            }
+        });
+    }
+}

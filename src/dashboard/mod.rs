@@ -18,10 +18,8 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = redefer::RedisStore::connect("redis://127.0.0.1:6379").await?;
-//! let options = DashboardOptions::default()
-//!     .token(std::env::var("REDEFER_DASHBOARD_TOKEN").ok())
-//!     .mounted_at("/redefer");
-//! // Or `.nest("/redefer", dashboard.router())`: `nested_at` also answers `/redefer/`.
+//! let options = DashboardOptions::default().token(std::env::var("REDEFER_DASHBOARD_TOKEN").ok());
+//! // Under /redefer (and /redefer/), every link under it.
 //! let app = axum::Router::new().merge(Dashboard::new(store, options).nested_at("/redefer"));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();

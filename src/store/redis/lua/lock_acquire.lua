@@ -12,6 +12,11 @@ local token, ttl, waiter = ARGV[3], ARGV[4], ARGV[5]
 -- The common case first, in the fewest calls: a free key with nobody in line.
 if redis.call('SET', LOCK, token, 'NX', 'PX', ttl) then
   if redis.call('EXISTS', WAITERS) == 0 then
+    -- A waiter the key was once handed to takes it now: that handoff is over (as take() ends
+    -- it), or its record would drop the waiter from the line when it joins again.
+    if waiter ~= '' and redis.call('GET', HANDOFF) == waiter then
+      redis.call('DEL', HANDOFF)
+    end
     return {1, next_fences(FENCE, 1), -1}
   end
   -- Free, but with a line (a holder's TTL ran out): the rules below decide whose it is.
