@@ -466,6 +466,72 @@ async fn a_deferred_set_runs_when_its_set_is_handed_to_it<St: LockSetStore + Que
     assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 }
 
+/// A deferred set's job handed one key of its set while another is held waits for the rest in
+/// place, woken by its turn (it does not go back to the queue, where each turn costs a claim
+/// and a run while the key handed to it idles), and it gives its scheduler slot back
+/// meanwhile: with one slot, another job runs while it waits.
+async fn a_deferred_sets_job_waits_for_its_turn_in_place_out_of_its_slot<St: LockSetStore + QueueStore>(
+    store: St,
+) {
+    let queue = DelayQueue::<Transfer, _>::new(store.clone(), "transfers").unwrap();
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let service = LockSetLayer::new(store.clone(), |t: &Transfer| Some(t.accounts.clone()))
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(service_fn({
+            let ran = Arc::clone(&ran);
+            move |t: Transfer| {
+                ran.lock().unwrap().push(t.n);
+                async { Ok::<_, Infallible>(()) }
+            }
+        }));
+    let (a, b, c) = (
+        hold(&store, "acct:a").await,
+        hold(&store, "acct:b").await,
+        hold(&store, "acct:c").await,
+    );
+    for (n, accounts) in [(1, vec!["acct:a", "acct:b"]), (2, vec!["acct:c"])] {
+        let transfer = Transfer {
+            n,
+            accounts: accounts.into_iter().map(String::from).collect(),
+        };
+        match service.clone().oneshot(transfer).await {
+            Ok(Outcome::Deferred(_)) => {}
+            other => panic!("expected a deferral, got {other:?}"),
+        }
+    }
+    let one_slot = SchedulerOptions {
+        concurrency: 1,
+        ..quick()
+    };
+    let scheduler = Scheduler::new(queue.clone(), service.clone())
+        .options(one_slot)
+        .start();
+    // Handed acct:a, the first job runs and meets acct:b held.
+    assert!(store.release(&key("acct:a"), a).await.unwrap());
+    eventually(Duration::from_secs(10), "the first job was claimed", || async {
+        (queue.operator().stats().await.unwrap().in_flight == 1).then_some(())
+    })
+    .await;
+    // Handed acct:c, the second job runs in the one slot while the first waits.
+    assert!(store.release(&key("acct:c"), c).await.unwrap());
+    eventually(Duration::from_secs(10), "the second job ran", || async {
+        (ran.lock().unwrap().as_slice() == [2]).then_some(())
+    })
+    .await;
+    assert!(store.release(&key("acct:b"), b).await.unwrap());
+    eventually(Duration::from_secs(10), "the first job ran", || async {
+        (ran.lock().unwrap().len() == 2).then_some(())
+    })
+    .await;
+    let report = scheduler.shutdown().await;
+    assert_eq!(*ran.lock().unwrap(), [2, 1]);
+    assert_eq!(
+        (report.acked, report.waited),
+        (2, 0),
+        "each job ran once, none went back to the queue: {report:?}"
+    );
+}
+
 /// A deferred set first in its lines keeps its place however long the holder of its other key
 /// takes, past any number of reservation times: a single-key caller that comes later on its
 /// free key waits behind it.
@@ -605,6 +671,7 @@ for_each_store!(
     a_waiting_set_keeps_its_place_before_later_callers,
     a_set_waiting_behind_others_does_not_idle_its_free_keys,
     a_deferred_set_runs_when_its_set_is_handed_to_it,
+    a_deferred_sets_job_waits_for_its_turn_in_place_out_of_its_slot,
     a_deferred_set_keeps_its_place_past_the_reservation_time,
     coalesce_keeps_one_waiting_job_per_set,
 );

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tower::Service;
 use tracing::Instrument;
 
-use super::{Conflict, ConflictKind, ConflictStrategy, Decision, Error, Nesting, Outcome};
+use super::{Conflict, ConflictKind, ConflictStrategy, Decision, Error, Nesting, Outcome, out_of_slot};
 use crate::error::StoreError;
 use crate::key::LockKey;
 
@@ -210,8 +210,9 @@ where
                     }
                     match decision {
                         Decision::RetryAfter(delay) => {
-                            let woken = guard
-                                .wait(&key, &mut attempts, delay)
+                            // A job with a place to wait in gives its scheduler slot back
+                            // meanwhile (`job_slot.rs`).
+                            let woken = out_of_slot(guard.wait(&key, &mut attempts, delay))
                                 .await
                                 .map_err(Error::Store)?;
                             if woken == Woken::Timer {

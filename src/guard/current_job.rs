@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::job_slot::JobSlot;
 use crate::queue::{JobId, QueueName};
 use crate::token::FencingToken;
 
@@ -31,18 +32,32 @@ struct Signals {
     returned: AtomicBool,
     /// Milliseconds; `u64::MAX` for none.
     lock_remaining_ms: AtomicU64,
-}
-
-impl Default for RunSignals {
-    fn default() -> Self {
-        RunSignals(Arc::new(Signals {
-            returned: AtomicBool::new(false),
-            lock_remaining_ms: AtomicU64::new(u64::MAX),
-        }))
-    }
+    /// The scheduler's slot the run holds (none when the run is not a scheduler's).
+    slot: Option<JobSlot>,
+    /// A throttle admitted the run at its rate: the run starts now or goes back to the queue,
+    /// it does not wait in place for a lock inside the throttle (its start would drift off the
+    /// rate).
+    paced: AtomicBool,
 }
 
 impl RunSignals {
+    /// The signals of a run in `slot`.
+    pub(crate) fn in_slot(slot: JobSlot) -> Self {
+        RunSignals(Arc::new(Signals {
+            returned: AtomicBool::new(false),
+            lock_remaining_ms: AtomicU64::new(u64::MAX),
+            slot: Some(slot),
+            paced: AtomicBool::new(false),
+        }))
+    }
+
+    /// Gives the run's slot back to its scheduler: the handler has returned.
+    pub(crate) fn free_slot(&self) {
+        if let Some(slot) = &self.0.slot {
+            slot.free();
+        }
+    }
+
     fn is_returned(&self) -> bool {
         self.0.returned.load(Ordering::Acquire)
     }
@@ -132,4 +147,30 @@ pub(crate) fn lock_met(remaining: Option<Duration>) {
         u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX - 1)
     });
     let _ = CURRENT.try_with(|scope| scope.signals.0.lock_remaining_ms.store(ms, Ordering::Release));
+}
+
+/// Whether the current job may wait for its key in place (a free place in its scheduler,
+/// `job_slot.rs`, and no throttle's rate to keep): `false` outside a scheduler's run.
+pub(crate) fn may_wait_in_place() -> bool {
+    CURRENT
+        .try_with(|scope| {
+            let signals = &scope.signals.0;
+            !signals.paced.load(Ordering::Acquire) && signals.slot.as_ref().is_some_and(JobSlot::take_place)
+        })
+        .unwrap_or(false)
+}
+
+/// Called by a throttle that admitted the current request at its rate.
+pub(crate) fn admitted_at_rate() {
+    let _ = CURRENT.try_with(|scope| scope.signals.0.paced.store(true, Ordering::Release));
+}
+
+/// Runs `wait` out of the current job's scheduler slot when the job has a place to wait in;
+/// as it is otherwise (a request, or a job that waits in its slot).
+pub(crate) async fn out_of_slot<F: Future>(wait: F) -> F::Output {
+    let signals = CURRENT.try_with(|scope| scope.signals.clone()).ok();
+    match signals.as_ref().and_then(|signals| signals.0.slot.as_ref()) {
+        Some(slot) => slot.out_of_slot(wait).await,
+        None => wait.await,
+    }
 }

@@ -19,6 +19,7 @@ mod decision;
 mod error;
 mod extract;
 mod future;
+mod job_slot;
 mod line;
 mod nesting;
 mod next_slot;
@@ -31,12 +32,15 @@ mod waiter;
 pub(crate) use self::call::{Attempt, CallResult, Contended, Woken, call_contended};
 pub use self::conflict::{Conflict, ConflictKind, HeldConflict, ThrottledConflict};
 pub use self::current_job::{CurrentJob, current_job};
-pub(crate) use self::current_job::{RunSignals, handler_returned, lock_met, run_for_job};
+pub(crate) use self::current_job::{
+    RunSignals, admitted_at_rate, handler_returned, lock_met, may_wait_in_place, out_of_slot, run_for_job,
+};
 pub use self::decision::{ConflictStrategy, Decision};
 pub use self::error::Error;
 pub use self::extract::KeyExtractor;
 pub(crate) use self::extract::guarded_key;
 pub use self::future::ResponseFuture;
+pub(crate) use self::job_slot::JobSlot;
 pub use self::line::{Line, LineCap, LineJoin, Overflow, SUPERSEDED_BY_NEWER};
 pub(crate) use self::line::{LineActions, LineFuture};
 pub use self::nesting::{Nesting, OverGuard, OverHandler};

@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::Service;
@@ -18,7 +17,7 @@ use tracing::Instrument;
 use super::acker::Acker;
 use super::report::JobEnd;
 use crate::backoff::Backoff;
-use crate::guard::{CurrentJob, RunSignals, run_for_job};
+use crate::guard::{CurrentJob, JobSlot, RunSignals, run_for_job};
 use crate::guard::{Error, Outcome};
 use crate::key::LockKey;
 use crate::metric_names::QueueMetrics;
@@ -101,12 +100,7 @@ where
 {
     /// Runs `job`, claimed by a request sent at `claimed_at`, to its end; `slot` is freed as
     /// soon as the handler returns, before the job is settled.
-    pub(super) async fn run(
-        self,
-        job: ClaimedJob<T>,
-        claimed_at: Instant,
-        slot: OwnedSemaphorePermit,
-    ) -> JobEnd {
+    pub(super) async fn run(self, job: ClaimedJob<T>, claimed_at: Instant, slot: JobSlot) -> JobEnd {
         let ClaimedJob { envelope, due, lease } = job;
         let span = tracing::info_span!(
             "redefer.job",
@@ -146,7 +140,7 @@ where
             tracing::debug!(lag_ms = lag.as_millis() as u64, "job started");
             metrics.reinjected.increment(1);
             metrics.lag.record(lag.as_secs_f64());
-            let signals = RunSignals::default();
+            let signals = RunSignals::in_slot(slot);
             let renewal = Renewal::start("job lease", lease_ttl, claimed_at, {
                 let (queue, lease) = (queue.clone(), lease.clone());
                 move || {
@@ -225,7 +219,7 @@ where
                 () = abandoned => return hand_back(&queue, &lease).await,
             };
             // The handler is done: another job may run while this one is settled.
-            drop(slot);
+            signals.free_slot();
             match &ran {
                 Ran::StoreFailed(error) => {
                     metrics.store_errors.increment(1);

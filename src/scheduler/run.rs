@@ -20,6 +20,7 @@ use super::acker::Acker;
 use super::job::{JobRun, JobService, hand_back};
 use super::report::{JobEnd, SchedulerReport};
 use super::{Scheduler, SchedulerOptions};
+use crate::guard::JobSlot;
 use crate::metric_names::QueueMetrics;
 use crate::queue::Codec;
 use crate::queue::QueueStore;
@@ -56,6 +57,10 @@ where
         let mut stats_due = Instant::now();
         let mut registered_again = Instant::now() + REGISTER_EVERY;
         let slots = Arc::new(Semaphore::new(concurrency.clamp(1, Semaphore::MAX_PERMITS)));
+        // The places for jobs that wait for their keys out of their slots (`JobSlot`).
+        let places = Arc::new(Semaphore::new(
+            (slots.available_permits() * WAITING_PLACES_PER_SLOT).min(Semaphore::MAX_PERMITS),
+        ));
         let abandon = CancellationToken::new();
         let store_failures = Arc::new(AtomicU32::new(0));
         let mut running = JoinSet::new();
@@ -129,7 +134,7 @@ where
                             metrics: metrics.clone(),
                             acker: acker.clone(),
                         };
-                        running.spawn(run.run(job, claimed_at, slot));
+                        running.spawn(run.run(job, claimed_at, JobSlot::new(slot, Arc::clone(&places))));
                     }
                     claimed.next_in.map_or(max_idle, |next| next.min(max_idle))
                 }
@@ -172,6 +177,14 @@ where
         report
     }
 }
+
+/// How many jobs may wait for their keys out of their slots, per slot: with one place per
+/// slot, 300 overlapping sets deferred on two schedulers of 64 kept their keys 0.74x as busy
+/// as callers waiting in place (a job with no place goes back to the queue, and each of its
+/// turns costs a claim and a run); with eight, as busy (1.02x; BENCHMARKS.md, "Deferred
+/// sets"). A waiting job costs its future and its share of a lease; a scheduler holds at most
+/// nine times its concurrency in jobs, which a crash delays by a lease.
+const WAITING_PLACES_PER_SLOT: usize = 8;
 
 /// How long a claim waits for enough slots to fill most of a batch before it takes what is free:
 /// long enough for a burst of short handlers to return together, short against a claim's cost

@@ -7,7 +7,7 @@ use futures_util::future::Either;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::defer::{back_to_wait, lock_wait_fallback};
+use super::defer::{JobWaits, back_to_wait, lock_wait_fallback};
 use super::group_of::{GroupOf, queue_for};
 use super::line_cap::take_place;
 use super::{Conflict, ConflictStrategy, Decision};
@@ -156,7 +156,7 @@ where
         conflict: Conflict,
         request: &Req,
     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
-        if let Some(back) = back_to_wait(self.queue.name(), &conflict) {
+        if let Some(back) = back_to_wait(self.queue.name(), &conflict, JobWaits::InTheQueue) {
             return Either::Left(back);
         }
         let queue = queue_for(&self.queue, self.group_of.as_ref(), request);

@@ -14,8 +14,8 @@ use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
 use crate::guard::Deferred;
 use crate::guard::LineCap;
-use crate::guard::current_job;
 use crate::guard::current_request_id;
+use crate::guard::{current_job, may_wait_in_place};
 use crate::queue::{Codec, DelayQueue, JobGroup, JobId, Json, QueueError, QueueName, RawJobState};
 use crate::queue::{Due, QueueStore};
 
@@ -186,7 +186,7 @@ where
         conflict: Conflict,
         request: &Req,
     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
-        if let Some(back) = back_to_wait(self.queue.name(), &conflict) {
+        if let Some(back) = back_to_wait(self.queue.name(), &conflict, JobWaits::InPlaceFirst) {
             return Either::Left(back);
         }
         // Encode now, while the request is borrowed; the returned future owns the bytes.
@@ -231,11 +231,22 @@ where
     }
 }
 
-/// A job of `queue` that meets its key again goes back to wait (the scheduler puts it back,
-/// using no attempt), stored nothing new: `None` for a request that is not such a job.
+/// Where a job that meets its lock held waits for its turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum JobWaits {
+    /// In line where it is, for [`WAITS_IN_PLACE`], then from the queue (`Defer`).
+    InPlaceFirst,
+    /// From the queue at once: there it is the key's waiting job again, which later requests
+    /// join (`Coalesce`).
+    InTheQueue,
+}
+
+/// A job of `queue` that meets its key again waits (as `waits` says; the scheduler puts it
+/// back using no attempt), stored nothing new: `None` for a request that is not such a job.
 pub(super) fn back_to_wait(
     queue: &QueueName,
     conflict: &Conflict,
+    waits: JobWaits,
 ) -> Option<impl Future<Output = Result<Decision, BoxError>> + Send + use<>> {
     let job = current_job().filter(|job| job.queue == *queue)?;
     Some(match conflict.next_slot().cloned() {
@@ -246,12 +257,27 @@ pub(super) fn back_to_wait(
                 retry_after: Some(booking.wait),
             })
         }),
-        // Held by a lock: it goes back to wait in line, under the same id.
-        None => Either::Left(ready(Ok(Decision::Reject {
-            retry_after: conflict.retry_after,
+        // Held by a lock: it waits in line where it is, woken by its turn, for a while (out
+        // of its scheduler slot, when it has a place to wait in); then it goes back to wait in
+        // line from the queue, under the same id.
+        None => Either::Left(ready(Ok(match WAITS_IN_PLACE.checked_sub(conflict.waited) {
+            Some(left) if waits == JobWaits::InPlaceFirst && !left.is_zero() && may_wait_in_place() => {
+                Decision::RetryAfter(left)
+            }
+            _ => Decision::Reject {
+                retry_after: conflict.retry_after,
+            },
         }))),
     })
 }
+
+/// How long a job that meets its key held waits for its turn in place before it goes back to
+/// the queue: the shortest wait a job in the queue gets should its turn never be announced.
+/// A turn heard within it costs a wake-up and an attempt, where one in the queue costs a
+/// promotion, a claim and a run: 300 overlapping sets deferred kept their keys about half as
+/// busy as callers waiting in place when each turn went through the queue, as busy with this
+/// (BENCHMARKS.md, "Deferred sets").
+const WAITS_IN_PLACE: Duration = Duration::from_secs(1);
 
 /// When a job deferred by a lock conflict runs should its turn in line never be announced.
 pub(super) fn lock_wait_fallback<Req, St, Enc>(

@@ -10,7 +10,7 @@ use tower::Service;
 
 use super::{Admission, ThrottleLayer, ThrottleScope, ThrottleStore};
 use crate::error::StoreError;
-use crate::guard::{Attempt, CallResult, Contended, Woken, current_job};
+use crate::guard::{Attempt, CallResult, Contended, Woken, admitted_at_rate, current_job};
 use crate::guard::{ConflictKind, Error, Nesting, NextSlot, ThrottledConflict, Waiter};
 use crate::key::LockKey;
 use crate::lock::LockToken;
@@ -80,12 +80,16 @@ where
             .admit(key, self.rate, attempts.booked_as.as_ref())
             .await?
         {
-            Admission::Admitted => return Ok(Attempt::Taken(())),
+            Admission::Admitted => {
+                admitted_at_rate();
+                return Ok(Attempt::Taken(()));
+            }
             Admission::Redeemed { wait } => {
                 // Its slot not yet come (due in whole milliseconds), or runs before it late.
                 if !wait.is_zero() {
                     sleep(wait).await;
                 }
+                admitted_at_rate();
                 return Ok(Attempt::Taken(()));
             }
             Admission::Throttled { opens_in } => opens_in,
