@@ -17,42 +17,23 @@ use crate::strategy::{Conflict, ConflictStrategy, Decision, Defer, FailFast, Ret
 use crate::throttle::{ThrottleLayer, ThrottleStore};
 
 use super::validate::missing;
-use super::{Config, ConfigError, FallThrough, GuardConfig, LockConfig, StrategyConfig};
+use super::{Config, ConfigError, FallThrough, LockConfig, NamedGuard, StrategyConfig};
 use crate::sealed::Sealed;
 use crate::throttle::Rate;
 
 impl Config {
-    /// The guard `name` of `[guards]`, validated, whose kind is `kind` and whose queue is the
-    /// one given (when it defers).
-    fn guard<Req, Q>(
-        &self,
-        name: &str,
-        kind: GuardKind,
-        queue: &DelayQueue<Req, Q>,
-    ) -> Result<&GuardConfig, ConfigError> {
-        self.validate()?;
-        let path = format!("guards.{name}");
-        let guard = self
-            .guards
-            .get(name)
-            .ok_or_else(|| missing(path.clone(), "is not configured"))?;
-        let found = match (guard.rate, guard.lock.permits) {
+    /// The guard `name` of `[guards]`, validated, whose kind is `kind`.
+    fn guard<'c>(&'c self, name: &'c str, kind: GuardKind) -> Result<NamedGuard<'c>, ConfigError> {
+        let named = self.guard_named(name)?;
+        let found = match (named.guard.rate, named.guard.lock.permits) {
             (Some(_), _) => GuardKind::Throttle,
             (None, Some(_)) => GuardKind::Semaphore,
             (None, None) => GuardKind::Mutex,
         };
         if found != kind {
-            return Err(missing(path, found.built_by()));
+            return Err(missing(format!("guards.{name}"), found.built_by()));
         }
-        if let Some(wanted) = &guard.queue
-            && wanted.as_str() != queue.name().as_str()
-        {
-            return Err(missing(
-                format!("{path}.queue"),
-                "names another queue than the one given to build it",
-            ));
-        }
-        Ok(guard)
+        Ok(named)
     }
 
     /// The mutex `name` of `[guards]` (neither `lock.permits` nor `rate` set), over `store`,
@@ -95,8 +76,8 @@ impl Config {
         extractor: X,
         queue: DelayQueue<Req, Q>,
     ) -> Result<LockLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
-        let guard = self.guard(name, GuardKind::Mutex, &queue)?;
-        self.mutex_of(&guard.lock, &guard.strategy, store, extractor, queue)
+        let guard = self.guard(name, GuardKind::Mutex)?;
+        self.mutex_of(&guard.guard.lock, store, extractor, guard.deferring_to(queue)?)
     }
 
     /// The semaphore `name` of `[guards]` (its `lock.permits` set); see
@@ -108,10 +89,10 @@ impl Config {
         extractor: X,
         queue: DelayQueue<Req, Q>,
     ) -> Result<ConfiguredSemaphore<St, X, Req, Q>, ConfigError> {
-        let guard = self.guard(name, GuardKind::Semaphore, &queue)?;
-        let permits = guard.lock.permits.unwrap_or(1);
+        let guard = self.guard(name, GuardKind::Semaphore)?;
+        let permits = guard.permits().unwrap_or(1);
         Ok(self
-            .mutex_of(&guard.lock, &guard.strategy, store, extractor, queue)?
+            .mutex_of(&guard.guard.lock, store, extractor, guard.deferring_to(queue)?)?
             .permits(permits))
     }
 
@@ -124,14 +105,8 @@ impl Config {
         extractor: X,
         queue: DelayQueue<Req, Q>,
     ) -> Result<ThrottleLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
-        let guard = self.guard(name, GuardKind::Throttle, &queue)?;
-        let Some(rate) = guard.rate else {
-            return Err(missing(
-                format!("guards.{name}.rate"),
-                "is not set: a throttle needs its rate",
-            ));
-        };
-        self.throttle_of(rate, &guard.strategy, store, extractor, queue)
+        let guard = self.guard(name, GuardKind::Throttle)?;
+        self.throttle_of(guard.rate()?, store, extractor, guard.deferring_to(queue)?)
     }
 
     /// The configured lock layer: `store` holds the locks (under the configured prefix),
@@ -150,7 +125,7 @@ impl Config {
             });
         }
         self.validate()?;
-        self.mutex_of(&self.lock, &self.strategy, store, extractor, queue)
+        self.mutex_of(&self.lock, store, extractor, strategy_of(&self.strategy, queue))
     }
 
     /// The configured semaphore: the lock layer with `[lock] permits` holders per key.
@@ -180,7 +155,7 @@ impl Config {
         };
         self.validate()?;
         Ok(self
-            .mutex_of(&self.lock, &self.strategy, store, extractor, queue)?
+            .mutex_of(&self.lock, store, extractor, strategy_of(&self.strategy, queue))?
             .permits(permits))
     }
 
@@ -217,43 +192,46 @@ impl Config {
             });
         };
         self.validate()?;
-        self.throttle_of(throttle.rate, &self.strategy, store, extractor, queue)
+        self.throttle_of(
+            throttle.rate,
+            store,
+            extractor,
+            strategy_of(&self.strategy, queue),
+        )
     }
 
     /// A lock layer of `lock`'s settings and `strategy` over `store` (moved under the
     /// configured prefix): the stack's `[lock]` or a named guard's; a semaphore adds its permits.
-    fn mutex_of<St: Sealed, X, Req, Q>(
+    fn mutex_of<St: Sealed, X, S>(
         &self,
         lock: &LockConfig,
-        strategy: &StrategyConfig,
         store: St,
         extractor: X,
-        queue: DelayQueue<Req, Q>,
-    ) -> Result<LockLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
+        strategy: S,
+    ) -> Result<LockLayer<St, X, S>, ConfigError> {
         Ok(LockLayer::new(store.under_prefix(self.prefix()?), extractor)
             .ttl(lock.ttl)
             .fencing(lock.fencing)
-            .on_conflict(strategy_of(strategy, queue)))
+            .on_conflict(strategy))
     }
 
     /// A throttle at `rate` with `strategy` over `store` (moved under the configured prefix).
-    fn throttle_of<St: Sealed, X, Req, Q>(
+    fn throttle_of<St: Sealed, X, S>(
         &self,
         rate: Rate,
-        strategy: &StrategyConfig,
         store: St,
         extractor: X,
-        queue: DelayQueue<Req, Q>,
-    ) -> Result<ThrottleLayer<St, X, ConfiguredStrategy<Req, Q>>, ConfigError> {
-        Ok(
-            ThrottleLayer::new(store.under_prefix(self.prefix()?), extractor, rate)
-                .on_conflict(strategy_of(strategy, queue)),
-        )
+        strategy: S,
+    ) -> Result<ThrottleLayer<St, X, S>, ConfigError> {
+        Ok(ThrottleLayer::new(store.under_prefix(self.prefix()?), extractor, rate).on_conflict(strategy))
     }
 }
 
 /// A configured strategy: retry within the limits, then fail fast or defer to `queue`.
-fn strategy_of<Req, Q>(strategy: &StrategyConfig, queue: DelayQueue<Req, Q>) -> ConfiguredStrategy<Req, Q> {
+pub(super) fn strategy_of<Req, Q>(
+    strategy: &StrategyConfig,
+    queue: DelayQueue<Req, Q>,
+) -> ConfiguredStrategy<Req, Q> {
     let then = match strategy.then {
         FallThrough::FailFast => Fallback::FailFast,
         FallThrough::Defer => Fallback::Defer(match strategy.max_waiting {

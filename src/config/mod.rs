@@ -3,6 +3,7 @@
 
 mod error;
 mod layers;
+mod named;
 mod sections;
 #[cfg(test)]
 mod tests;
@@ -19,6 +20,7 @@ use crate::scheduler::SchedulerOptions;
 
 pub use self::error::ConfigError;
 pub use self::layers::{ConfiguredSemaphore, ConfiguredStrategy, Fallback};
+pub use self::named::NamedGuard;
 pub use self::sections::{FallThrough, GuardConfig, LockConfig, QueueConfig, StrategyConfig, ThrottleConfig};
 use self::validate::{
     missing, out_of_range, validate_lock, validate_queue, validate_scheduler, validate_strategy,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::lock::Fencing;
 use crate::queue::{Counters, Retention};
 use crate::strategy::RetryLimits;
 
@@ -293,4 +294,50 @@ fn a_whole_service_is_described_and_built_by_name() {
         let refused = Config::from_toml_str(text).unwrap_err().to_string();
         assert!(refused.starts_with(field), "{text}: {refused}");
     }
+}
+
+#[test]
+fn a_guard_is_taken_apart_for_any_kind_and_one_that_fails_fast_needs_no_queue() {
+    let config = Config::from_toml_str(
+        r#"
+        prefix = "bank"
+
+        [queues.transfers]
+
+        [guards.transfers]
+        lock = { ttl = "45s", fencing = "off" }
+        strategy = { then = "defer" }
+        queue = "transfers"
+
+        [guards.crawler]
+        rate = { count = 5, per = "1s" }
+        strategy = { retry = { max_attempts = 2 } }
+        "#,
+    )
+    .unwrap();
+    let store = crate::MemoryStore::new();
+    let transfers = config.guard_named("transfers").unwrap();
+    assert_eq!(
+        (transfers.ttl(), transfers.fencing(), transfers.permits()),
+        (Duration::from_secs(45), Fencing::Off, None)
+    );
+    let queue = config
+        .queue_named::<Vec<String>, _>("transfers", store.clone())
+        .unwrap();
+    assert!(transfers.deferring_to(queue).is_ok());
+    let other = crate::queue::DelayQueue::<Vec<String>, _>::new(store.clone(), "elsewhere").unwrap();
+    let error = |result: Result<(), ConfigError>| result.unwrap_err().to_string();
+    assert!(error(transfers.deferring_to(other).map(|_| ())).contains("guards.transfers.queue"));
+    // A guard that defers has no strategy without its queue.
+    assert!(error(transfers.failing_fast().map(|_| ())).contains("guards.transfers.strategy.then"));
+    assert!(error(transfers.rate().map(|_| ())).contains("guards.transfers.rate"));
+
+    let crawler = config.guard_named("crawler").unwrap();
+    assert_eq!(
+        crawler.rate().unwrap(),
+        crate::throttle::Rate::per_second(5).unwrap()
+    );
+    assert!(crawler.failing_fast().is_ok());
+    assert!(crawler.store(store).is_ok());
+    assert!(error(config.guard_named("crawlr").map(|_| ())).contains("guards.crawlr"));
 }
