@@ -532,6 +532,44 @@ async fn a_deferred_sets_job_waits_for_its_turn_in_place_out_of_its_slot<St: Loc
     );
 }
 
+/// A scheduler that stops gives a job waiting in place back to the queue at once (in its
+/// lines, using no attempt), rather than keep its shutdown waiting for the job's grace.
+async fn a_stopping_scheduler_gives_a_waiting_job_back_at_once<St: LockSetStore + QueueStore>(store: St) {
+    let queue = DelayQueue::<Transfer, _>::new(store.clone(), "transfers").unwrap();
+    let service = LockSetLayer::new(store.clone(), |t: &Transfer| Some(t.accounts.clone()))
+        .on_conflict(Defer::new(queue.clone()))
+        .layer(service_fn(|_: Transfer| async { Ok::<_, Infallible>(()) }));
+    let (a, b) = (hold(&store, "acct:a").await, hold(&store, "acct:b").await);
+    let transfer = Transfer {
+        n: 1,
+        accounts: vec!["acct:a".to_string(), "acct:b".to_string()],
+    };
+    match service.clone().oneshot(transfer).await {
+        Ok(Outcome::Deferred(_)) => {}
+        other => panic!("expected a deferral, got {other:?}"),
+    }
+    let patient = SchedulerOptions {
+        shutdown_grace: Duration::from_secs(3600),
+        ..quick()
+    };
+    let scheduler = Scheduler::new(queue.clone(), service).options(patient).start();
+    // Handed acct:a, the job runs, meets acct:b held and waits for it in place.
+    assert!(store.release(&key("acct:a"), a).await.unwrap());
+    eventually(Duration::from_secs(10), "the job was claimed", || async {
+        (queue.operator().stats().await.unwrap().in_flight == 1).then_some(())
+    })
+    .await;
+    // It would wait in place for 10 s, and the shutdown for it up to its hour of grace.
+    let report = tokio::time::timeout(Duration::from_secs(5), scheduler.shutdown())
+        .await
+        .expect("the shutdown did not wait for the waiting job");
+    assert_eq!((report.acked, report.waited), (0, 1), "{report:?}");
+    let stats = queue.operator().stats().await.unwrap();
+    assert_eq!((stats.in_flight, stats.waiting), (0, 1), "{stats:?}");
+    assert_eq!(waiting(&store, "acct:b").await, 1, "the job is still in line");
+    assert!(store.release(&key("acct:b"), b).await.unwrap());
+}
+
 /// A deferred set first in its lines keeps its place however long the holder of its other key
 /// takes, past any number of reservation times: a single-key caller that comes later on its
 /// free key waits behind it.
@@ -672,6 +710,7 @@ for_each_store!(
     a_set_waiting_behind_others_does_not_idle_its_free_keys,
     a_deferred_set_runs_when_its_set_is_handed_to_it,
     a_deferred_sets_job_waits_for_its_turn_in_place_out_of_its_slot,
+    a_stopping_scheduler_gives_a_waiting_job_back_at_once,
     a_deferred_set_keeps_its_place_past_the_reservation_time,
     coalesce_keeps_one_waiting_job_per_set,
 );

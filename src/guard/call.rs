@@ -211,10 +211,12 @@ where
                     match decision {
                         Decision::RetryAfter(delay) => {
                             // A job with a place to wait in gives its scheduler slot back
-                            // meanwhile (`job_slot.rs`).
-                            let woken = out_of_slot(guard.wait(&key, &mut attempts, delay))
-                                .await
-                                .map_err(Error::Store)?;
+                            // meanwhile (`job_slot.rs`); its scheduler stopping ends the wait
+                            // as its timer would.
+                            let woken = match out_of_slot(guard.wait(&key, &mut attempts, delay)).await {
+                                Some(woken) => woken.map_err(Error::Store)?,
+                                None => Woken::Timer,
+                            };
                             if woken == Woken::Timer {
                                 attempt += 1;
                             }

@@ -166,11 +166,12 @@ pub(crate) fn admitted_at_rate() {
 }
 
 /// Runs `wait` out of the current job's scheduler slot when the job has a place to wait in;
-/// as it is otherwise (a request, or a job that waits in its slot).
-pub(crate) async fn out_of_slot<F: Future>(wait: F) -> F::Output {
+/// as it is otherwise (a request, or a job that waits in its slot). `None` when the job's
+/// scheduler began to stop before `wait` ended.
+pub(crate) async fn out_of_slot<F: Future>(wait: F) -> Option<F::Output> {
     let signals = CURRENT.try_with(|scope| scope.signals.clone()).ok();
     match signals.as_ref().and_then(|signals| signals.0.slot.as_ref()) {
         Some(slot) => slot.out_of_slot(wait).await,
-        None => wait.await,
+        None => Some(wait.await),
     }
 }

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 /// The scheduler's slot a job runs in, and the place it waits in once it has one.
 #[derive(Debug)]
@@ -21,16 +22,25 @@ pub(crate) struct JobSlot {
     places: Arc<Semaphore>,
     slot: Mutex<Option<OwnedSemaphorePermit>>,
     place: Mutex<Option<OwnedSemaphorePermit>>,
+    /// The scheduler is stopping: a waiting job stops waiting (it goes back to the queue at
+    /// once, rather than hold up the shutdown for its grace).
+    stopping: CancellationToken,
 }
 
 impl JobSlot {
-    /// The job runs in `slot`, one of its scheduler's; it may wait in one of `places`.
-    pub(crate) fn new(slot: OwnedSemaphorePermit, places: Arc<Semaphore>) -> Self {
+    /// The job runs in `slot`, one of its scheduler's; it may wait in one of `places` until
+    /// `stopping` is cancelled.
+    pub(crate) fn new(
+        slot: OwnedSemaphorePermit,
+        places: Arc<Semaphore>,
+        stopping: CancellationToken,
+    ) -> Self {
         JobSlot {
             slots: Arc::clone(slot.semaphore()),
             places,
             slot: Mutex::new(Some(slot)),
             place: Mutex::new(None),
+            stopping,
         }
     }
 
@@ -41,8 +51,11 @@ impl JobSlot {
     }
 
     /// Whether the job has a place to wait in: one it took before, or a free one, kept until
-    /// the run ends.
+    /// the run ends; none once the scheduler is stopping.
     pub(crate) fn take_place(&self) -> bool {
+        if self.stopping.is_cancelled() {
+            return false;
+        }
         let mut place = lock(&self.place);
         if place.is_none() {
             *place = Arc::clone(&self.places).try_acquire_owned().ok();
@@ -51,14 +64,18 @@ impl JobSlot {
     }
 
     /// Runs `wait` out of the job's slot when the job has a place to wait in, and takes a slot
-    /// again before it returns; in the slot otherwise.
-    pub(crate) async fn out_of_slot<F: Future>(&self, wait: F) -> F::Output {
+    /// again before it returns; in the slot otherwise. `None` when the scheduler began to stop
+    /// before `wait` ended.
+    pub(crate) async fn out_of_slot<F: Future>(&self, wait: F) -> Option<F::Output> {
         if lock(&self.place).is_none() {
-            return wait.await;
+            return Some(wait.await);
         }
         // Taken out and dropped here: another job runs in the slot while this one waits.
         let gave_back = lock(&self.slot).take().is_some();
-        let woken = wait.await;
+        let woken = tokio::select! {
+            woken = wait => Some(woken),
+            () = self.stopping.cancelled() => None,
+        };
         if gave_back {
             // The scheduler's semaphore is never closed.
             if let Ok(slot) = Arc::clone(&self.slots).acquire_owned().await {

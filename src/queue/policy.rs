@@ -91,6 +91,19 @@ impl RetryPolicy {
             .min(self.max_lock_wait.saturating_sub(waited))
     }
 
+    /// How long a job that met its lock held waits for its turn in place, looking again every
+    /// `fallback` (see [`lock_wait_fallback`](Self::lock_wait_fallback)), before it goes back
+    /// to wait from the queue: the longest fallback (10 s, within `max_lock_wait`); one
+    /// `fallback` where `max_lock_waits` counts the job's lock waits, each of which stands for
+    /// one fallback, so that the count keeps its meaning.
+    pub(crate) fn lock_wait_in_place(&self, fallback: Duration) -> Duration {
+        if self.max_lock_waits == 0 {
+            FALLBACK_BOUNDS.1.min(self.max_lock_wait)
+        } else {
+            fallback
+        }
+    }
+
     /// Whether a job that went back to wait `lock_waits` times may go once more.
     pub fn allows_another_lock_wait(&self, lock_waits: u32) -> bool {
         self.max_lock_waits == 0 || lock_waits < self.max_lock_waits

@@ -134,7 +134,11 @@ where
                             metrics: metrics.clone(),
                             acker: acker.clone(),
                         };
-                        running.spawn(run.run(job, claimed_at, JobSlot::new(slot, Arc::clone(&places))));
+                        running.spawn(run.run(
+                            job,
+                            claimed_at,
+                            JobSlot::new(slot, Arc::clone(&places), stop.clone()),
+                        ));
                     }
                     claimed.next_in.map_or(max_idle, |next| next.min(max_idle))
                 }
@@ -181,8 +185,8 @@ where
 /// How many jobs may wait for their keys out of their slots, per slot: with one place per
 /// slot, 300 overlapping sets deferred on two schedulers of 64 kept their keys 0.74x as busy
 /// as callers waiting in place (a job with no place goes back to the queue, and each of its
-/// turns costs a claim and a run); with eight, as busy (1.02x; BENCHMARKS.md, "Deferred
-/// sets"). A waiting job costs its future and its share of a lease; a scheduler holds at most
+/// turns costs a claim and a run); with eight, as busy (1.02x, each job waiting in place for up
+/// to 1 s then; BENCHMARKS.md, "Deferred sets"). A waiting job costs its future and its share of a lease; a scheduler holds at most
 /// nine times its concurrency in jobs, which a crash delays by a lease.
 const WAITING_PLACES_PER_SLOT: usize = 8;
 

@@ -16,7 +16,9 @@ use crate::guard::Deferred;
 use crate::guard::LineCap;
 use crate::guard::current_request_id;
 use crate::guard::{current_job, may_wait_in_place};
-use crate::queue::{Codec, DelayQueue, JobGroup, JobId, Json, QueueError, QueueName, RawJobState};
+use crate::queue::{
+    Codec, DelayQueue, JobGroup, JobId, Json, QueueError, QueueName, RawJobState, RetryPolicy,
+};
 use crate::queue::{Due, QueueStore};
 
 /// Stores a request whose lock is held (or whose key is over its
@@ -186,7 +188,11 @@ where
         conflict: Conflict,
         request: &Req,
     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
-        if let Some(back) = back_to_wait(self.queue.name(), &conflict, JobWaits::InPlaceFirst) {
+        if let Some(back) = back_to_wait(
+            self.queue.name(),
+            &conflict,
+            JobWaits::in_place(self.queue.policy(), lock_wait_fallback(&self.queue, &conflict)),
+        ) {
             return Either::Left(back);
         }
         // Encode now, while the request is borrowed; the returned future owns the bytes.
@@ -234,11 +240,26 @@ where
 /// Where a job that meets its lock held waits for its turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum JobWaits {
-    /// In line where it is, for [`WAITS_IN_PLACE`], then from the queue (`Defer`).
-    InPlaceFirst,
+    /// In line where it is, out of its scheduler slot, looking again every `look_again` (when
+    /// it would from the queue) for `at_most` in all, then from the queue (`Defer`). A turn
+    /// heard meanwhile costs a wake-up and an attempt, where one in the queue costs a
+    /// promotion, a claim and a run: 300 overlapping sets deferred kept their keys about half
+    /// as busy as callers waiting in place when each turn went through the queue, and as busy
+    /// waiting in place for 10 s (BENCHMARKS.md, "Deferred sets").
+    InPlace { look_again: Duration, at_most: Duration },
     /// From the queue at once: there it is the key's waiting job again, which later requests
     /// join (`Coalesce`).
     InTheQueue,
+}
+
+impl JobWaits {
+    /// In place as `policy` allows, looking again every `fallback`.
+    fn in_place(policy: &RetryPolicy, fallback: Duration) -> Self {
+        JobWaits::InPlace {
+            look_again: fallback,
+            at_most: policy.lock_wait_in_place(fallback),
+        }
+    }
 }
 
 /// A job of `queue` that meets its key again waits (as `waits` says; the scheduler puts it
@@ -260,9 +281,9 @@ pub(super) fn back_to_wait(
         // Held by a lock: it waits in line where it is, woken by its turn, for a while (out
         // of its scheduler slot, when it has a place to wait in); then it goes back to wait in
         // line from the queue, under the same id.
-        None => Either::Left(ready(Ok(match WAITS_IN_PLACE.checked_sub(conflict.waited) {
-            Some(left) if waits == JobWaits::InPlaceFirst && !left.is_zero() && may_wait_in_place() => {
-                Decision::RetryAfter(left)
+        None => Either::Left(ready(Ok(match waits {
+            JobWaits::InPlace { look_again, at_most } if at_most > conflict.waited && may_wait_in_place() => {
+                Decision::RetryAfter(look_again.min(at_most - conflict.waited))
             }
             _ => Decision::Reject {
                 retry_after: conflict.retry_after,
@@ -270,14 +291,6 @@ pub(super) fn back_to_wait(
         }))),
     })
 }
-
-/// How long a job that meets its key held waits for its turn in place before it goes back to
-/// the queue: the shortest wait a job in the queue gets should its turn never be announced.
-/// A turn heard within it costs a wake-up and an attempt, where one in the queue costs a
-/// promotion, a claim and a run: 300 overlapping sets deferred kept their keys about half as
-/// busy as callers waiting in place when each turn went through the queue, as busy with this
-/// (BENCHMARKS.md, "Deferred sets").
-const WAITS_IN_PLACE: Duration = Duration::from_secs(1);
 
 /// When a job deferred by a lock conflict runs should its turn in line never be announced.
 pub(super) fn lock_wait_fallback<Req, St, Enc>(
