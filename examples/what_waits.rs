@@ -13,7 +13,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redefer::lock::{Fencing, Holders, LineCap, LockStore};
+use redefer::guard::LineCap;
+use redefer::lock::{Fencing, Holders, LockStore};
 use redefer::queue::{DelayQueue, PendingStore};
 use redefer::strategy::{Coalesce, Defer};
 use redefer::{Error, LockKey, LockLayer, LockToken, Outcome, Scheduler};

@@ -10,7 +10,7 @@
 //!   [`Defer`](strategy::Defer), [`Coalesce`](strategy::Coalesce) (one waiting job per key, the
 //!   latest request's or the first's) or [`Supersede`](strategy::Supersede) (ask the holder to
 //!   stop), composable, and chosen per request with [`Switch`](strategy::Switch). A deferring
-//!   strategy can cap its key's line ([`lock::LineCap`]);
+//!   strategy can cap its key's line ([`guard::LineCap`]);
 //!   [`debounce::DebounceLayer`] runs a key's burst of requests once.
 //! - [`LockLayer::permits`] lets N requests hold a key at once (a semaphore), and
 //!   [`throttle::ThrottleLayer`] admits a key's requests at a rate, with the same strategies:

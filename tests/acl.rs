@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use redefer::debounce::{Debounce, DebounceLayer};
-use redefer::lock::LineCap;
+use redefer::guard::LineCap;
 use redefer::queue::DelayQueue;
 use redefer::queue::QueueStats;
 use redefer::strategy::{Coalesce, Defer, Retry, Supersede};

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ::redis::cluster_async::ClusterConnection;
 use redefer::debounce::{Debounce, DebounceLayer};
-use redefer::lock::LineCap;
+use redefer::guard::LineCap;
 use redefer::lock::{Acquisition, current_locks};
 use redefer::lock_set::LockSetLayer;
 use redefer::queue::QueueStats;

@@ -843,7 +843,7 @@ async fn the_queue_page_counts_what_was_coalesced_and_superseded() {
             &store,
             &redefer::queue::QueueName::new("syncs").unwrap(),
             &dropped.id,
-            redefer::lock::SUPERSEDED_BY_NEWER,
+            redefer::guard::SUPERSEDED_BY_NEWER,
             redefer::queue::Counters::On,
         )
         .await

@@ -7,7 +7,8 @@ use crate::support::Shorthand;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redefer::lock::{Acquisition, Fencing, Holders, LockStore, Waiter};
+use redefer::guard::Waiter;
+use redefer::lock::{Acquisition, Fencing, Holders, LockStore};
 use redefer::lock_set::{LockSetStore, SetAcquisition};
 use redefer::queue::{DelayQueue, QueueStats, QueueStore};
 use redefer::strategy::{Defer, FailFast, Retry, RetryLimits};

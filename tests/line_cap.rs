@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::support::Shorthand;
-use redefer::lock::{LineCap, LockStore, SUPERSEDED_BY_NEWER};
+use redefer::guard::{LineCap, SUPERSEDED_BY_NEWER};
+use redefer::lock::LockStore;
 use redefer::queue::{DelayQueue, JobSet, QueueStats, QueueStore};
 use redefer::store::ListLocks;
 use redefer::strategy::Defer;

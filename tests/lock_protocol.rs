@@ -35,8 +35,9 @@ use std::time::Duration;
 
 use explore::Protocol;
 use redefer::LockKey;
+use redefer::guard::Waiter;
 use redefer::lock::model::{Holder, LockModel, Now};
-use redefer::lock::{Acquisition, LockToken, Waiter};
+use redefer::lock::{Acquisition, LockToken};
 use redefer::lock_set::SetAcquisition;
 
 const TTL: Duration = Duration::from_secs(60);

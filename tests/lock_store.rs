@@ -5,7 +5,8 @@ mod support;
 use crate::support::Shorthand;
 use std::time::Duration;
 
-use redefer::lock::{Acquisition, LockStore, Waiter};
+use redefer::guard::Waiter;
+use redefer::lock::{Acquisition, LockStore};
 use redefer::{Fencing, FencingToken, LockKey, LockToken};
 
 use support::{eventually, for_each_store};

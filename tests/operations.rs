@@ -391,7 +391,7 @@ async fn keys_with_waiters_and_no_holder_are_listed<St>(store: St)
 where
     St: redefer::lock::LockStore + redefer::store::ListLocks,
 {
-    use redefer::lock::Waiter;
+    use redefer::guard::Waiter;
     use redefer::{LockKey, LockToken};
 
     let (mutex, semaphore) = (

@@ -31,8 +31,9 @@ use std::time::Duration;
 
 use explore::Protocol;
 use redefer::LockKey;
+use redefer::guard::Waiter;
 use redefer::lock::model::Now;
-use redefer::lock::{Acquisition, Holders, LockToken, Waiter};
+use redefer::lock::{Acquisition, Holders, LockToken};
 use redefer::semaphore::model::PermitModel;
 
 const TTL: Duration = Duration::from_secs(60);

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
-use redefer::lock::{LineCap, LockStore, SUPERSEDED_BY_NEWER};
+use redefer::guard::{LineCap, SUPERSEDED_BY_NEWER};
+use redefer::lock::LockStore;
 use redefer::queue::{DelayQueue, JobSet, PendingStore};
 use redefer::strategy::{Coalesce, Defer, Retry, Switch};
 use redefer::{

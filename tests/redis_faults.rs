@@ -432,7 +432,8 @@ async fn a_lock_no_replica_acknowledged_is_given_back_when_replication_is_requir
 /// commands and by the script), a semaphore permit's and a job's.
 async fn tokens_handed_out(store: RedisStore, key: &redefer::LockKey) -> [Vec<u64>; 3] {
     use crate::support::Shorthand;
-    use redefer::lock::{Acquisition, Waiter};
+    use redefer::guard::Waiter;
+    use redefer::lock::Acquisition;
     use redefer::queue::DelayQueue;
     use redefer::{Fencing, LockToken};
 
@@ -595,7 +596,8 @@ async fn a_counter_gone_back_under_a_store_that_saw_it_raised_still_gives_higher
 /// on the key and gets a token counted then, above the previous holder's (not the counter as it
 /// stood, which is that holder's).
 async fn an_acquire_whose_commands_ran_in_part_gets_a_token_above_the_last_holders(kind: Server) {
-    use redefer::lock::{Acquisition, Waiter};
+    use redefer::guard::Waiter;
+    use redefer::lock::Acquisition;
     use redefer::{Fencing, LockKey, LockToken};
 
     let server = RedisServer::start_of(kind);

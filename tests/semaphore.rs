@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::Shorthand;
-use redefer::lock::{Acquisition, LockStore, Waiter};
+use redefer::guard::Waiter;
+use redefer::lock::{Acquisition, LockStore};
 use redefer::queue::{DelayQueue, QueueStats, QueueStore};
 use redefer::semaphore::Permits;
 use redefer::store::ListLocks;

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use redefer::lock::Waiter;
+use redefer::guard::Waiter;
 use redefer::queue::{DelayQueue, JobId, QueueName, QueueStats, QueueStore};
 use redefer::store::ListLocks;
 use redefer::strategy::{Defer, Retry};

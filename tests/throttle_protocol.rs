@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use explore::Protocol;
 use redefer::LockKey;
-use redefer::lock::{LockToken, Waiter};
+use redefer::guard::Waiter;
+use redefer::lock::LockToken;
 use redefer::queue::{JobId, QueueName};
 use redefer::throttle::model::ThrottleModel;
 use redefer::throttle::{Admission, Rate};

@@ -9,7 +9,7 @@ use crate::support::Shorthand;
 use std::process::Command;
 use std::time::Duration;
 
-use redefer::lock::Waiter;
+use redefer::guard::Waiter;
 use redefer::queue::{DelayQueue, JobGroup, JobId, QueueName};
 use redefer::throttle::{Rate, ThrottleStore};
 use redefer::{LockKey, LockToken};
@@ -96,7 +96,7 @@ async fn the_command_inspects_and_operates_a_queue_and_its_locks() {
         store
             .join(
                 &LockKey::new("order:{7}").unwrap(),
-                &redefer::lock::Waiter::caller(LockToken::random()),
+                &redefer::guard::Waiter::caller(LockToken::random()),
                 None,
             )
             .await

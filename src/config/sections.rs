@@ -86,7 +86,7 @@ pub struct StrategyConfig {
     /// With `then = "defer"`, the most requests a key's line holds, and what a request that
     /// finds it full does (none by default; see [`Defer::max_waiting`](crate::strategy::Defer::max_waiting)).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_waiting: Option<crate::lock::LineCap>,
+    pub max_waiting: Option<crate::guard::LineCap>,
 }
 
 impl Default for StrategyConfig {

@@ -133,7 +133,7 @@ fn the_line_cap_and_the_re_deferral_cap_are_read_from_their_sections() {
     );
     assert_eq!(
         config.strategy.max_waiting,
-        Some(crate::lock::LineCap::new(3).drop_oldest())
+        Some(crate::guard::LineCap::new(3).drop_oldest())
     );
     assert_eq!(config.queue.retry.max_lock_waits, 50);
     assert_eq!(parsed("").strategy.max_waiting, None);

@@ -69,7 +69,7 @@ pub struct HeldConflict {
     pub reserved: bool,
     /// How many wait in the key's line before this request.
     pub ahead: u64,
-    /// The key's line: a deferring strategy with a [`LineCap`](crate::lock::LineCap) joins it
+    /// The key's line: a deferring strategy with a [`LineCap`](crate::guard::LineCap) joins it
     /// with the job it stored, within the cap; [`Supersede`](crate::strategy::Supersede) asks
     /// its holders to stop.
     pub line: Line,

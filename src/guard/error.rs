@@ -89,7 +89,7 @@ pub enum Error<E> {
         /// The job that carries the newer request.
         by: JobId,
     },
-    /// The key's line is full (its strategy's [`LineCap`](crate::lock::LineCap)): the request
+    /// The key's line is full (its strategy's [`LineCap`](crate::guard::LineCap)): the request
     /// was refused and nothing was stored. An HTTP service answers `429 Too Many Requests` or
     /// `503 Service Unavailable` with `Retry-After`.
     #[error("{key:?} has {waiting} requests waiting, its line's limit{}", retry_hint(*retry_after))]

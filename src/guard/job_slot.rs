@@ -51,7 +51,7 @@ impl JobSlot {
     }
 
     /// Whether the job has a place to wait in: one it took before, or a free one, kept until
-    /// the run ends; none once the scheduler is stopping.
+    /// its wait ends; none once the scheduler is stopping.
     pub(crate) fn take_place(&self) -> bool {
         if self.stopping.is_cancelled() {
             return false;
@@ -82,6 +82,8 @@ impl JobSlot {
                 *lock(&self.slot) = Some(slot);
             }
         }
+        // The place is another job's to wait in while this one attempts (and runs).
+        lock(&self.place).take();
         woken
     }
 }

@@ -18,7 +18,7 @@ use crate::error::StoreError;
 /// defer at once: the check and the join are one step in the store.
 ///
 /// ```
-/// use redefer::lock::{LineCap, Overflow};
+/// use redefer::guard::{LineCap, Overflow};
 ///
 /// let cap: LineCap = serde_json::from_str(r#"{ "max": 10, "overflow": "drop_oldest" }"#)?;
 /// assert_eq!(cap, LineCap::new(10).drop_oldest());

@@ -11,7 +11,7 @@ use crate::token::LockToken;
 ///
 /// ```
 /// use redefer::LockToken;
-/// use redefer::lock::Waiter;
+/// use redefer::guard::Waiter;
 /// use redefer::queue::{JobId, QueueName};
 ///
 /// let job = Waiter::job(&QueueName::new("orders")?, &JobId::new("webhook-7")?);

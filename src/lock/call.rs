@@ -13,12 +13,13 @@ use tower::Service;
 use super::holds::DEFAULT_TYPICAL_HOLD;
 use super::{Heard, LISTEN_WITHIN, LockLayer};
 use crate::error::StoreError;
+use crate::guard::Waiter;
 use crate::guard::{Attempt, CallResult, Contended, Woken, current_job};
 use crate::guard::{ConflictKind, Error, HeldConflict, OverHandler};
 use crate::key::LockKey;
 use crate::lock::{
     Acquisition, FencingToken, Handoffs, HeldLock, Holders, LockSpace, LockStore, LockToken, ReleaseOnDrop,
-    StopListener, Waiter, held_by_caller, hold_ended, run_renewed,
+    StopListener, held_by_caller, hold_ended, run_renewed,
 };
 use crate::metric_names;
 use crate::renewal::{Lease, Renewal};

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use super::Waiter;
+use crate::guard::Waiter;
 
 /// The handoffs of one key, as the store announces them (pub/sub on Redis, one subscriber
 /// shared by every waiter of a store). Best effort: a waiter also polls on its backoff.
@@ -71,7 +71,8 @@ impl Handoffs {
     /// ```
     /// use std::time::Duration;
     /// use redefer::{LockKey, LockToken, MemoryStore};
-    /// use redefer::lock::{Fencing, Holders, LockStore, Waiter};
+    /// use redefer::lock::{Fencing, Holders, LockStore};
+    /// use redefer::guard::Waiter;
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let store = MemoryStore::new();

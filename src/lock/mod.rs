@@ -39,7 +39,5 @@ pub use self::service::LockService;
 pub(crate) use self::stop::StopListener;
 pub use self::store::{Acquisition, LockStore};
 pub use crate::guard::DEFAULT_TTL;
-/// A key's line and its places, kept here for code written for 0.3.
-pub use crate::guard::{Line, LineCap, LineJoin, Overflow, SUPERSEDED_BY_NEWER, Waiter};
 pub(crate) use crate::token::{FENCE_FLOOR, next_fences};
 pub use crate::token::{Fencing, FencingToken, LockToken};

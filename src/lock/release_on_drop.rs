@@ -9,7 +9,8 @@ use crate::key::LockKey;
 use crate::lock::LockStore;
 use std::time::Duration;
 
-use crate::lock::{LockToken, Waiter};
+use crate::guard::Waiter;
+use crate::lock::LockToken;
 
 /// Releases a lock that may be held when dropped while armed.
 ///

@@ -3,7 +3,8 @@
 
 use tokio::sync::watch;
 
-use super::{LockStore, Waiter};
+use super::LockStore;
+use crate::guard::Waiter;
 use crate::key::LockKey;
 
 /// Whether a newer request asked the holder to stop; in [`HeldLock`](super::HeldLock).

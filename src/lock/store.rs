@@ -3,8 +3,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{Fencing, FencingToken, Handoffs, Holders, LineCap, LineJoin, LockToken, Waiter};
+use super::{Fencing, FencingToken, Handoffs, Holders, LockToken};
 use crate::error::StoreError;
+use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::LockKey;
 use crate::sealed::Sealed;
 
@@ -108,7 +109,7 @@ pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
     /// `replacing` (a caller that waited in place, then deferred). Already in line, it keeps
     /// its place. If the key was released meanwhile, it is handed to the first in line now. A
     /// line that holds `cap.max` waiters (not counting `replacing`) takes a new one only by
-    /// evicting its oldest jobs ([`Overflow::DropOldest`](super::Overflow::DropOldest), never a
+    /// evicting its oldest jobs ([`Overflow::DropOldest`](crate::guard::Overflow::DropOldest), never a
     /// job the key is being handed to), else answers [`LineJoin::Full`] and changes nothing:
     /// the check and the join are one step.
     fn join_line(

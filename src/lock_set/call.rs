@@ -16,13 +16,14 @@ use super::line::set_line_of;
 use super::name::set_name;
 use super::{HeldKey, LockSetLayer, LockSetStore, SetAcquisition};
 use crate::error::StoreError;
+use crate::guard::Waiter;
 use crate::guard::{
     Attempt, CallResult, ConflictKind, Contended, Error, HeldConflict, OverHandler, Woken, current_job,
 };
 use crate::key::LockKey;
 use crate::lock::{
     FencingToken, Handoffs, Heard, HeldLock, Holders, LISTEN_WITHIN, LockSpace, LockStore, LockToken,
-    ReleaseOnDrop, StopListener, Waiter, estimate_wait, held_by_caller, hold_ended, run_renewed,
+    ReleaseOnDrop, StopListener, estimate_wait, held_by_caller, hold_ended, run_renewed,
 };
 use crate::metric_names;
 use crate::renewal::{Lease, Renewal};

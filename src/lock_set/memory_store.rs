@@ -6,8 +6,9 @@ use std::time::Duration;
 use super::model::SetHandoffs;
 use super::{LockSetStore, SetAcquisition};
 use crate::error::StoreError;
+use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::LockKey;
-use crate::lock::{Fencing, LineCap, LineJoin, LockToken, Waiter};
+use crate::lock::{Fencing, LockToken};
 use crate::store::MemoryStore;
 use crate::store::handover::{hand_over, reservation_expired};
 

@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use super::{HeldKey, SetAcquisition};
+use crate::guard::{LineCap, Waiter};
 use crate::key::LockKey;
+use crate::lock::LockToken;
 use crate::lock::model::{Handed, KeyState, LockModel, Now};
-use crate::lock::{LineCap, LockToken, Waiter};
 
 /// What handing keys over did, by the key's place in the set: for the store to finish (make a
 /// job handed a key due, count a reservation that ran out).

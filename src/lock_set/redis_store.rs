@@ -9,8 +9,9 @@ use redis::{FromRedisValue, Script, ScriptInvocation, Value};
 
 use super::{HeldKey, LockSetStore, SetAcquisition};
 use crate::error::StoreError;
+use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::{LockKey, hash_slot};
-use crate::lock::{Fencing, FencingToken, Holders, LineCap, LineJoin, LockStore, LockToken, Waiter};
+use crate::lock::{Fencing, FencingToken, Holders, LockStore, LockToken};
 use crate::store::RedisStore;
 use crate::store::handover::{hand_over, reservation_expired};
 use crate::store::redis::keys::LockKeys;

@@ -5,8 +5,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::StoreError;
+use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::LockKey;
-use crate::lock::{Fencing, FencingToken, LineCap, LineJoin, LockStore, LockToken, Waiter};
+use crate::lock::{Fencing, FencingToken, LockStore, LockToken};
 
 /// What an attempt at a set of keys found.
 #[derive(Debug, Clone, PartialEq, Eq)]

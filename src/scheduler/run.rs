@@ -185,9 +185,10 @@ where
 /// How many jobs may wait for their keys out of their slots, per slot: with one place per
 /// slot, 300 overlapping sets deferred on two schedulers of 64 kept their keys 0.74x as busy
 /// as callers waiting in place (a job with no place goes back to the queue, and each of its
-/// turns costs a claim and a run); with eight, as busy (1.02x, each job waiting in place for up
-/// to 1 s then; BENCHMARKS.md, "Deferred sets"). A waiting job costs its future and its share of a lease; a scheduler holds at most
-/// nine times its concurrency in jobs, which a crash delays by a lease.
+/// turns costs a claim and a run); with eight, 1.02x (each job waiting in place for up to 1 s
+/// then; BENCHMARKS.md, "Deferred sets"). A waiting job costs its future and its share of a
+/// lease; a scheduler holds at most nine times its concurrency in jobs, which a crash delays
+/// by a lease.
 const WAITING_PLACES_PER_SLOT: usize = 8;
 
 /// How long a claim waits for enough slots to fill most of a batch before it takes what is free:

@@ -8,9 +8,10 @@ use tokio::time::Instant;
 
 use super::model::{PermitModel, PermitsHanded};
 use crate::error::StoreError;
+use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::LockKey;
 use crate::lock::model::Now;
-use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LineCap, LineJoin, LockToken, Waiter};
+use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LockToken};
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};

@@ -29,9 +29,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use crate::guard::{LineCap, Waiter};
 use crate::key::LockKey;
 use crate::lock::model::{Now, Waiters};
-use crate::lock::{Acquisition, FencingToken, Holders, LineCap, LockToken, Waiter, next_fences};
+use crate::lock::{Acquisition, FencingToken, Holders, LockToken, next_fences};
 
 /// One key's permits and line (`PERMITS`, `FENCES`, `LIMIT`, `WAITERS` and `WRITERS` of the
 /// scripts), its fencing counter and its typical hold.

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use super::PermitLimit;
 use crate::error::StoreError;
+use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::{LockKey, Prefix};
-use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LineCap, LineJoin, LockStore, LockToken, Waiter};
+use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LockStore, LockToken};
 use crate::metric_names;
 use crate::sealed::Sealed;
 

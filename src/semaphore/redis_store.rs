@@ -6,10 +6,9 @@ use redis::aio::ConnectionLike;
 use redis::{RedisWrite, Script, ScriptInvocation, ToRedisArgs};
 
 use crate::error::StoreError;
+use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::LockKey;
-use crate::lock::{
-    Acquisition, Fencing, FencingToken, Handoffs, Holders, LineCap, LineJoin, LockToken, Waiter,
-};
+use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, Holders, LockToken};
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::error::StoreError;
+use crate::guard::Waiter;
 use crate::key::LockKey;
-use crate::lock::Waiter;
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};

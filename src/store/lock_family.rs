@@ -16,7 +16,8 @@ macro_rules! lock_family {
 
             use crate::error::StoreError;
             use crate::key::LockKey;
-            use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LineCap, LineJoin, LockStore, LockToken, Waiter};
+            use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LockStore, LockToken};
+use crate::guard::{LineCap, LineJoin, Waiter};
 
             impl $(<$($generic),*>)? LockStore for $store $(where $($bound)*)? {
                 async fn acquire(

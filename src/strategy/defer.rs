@@ -161,7 +161,7 @@ impl<Req, St, Enc> Defer<Req, St, Enc> {
     /// a semaphore; a throttle's deferrals wait for booked slots, not in a line.
     ///
     /// ```
-    /// use redefer::{MemoryStore, lock::LineCap, strategy::Defer};
+    /// use redefer::{MemoryStore, guard::LineCap, strategy::Defer};
     /// use redefer::queue::DelayQueue;
     ///
     /// let queue = DelayQueue::<u64, _>::new(MemoryStore::new(), "orders")?;

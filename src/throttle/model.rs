@@ -27,8 +27,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{Admission, BOOKING_RETENTION, Rate};
+use crate::guard::Waiter;
 use crate::key::LockKey;
-use crate::lock::Waiter;
 
 /// The schedule of every throttled key, by a clock in microseconds since the epoch passed to
 /// each operation. See the [module](self).

@@ -7,8 +7,8 @@ use redis::aio::ConnectionLike;
 
 use super::{Admission, BOOKING_RETENTION, Booking, Rate, ThrottleStore};
 use crate::error::StoreError;
+use crate::guard::Waiter;
 use crate::key::LockKey;
-use crate::lock::Waiter;
 use crate::store::RedisStore;
 use crate::store::redis::keys::ThrottleKeys;
 use crate::store::redis::scripts::{THROTTLE, THROTTLE_CLOSE};

@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::Rate;
 use crate::error::StoreError;
 use crate::guard::Booking;
+use crate::guard::Waiter;
 use crate::key::LockKey;
-use crate::lock::Waiter;
 use crate::sealed::Sealed;
 
 /// What the store said of one request.

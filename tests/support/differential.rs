@@ -9,7 +9,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use redefer::RedisStore;
-use redefer::lock::{Acquisition, LineJoin, Waiter};
+use redefer::guard::{LineJoin, Waiter};
+use redefer::lock::Acquisition;
 use redefer::queue::{DelayQueue, Due, JobId};
 use redis::aio::ConnectionManager;
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use redefer::LockKey;
 use redefer::error::StoreError;
-use redefer::lock::{Acquisition, Fencing, Holders, LineJoin, LockStore, LockToken, Waiter};
+use redefer::guard::{LineJoin, Waiter};
+use redefer::lock::{Acquisition, Fencing, Holders, LockStore, LockToken};
 
 pub trait Shorthand: LockStore {
     fn try_acquire(

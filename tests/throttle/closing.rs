@@ -297,10 +297,10 @@ async fn send_a_job_back<S: Clocked>(
     store: &S,
     rate: Rate,
     domain: &str,
-) -> (redefer::LockKey, redefer::lock::Waiter, Duration) {
+) -> (redefer::LockKey, redefer::guard::Waiter, Duration) {
     let key = redefer::LockKey::new(domain).unwrap();
     let queue = redefer::queue::QueueName::new("fetches").unwrap();
-    let job = redefer::lock::Waiter::job(&queue, &redefer::queue::JobId::new("job-1").unwrap());
+    let job = redefer::guard::Waiter::job(&queue, &redefer::queue::JobId::new("job-1").unwrap());
     store.book(&key, rate, &job).await.unwrap();
     store
         .close_for(&key, rate, Duration::from_millis(1_100))

@@ -11,7 +11,8 @@
 //! ```
 //! use std::time::Duration;
 //! use redefer::lock::model::{LockModel, Now};
-//! use redefer::lock::{Acquisition, LockToken, Waiter};
+//! use redefer::lock::{Acquisition, LockToken};
+//! use redefer::guard::Waiter;
 //! use redefer::LockKey;
 //!
 //! let mut model = LockModel::new(Duration::from_secs(2));
@@ -36,7 +37,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 pub(crate) use self::waiters::Waiters;
-use super::{Acquisition, FencingToken, LineCap, LockToken, Waiter, next_fences};
+use super::{Acquisition, FencingToken, LockToken, next_fences};
+use crate::guard::{LineCap, Waiter};
 use crate::key::LockKey;
 
 /// The time of an operation: the store's clock, which TTLs and reservations run on, and the

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::lock::{LineCap, Overflow, Waiter};
+use crate::guard::{LineCap, Overflow, Waiter};
 
 /// The most line entries one join looks at for jobs to drop (`MAX_EVICTION_SCAN` of
 /// `line_join.lua`).

@@ -8,9 +8,10 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::idle::LastUse;
+use crate::guard::Waiter;
 use crate::key::LockKey;
+use crate::lock::Handoffs;
 use crate::lock::model::Now;
-use crate::lock::{Handoffs, Waiter};
 use crate::shrink::shrink;
 
 /// The records of every key of one family.

@@ -5,8 +5,9 @@ use tokio::sync::broadcast;
 
 use super::MemoryStore;
 use crate::error::StoreError;
+use crate::guard::Waiter;
 use crate::key::LockKey;
-use crate::lock::{Handoffs, Waiter};
+use crate::lock::Handoffs;
 use crate::store::lock_family::lock_family;
 
 lock_family!(impl for MemoryStore);

@@ -12,11 +12,9 @@ use super::scripts::{
     QUEUE_PROMOTE,
 };
 use crate::error::StoreError;
+use crate::guard::{LineCap, LineJoin, Overflow, Waiter};
 use crate::key::LockKey;
-use crate::lock::{
-    Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, Holders, LineCap, LineJoin, LockStore,
-    LockToken, Overflow, Waiter,
-};
+use crate::lock::{Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, Holders, LockStore, LockToken};
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};

@@ -6,8 +6,9 @@ use redis::aio::ConnectionLike;
 use super::RedisStore;
 use super::keys::LockKeys;
 use crate::error::StoreError;
+use crate::guard::Waiter;
 use crate::key::LockKey;
-use crate::lock::{Handoffs, Waiter};
+use crate::lock::Handoffs;
 use crate::store::lock_family::lock_family;
 
 lock_family!(impl<Conn> for RedisStore<Conn> where Conn: ConnectionLike + Clone + Send + Sync + 'static);
