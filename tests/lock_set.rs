@@ -424,8 +424,21 @@ struct Transfer {
     accounts: Vec<String>,
 }
 
-/// A deferred set waits for its whole set and runs once it is handed to its job.
-async fn a_deferred_set_runs_when_its_set_is_handed_to_it<St: LockSetStore + QueueStore>(store: St) {
+/// The transfers that ran, by number, in the order they ran.
+type Ran = Arc<Mutex<Vec<u32>>>;
+
+/// Transfers that hold both accounts, deferred to the queue "transfers" when one is held; each
+/// run notes its transfer's number in the list returned.
+fn deferred_transfers<St: LockSetStore + QueueStore>(
+    store: &St,
+) -> (
+    DelayQueue<Transfer, St>,
+    impl tower::Service<Transfer, Response = Outcome<()>, Error = Error<Infallible>, Future: Send>
+    + Clone
+    + Send
+    + 'static,
+    Ran,
+) {
     let queue = DelayQueue::<Transfer, _>::new(store.clone(), "transfers").unwrap();
     let ran = Arc::new(Mutex::new(Vec::new()));
     let service = LockSetLayer::new(store.clone(), |t: &Transfer| Some(t.accounts.clone()))
@@ -437,6 +450,12 @@ async fn a_deferred_set_runs_when_its_set_is_handed_to_it<St: LockSetStore + Que
                 async { Ok::<_, Infallible>(()) }
             }
         }));
+    (queue, service, ran)
+}
+
+/// A deferred set waits for its whole set and runs once it is handed to its job.
+async fn a_deferred_set_runs_when_its_set_is_handed_to_it<St: LockSetStore + QueueStore>(store: St) {
+    let (queue, service, ran) = deferred_transfers(&store);
     let scheduler = Scheduler::new(queue.clone(), service.clone())
         .options(quick())
         .start();
@@ -473,17 +492,7 @@ async fn a_deferred_set_runs_when_its_set_is_handed_to_it<St: LockSetStore + Que
 async fn a_deferred_sets_job_waits_for_its_turn_in_place_out_of_its_slot<St: LockSetStore + QueueStore>(
     store: St,
 ) {
-    let queue = DelayQueue::<Transfer, _>::new(store.clone(), "transfers").unwrap();
-    let ran = Arc::new(Mutex::new(Vec::new()));
-    let service = LockSetLayer::new(store.clone(), |t: &Transfer| Some(t.accounts.clone()))
-        .on_conflict(Defer::new(queue.clone()))
-        .layer(service_fn({
-            let ran = Arc::clone(&ran);
-            move |t: Transfer| {
-                ran.lock().unwrap().push(t.n);
-                async { Ok::<_, Infallible>(()) }
-            }
-        }));
+    let (queue, service, ran) = deferred_transfers(&store);
     let (a, b, c) = (
         hold(&store, "acct:a").await,
         hold(&store, "acct:b").await,
@@ -535,10 +544,7 @@ async fn a_deferred_sets_job_waits_for_its_turn_in_place_out_of_its_slot<St: Loc
 /// A scheduler that stops gives a job waiting in place back to the queue at once (in its
 /// lines, using no attempt), rather than keep its shutdown waiting for the job's grace.
 async fn a_stopping_scheduler_gives_a_waiting_job_back_at_once<St: LockSetStore + QueueStore>(store: St) {
-    let queue = DelayQueue::<Transfer, _>::new(store.clone(), "transfers").unwrap();
-    let service = LockSetLayer::new(store.clone(), |t: &Transfer| Some(t.accounts.clone()))
-        .on_conflict(Defer::new(queue.clone()))
-        .layer(service_fn(|_: Transfer| async { Ok::<_, Infallible>(()) }));
+    let (queue, service, _) = deferred_transfers(&store);
     let (a, b) = (hold(&store, "acct:a").await, hold(&store, "acct:b").await);
     let transfer = Transfer {
         n: 1,
