@@ -43,6 +43,7 @@ pub use self::future::ResponseFuture;
 pub(crate) use self::job_slot::JobSlot;
 pub use self::line::{Line, LineCap, LineJoin, Overflow, SUPERSEDED_BY_NEWER};
 pub(crate) use self::line::{LineActions, LineFuture};
+pub(crate) use self::nesting::SendHandler;
 pub use self::nesting::{Nesting, OverGuard, OverHandler};
 pub(crate) use self::next_slot::Book;
 pub use self::next_slot::{Booking, NextSlot};

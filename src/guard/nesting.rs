@@ -9,6 +9,19 @@ use tower::Service;
 
 use super::{Error, Outcome};
 
+/// A handler a lock-family guard can run on another task while it renews the key: its future
+/// and what it answers cross tasks. Written once for the guards' bounds (a blanket impl:
+/// every such service is one).
+pub(crate) trait SendHandler<Req>:
+    Service<Req, Future: Send, Response: Send + 'static, Error: Send + 'static> + Send + 'static
+{
+}
+
+impl<S, Req> SendHandler<Req> for S where
+    S: Service<Req, Future: Send, Response: Send + 'static, Error: Send + 'static> + Send + 'static
+{
+}
+
 /// The guard wraps a handler (the default): its response is [`Outcome::Done`], its error
 /// [`Error::Inner`].
 #[derive(Debug, Clone, Copy, Default)]

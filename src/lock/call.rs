@@ -8,14 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep};
-use tower::Service;
 
 use super::holds::DEFAULT_TYPICAL_HOLD;
 use super::{Heard, LISTEN_WITHIN, LockLayer};
 use crate::error::StoreError;
-use crate::guard::Waiter;
 use crate::guard::{Attempt, CallResult, Contended, Woken, current_job};
 use crate::guard::{ConflictKind, Error, HeldConflict, OverHandler};
+use crate::guard::{SendHandler, Waiter};
 use crate::key::LockKey;
 use crate::lock::{
     Acquisition, FencingToken, Handoffs, HeldLock, Holders, LockSpace, LockStore, LockToken, ReleaseOnDrop,
@@ -63,10 +62,7 @@ pub(crate) struct Acquired {
 
 impl<S, Req, St, X, Strat> Contended<S, Req> for LockLayer<St, X, Strat>
 where
-    S: Service<Req> + Send + 'static,
-    S::Future: Send,
-    S::Response: Send + 'static,
-    S::Error: Send + 'static,
+    S: SendHandler<Req>,
     Req: Send + 'static,
     St: LockStore,
     X: Send + Sync + 'static,

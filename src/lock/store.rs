@@ -30,6 +30,25 @@ pub enum Acquisition {
     },
 }
 
+/// What one acquire asks for: the holding's token and TTL, the caller's place in line (when it
+/// has one), and whether it wants the fencing token. [`LockStore::acquire`]'s arguments but the
+/// key and its [`Holders`], as the stores' insides take them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcquireRequest<'a> {
+    pub(crate) token: LockToken,
+    pub(crate) ttl: Duration,
+    pub(crate) waiter: Option<&'a Waiter>,
+    pub(crate) fencing: Fencing,
+}
+
+impl AcquireRequest<'_> {
+    /// The fencing token of a holding, as the caller asked for it: a store counts holdings
+    /// either way, and hands the token out only when asked.
+    pub(crate) fn fenced(&self, fence: Option<FencingToken>) -> Option<FencingToken> {
+        fence.filter(|_| self.fencing == Fencing::On)
+    }
+}
+
 /// Atomic operations on one key held by one holder (the lock) or by up to N (a semaphore's
 /// permits, [`Holders::Permits`]), with a line of waiters per key. One family: the line, the
 /// handoff at release, the fencing tokens, the renewal and the requests to stop are the same

@@ -10,16 +10,15 @@ use std::time::Duration;
 
 use futures_util::future::{join_all, select_all, try_join_all};
 use tokio::time::{Instant, sleep};
-use tower::Service;
 
 use super::line::set_line_of;
 use super::name::set_name;
 use super::{HeldKey, LockSetLayer, LockSetStore, SetAcquisition};
 use crate::error::StoreError;
-use crate::guard::Waiter;
 use crate::guard::{
     Attempt, CallResult, ConflictKind, Contended, Error, HeldConflict, OverHandler, Woken, current_job,
 };
+use crate::guard::{SendHandler, Waiter};
 use crate::key::LockKey;
 use crate::lock::{
     FencingToken, Handoffs, Heard, HeldLock, Holders, LISTEN_WITHIN, LockSpace, LockStore, LockToken,
@@ -98,10 +97,7 @@ pub(crate) struct SetAcquired {
 
 impl<S, Req, St, X, Strat> Contended<S, Req> for LockSetLayer<St, X, Strat>
 where
-    S: Service<Req> + Send + 'static,
-    S::Future: Send,
-    S::Response: Send + 'static,
-    S::Error: Send + 'static,
+    S: SendHandler<Req>,
     Req: Send + 'static,
     St: LockSetStore,
     X: Send + Sync + 'static,

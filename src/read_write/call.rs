@@ -4,12 +4,10 @@
 
 use std::time::Duration;
 
-use tower::Service;
-
 use super::{Access, ReadWriteLayer};
 use crate::LockLayer;
 use crate::error::StoreError;
-use crate::guard::{Attempt, CallResult, Contended, Error, OverHandler, Woken};
+use crate::guard::{Attempt, CallResult, Contended, Error, OverHandler, SendHandler, Woken};
 use crate::key::LockKey;
 use crate::lock::LockStore;
 use crate::lock::{Acquired, LockAttempts};
@@ -49,10 +47,7 @@ where
             Attempts = LockAttempts<Permits<St, u32>>,
             Holding = Acquired,
         >,
-    S: Service<Req> + Send + 'static,
-    S::Future: Send,
-    S::Response: Send + 'static,
-    S::Error: Send + 'static,
+    S: SendHandler<Req>,
     Req: Send + 'static,
     St: LockStore,
     X: Send + Sync + 'static,

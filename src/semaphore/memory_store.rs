@@ -11,7 +11,7 @@ use crate::error::StoreError;
 use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::LockKey;
 use crate::lock::model::Now;
-use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LockToken};
+use crate::lock::{AcquireRequest, Acquisition, Handoffs, Holders, LockToken};
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
@@ -157,12 +157,12 @@ impl MemoryStore {
     pub(crate) async fn acquire_permit_in_line(
         &self,
         key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
         holders: Holders,
-        waiter: Option<&Waiter>,
-        fencing: Fencing,
+        request: AcquireRequest<'_>,
     ) -> Result<Acquisition, StoreError> {
+        let AcquireRequest {
+            token, ttl, waiter, ..
+        } = request;
         let acquired = self
             .on_permits(key, holders.limit(), |model, now| {
                 let acquired = model.acquire(key, token, ttl, holders, waiter, now);
@@ -174,8 +174,7 @@ impl MemoryStore {
             metric_names::handoff_taken(waited);
         }
         Ok(match acquisition {
-            // The counter moves either way; the token is handed out only when asked.
-            Acquisition::Acquired(fence) => Acquisition::Acquired(fence.filter(|_| fencing == Fencing::On)),
+            Acquisition::Acquired(fence) => Acquisition::Acquired(request.fenced(fence)),
             held => held,
         })
     }
@@ -264,7 +263,7 @@ impl HandOver for PermitLine<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::LockStore;
+    use crate::lock::{Fencing, LockStore};
     use crate::store::lifetimes::IDLE_KEY_TTL;
 
     /// The semaphore keeps only what is in use, as the mutex does: the permits, counters and

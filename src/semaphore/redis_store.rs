@@ -8,7 +8,7 @@ use redis::{RedisWrite, Script, ScriptInvocation, ToRedisArgs};
 use crate::error::StoreError;
 use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::LockKey;
-use crate::lock::{Acquisition, Fencing, FencingToken, Handoffs, Holders, LockToken};
+use crate::lock::{AcquireRequest, Acquisition, FencingToken, Handoffs, Holders, LockToken};
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
@@ -116,16 +116,16 @@ where
     async fn acquire_permit(
         &self,
         key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
         holders: Holders,
-        waiter: Option<&Waiter>,
-        fencing: Fencing,
+        request: AcquireRequest<'_>,
     ) -> Result<Acquisition, StoreError> {
+        let AcquireRequest {
+            token, ttl, waiter, ..
+        } = request;
         if waiter.is_none()
             && let Some(fence) = self.acquire_free_permit(key, token, ttl, holders).await
         {
-            return self.permit_acquired(key, token, holders, fence, fencing).await;
+            return self.permit_acquired(key, holders, fence, request).await;
         }
         let permits = holders.limit();
         let (status, first, second, hold, only_reserved, handed, dropped): AcquireReply = self
@@ -144,7 +144,7 @@ where
                 if let Some(waited) = duration(second) {
                     metric_names::handoff_taken(waited);
                 }
-                self.permit_acquired(key, token, holders, fence, fencing).await
+                self.permit_acquired(key, holders, fence, request).await
             }
             0 => Ok(Acquisition::Held {
                 remaining: duration(first),
@@ -164,18 +164,16 @@ where
     async fn permit_acquired(
         &self,
         key: &LockKey,
-        token: LockToken,
         holders: Holders,
         fence: u64,
-        fencing: Fencing,
+        request: AcquireRequest<'_>,
     ) -> Result<Acquisition, StoreError> {
         if let Err(error) = self.replicated().await {
-            self.release_permit_lease(key, token, holders, None).await?;
+            self.release_permit_lease(key, request.token, holders, None)
+                .await?;
             return Err(error);
         }
-        Ok(Acquisition::Acquired(
-            (fencing == Fencing::On).then_some(FencingToken(fence)),
-        ))
+        Ok(Acquisition::Acquired(request.fenced(Some(FencingToken(fence)))))
     }
 }
 
@@ -186,26 +184,11 @@ where
     pub(crate) async fn acquire_permit_in_line(
         &self,
         key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
         holders: Holders,
-        waiter: Option<&Waiter>,
-        fencing: Fencing,
+        request: AcquireRequest<'_>,
     ) -> Result<Acquisition, StoreError> {
-        self.prepare().await?;
-        // As for the mutex: a release on its way as the acquire goes out may reach the server
-        // after it; found taken then, try again once it is answered.
-        let releasing = self.releasing.pending(key);
-        let acquisition = self
-            .acquire_permit(key, token, ttl, holders, waiter, fencing)
-            .await?;
-        if releasing && matches!(acquisition, Acquisition::Held { .. }) {
-            self.releasing.settled(key).await;
-            return self
-                .acquire_permit(key, token, ttl, holders, waiter, fencing)
-                .await;
-        }
-        Ok(acquisition)
+        self.after_releases(key, || self.acquire_permit(key, holders, request))
+            .await
     }
 
     pub(crate) async fn extend_permit_lease(

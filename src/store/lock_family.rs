@@ -16,7 +16,7 @@ macro_rules! lock_family {
 
             use crate::error::StoreError;
             use crate::key::LockKey;
-            use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LockStore, LockToken};
+            use crate::lock::{AcquireRequest, Acquisition, Fencing, Handoffs, Holders, LockStore, LockToken};
 use crate::guard::{LineCap, LineJoin, Waiter};
 
             impl $(<$($generic),*>)? LockStore for $store $(where $($bound)*)? {
@@ -29,11 +29,11 @@ use crate::guard::{LineCap, LineJoin, Waiter};
                     waiter: Option<&Waiter>,
                     fencing: Fencing,
                 ) -> Result<Acquisition, StoreError> {
+                    let request = AcquireRequest { token, ttl, waiter, fencing };
                     match holders {
-                        Holders::One => self.acquire_lock(key, token, ttl, waiter, fencing).await,
+                        Holders::One => self.acquire_lock(key, request).await,
                         Holders::Permits(_) | Holders::Writer(_) => {
-                            self.acquire_permit_in_line(key, token, ttl, holders, waiter, fencing)
-                                .await
+                            self.acquire_permit_in_line(key, holders, request).await
                         }
                     }
                 }

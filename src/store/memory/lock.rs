@@ -13,7 +13,7 @@ use crate::error::StoreError;
 use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::LockKey;
 use crate::lock::model::{Handed, Holder, LockModel, Now};
-use crate::lock::{Acquisition, Fencing, Handoffs, LockToken};
+use crate::lock::{AcquireRequest, Acquisition, Handoffs, LockToken};
 use crate::metric_names;
 use crate::shrink::shrink;
 use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_expired};
@@ -70,11 +70,11 @@ impl MemoryStore {
     pub(super) async fn acquire_lock(
         &self,
         key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
-        waiter: Option<&Waiter>,
-        fencing: Fencing,
+        request: AcquireRequest<'_>,
     ) -> Result<Acquisition, StoreError> {
+        let AcquireRequest {
+            token, ttl, waiter, ..
+        } = request;
         let acquired = self.with_locks(std::slice::from_ref(key), |state, now| {
             let acquired = state.model.acquire(key, token, ttl, waiter, now);
             state.announce(key, &acquired.handed);
@@ -86,8 +86,7 @@ impl MemoryStore {
         reservation_expired(key, acquired.handed.dropped.as_ref());
         hand_over(self, key, acquired.handed.reserved).await;
         Ok(match acquired.acquisition {
-            // The counter moves either way; the token is handed out only when asked.
-            Acquisition::Acquired(fence) => Acquisition::Acquired(fence.filter(|_| fencing == Fencing::On)),
+            Acquisition::Acquired(fence) => Acquisition::Acquired(request.fenced(fence)),
             held => held,
         })
     }

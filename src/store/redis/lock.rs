@@ -14,7 +14,9 @@ use super::scripts::{
 use crate::error::StoreError;
 use crate::guard::{LineCap, LineJoin, Overflow, Waiter};
 use crate::key::LockKey;
-use crate::lock::{Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, Holders, LockStore, LockToken};
+use crate::lock::{
+    AcquireRequest, Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, Holders, LockStore, LockToken,
+};
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
@@ -161,14 +163,13 @@ where
 
     /// One acquire: by `SET NX` when the caller is not in line, else (or on a conflict) by
     /// the acquire script.
-    async fn acquire(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
-        waiter: Option<&Waiter>,
-        fencing: Fencing,
-    ) -> Result<Acquisition, StoreError> {
+    async fn acquire(&self, key: &LockKey, request: AcquireRequest<'_>) -> Result<Acquisition, StoreError> {
+        let AcquireRequest {
+            token,
+            ttl,
+            waiter,
+            fencing,
+        } = request;
         // A waiter's acquire goes to the script, which knows its place in line.
         if waiter.is_none() {
             // A fenced acquire of a key not seen counted yet: the short script that raises its
@@ -209,9 +210,7 @@ where
                     metric_names::handoff_taken(waited);
                 }
                 self.await_replicas(key, token).await?;
-                Ok(Acquisition::Acquired(
-                    (fencing == Fencing::On).then_some(FencingToken(fence)),
-                ))
+                Ok(Acquisition::Acquired(request.fenced(Some(FencingToken(fence)))))
             }
             (0, Some((hold, handed, dropped, reserved))) => {
                 reservation_expired(key, Waiter::from_stored(dropped).as_ref());
@@ -266,21 +265,28 @@ where
     pub(super) async fn acquire_lock(
         &self,
         key: &LockKey,
-        token: LockToken,
-        ttl: Duration,
-        waiter: Option<&Waiter>,
-        fencing: Fencing,
+        request: AcquireRequest<'_>,
+    ) -> Result<Acquisition, StoreError> {
+        self.after_releases(key, || self.acquire(key, request)).await
+    }
+
+    /// An acquire of `key` (a lock's or a permit's), made once the store is ready. A release
+    /// of the key on its way as the acquire goes out may reach the server after it (the
+    /// connection's queue being full): found held then, tried again once the release is
+    /// answered.
+    pub(crate) async fn after_releases<F: Future<Output = Result<Acquisition, StoreError>>>(
+        &self,
+        key: &LockKey,
+        acquire: impl Fn() -> F,
     ) -> Result<Acquisition, StoreError> {
         // A store over a connection of the user's loads its scripts with its first acquire, so
         // that the release to come is one request.
         self.prepare().await?;
-        // A release of the key on its way as the acquire goes out may reach the server after
-        // it (the connection's queue being full): found held then, try again once it is answered.
         let releasing = self.releasing.pending(key);
-        let acquisition = self.acquire(key, token, ttl, waiter, fencing).await?;
+        let acquisition = acquire().await?;
         if releasing && matches!(acquisition, Acquisition::Held { .. }) {
             self.releasing.settled(key).await;
-            return self.acquire(key, token, ttl, waiter, fencing).await;
+            return acquire().await;
         }
         Ok(acquisition)
     }
