@@ -45,6 +45,58 @@ pub struct LockInfo {
     pub closed_for: Option<Duration>,
 }
 
+impl LockInfo {
+    /// A mutex as a store lists it: held by one holder or none (none while the key is
+    /// reserved for `reserved_for`, the first in its line), limit 1. Written once for both
+    /// stores.
+    pub(crate) fn mutex(
+        key: String,
+        remaining: Option<Duration>,
+        fence: u64,
+        waiters: u64,
+        held: bool,
+        reserved_for: Option<String>,
+    ) -> Self {
+        LockInfo {
+            key,
+            remaining,
+            fence,
+            waiters,
+            holders: u64::from(held),
+            limit: Some(1),
+            reserved_for,
+            writing: false,
+            writers_waiting: 0,
+            next_slot: None,
+            closed_for: None,
+        }
+    }
+
+    /// A throttled key as a store lists it: no holders and no limit; the slots `booked` ahead
+    /// are its waiters. Written once for both stores.
+    pub(crate) fn throttled(
+        key: String,
+        remaining: Option<Duration>,
+        booked: u64,
+        next_slot: Duration,
+        closed_for: Option<Duration>,
+    ) -> Self {
+        LockInfo {
+            key,
+            remaining,
+            fence: 0,
+            waiters: booked,
+            holders: 0,
+            limit: None,
+            reserved_for: None,
+            writing: false,
+            writers_waiting: 0,
+            next_slot: Some(next_slot),
+            closed_for,
+        }
+    }
+}
+
 /// A semaphore's limit as a store keeps it, as listed: `None` for a read-write lock's readers
 /// without a limit (kept as `u32::MAX`).
 pub(crate) fn listed_limit(kept: u64) -> Option<u64> {

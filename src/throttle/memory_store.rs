@@ -29,19 +29,14 @@ impl MemoryStore {
             .iter()
             .filter(|(_, schedule)| !schedule.is_stale(now))
             .take(limit)
-            .map(|(key, schedule)| crate::store::LockInfo {
-                key: key.as_str().to_string(),
-                remaining: Some(Duration::from_micros(schedule.forget_at().saturating_sub(now))),
-                fence: 0,
-                waiters: (schedule.bookings.len() + schedule.sent_back.len()) as u64,
-                holders: 0,
-                limit: None,
-                reserved_for: None,
-                writing: false,
-                writers_waiting: 0,
-                next_slot: Some(Duration::from_micros(schedule.opens_at().saturating_sub(now))),
-                closed_for: (schedule.closed_until > now)
-                    .then(|| Duration::from_micros(schedule.closed_until - now)),
+            .map(|(key, schedule)| {
+                crate::store::LockInfo::throttled(
+                    key.as_str().to_string(),
+                    Some(Duration::from_micros(schedule.forget_at().saturating_sub(now))),
+                    (schedule.bookings.len() + schedule.sent_back.len()) as u64,
+                    Duration::from_micros(schedule.opens_at().saturating_sub(now)),
+                    (schedule.closed_until > now).then(|| Duration::from_micros(schedule.closed_until - now)),
+                )
             })
             .collect()
     }

@@ -188,19 +188,14 @@ impl crate::store::ListLocks for MemoryStore {
                     Some(Holder::Reserved { waiter, .. }) => Some(waiter.to_string()),
                     _ => None,
                 };
-                crate::store::LockInfo {
-                    key: key.as_str().to_string(),
-                    remaining: holding.map(|holding| holding.expires - now),
-                    fence: kept.fence,
-                    waiters: kept.waiters.order.len() as u64,
-                    holders: u64::from(holding.is_some() && reserved_for.is_none()),
-                    limit: Some(1),
+                crate::store::LockInfo::mutex(
+                    key.as_str().to_string(),
+                    holding.map(|holding| holding.expires - now),
+                    kept.fence,
+                    kept.waiters.order.len() as u64,
+                    holding.is_some() && reserved_for.is_none(),
                     reserved_for,
-                    writing: false,
-                    writers_waiting: 0,
-                    next_slot: None,
-                    closed_for: None,
-                }
+                )
             };
             let is_held = |kept: &crate::lock::model::KeyState| {
                 kept.holding.as_ref().is_some_and(|holding| holding.expires > now)

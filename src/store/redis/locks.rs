@@ -140,19 +140,14 @@ where
         let reserved_for = holder.and_then(|holder| holder.strip_prefix('@').map(str::to_string));
         // No holder, but a line (a reservation ran out unused): listed with its waiters.
         let held = pttl != -2 && reserved_for.is_none();
-        Ok(Some(LockInfo {
-            key: key_name(key, tag),
-            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-            fence: fence.unwrap_or(0),
+        Ok(Some(LockInfo::mutex(
+            key_name(key, tag),
+            u64::try_from(pttl).ok().map(Duration::from_millis),
+            fence.unwrap_or(0),
             waiters,
-            holders: u64::from(held),
-            limit: Some(1),
+            held,
             reserved_for,
-            writing: false,
-            writers_waiting: 0,
-            next_slot: None,
-            closed_for: None,
-        }))
+        )))
     }
 
     /// The semaphore at `key` (its permits), whose hash tag is `tag`; `None` once every
@@ -225,21 +220,15 @@ where
             .ok()
             .and_then(|times| times.into_iter().max())
             .ok_or_else(|| StoreError::Protocol(format!("throttle state {state:?} at {key}")))?;
-        Ok(Some(LockInfo {
-            key: key_name(key, tag),
-            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-            fence: 0,
-            waiters: booked,
-            holders: 0,
-            limit: None,
-            reserved_for: None,
-            writing: false,
-            writers_waiting: 0,
-            next_slot: Some(Duration::from_micros(opens_at.saturating_sub(now))),
-            closed_for: closed_until
+        Ok(Some(LockInfo::throttled(
+            key_name(key, tag),
+            u64::try_from(pttl).ok().map(Duration::from_millis),
+            booked,
+            Duration::from_micros(opens_at.saturating_sub(now)),
+            closed_until
                 .filter(|until| *until > now)
                 .map(|until| Duration::from_micros(until - now)),
-        }))
+        )))
     }
 }
 
