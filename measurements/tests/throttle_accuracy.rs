@@ -4,11 +4,12 @@
 //! within 10 ms), and none was deferred again.
 //!
 //! A binary of its own, its tests one at a time: they measure time, and share the machine
-//! with nothing of theirs. They run in an optimized build only (`cargo test --release --test
-//! throttle_accuracy`, as `.ci/run` does): in a debug build the process's own polls are slow
+//! with nothing of theirs. They run in an optimized build only (`cargo test --release -p
+//! redefer-measurements`, as `.ci/run` does): in a debug build the process's own polls are slow
 //! enough to hold its timers back by milliseconds (tokio looks at its timers between batches of
 //! polls), which is the build's cost, not the throttle's.
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;
