@@ -1,6 +1,6 @@
 //! The throttle's scripts checked against its model (`redefer::throttle::model`): generated
-//! sequences of admissions (with a booking or not), bookings and closings by callers and jobs
-//! on two keys at three rates, with the clock moving on between them (from nothing to past a
+//! sequences of admissions (with a booking or not), bookings, closings and reopenings by callers
+//! and jobs on two keys at three rates, with the clock moving on between them (from nothing to past a
 //! booking's retention, and to a key's next slot to the microsecond), run one by one on the model and on a real Redis 7 and Valkey 9.
 //! After every operation the replies agree to the microsecond, and so does each key's state:
 //! its two times and its bookings (a job's sent back to wait for its start, marked).
@@ -8,9 +8,10 @@
 //! Time: the scripts read the server's clock (`TIME`), which a test cannot move. The test
 //! runs the scripts' own text (`src/store/redis/lua/throttle*.lua`, assembled as the store
 //! assembles it) with that one line steered: the clock comes from the call's last argument,
-//! the model's clock. The schedule's key is kept without its expiry, which would run on the
-//! server's real clock (a schedule that ran out decides as an absent one). Everything else is
-//! the scripts as shipped.
+//! the model's clock. The schedule's key and the closing's are kept without their expiries,
+//! which would run on the server's real clock (a schedule that ran out decides as an absent
+//! one; a closing is read against the clock it names). Everything else is the scripts as
+//! shipped.
 //!
 //! `PROPTEST_CASES` raises the number of sequences per server (the default fits CI).
 
@@ -27,7 +28,7 @@ use redefer::LockKey;
 use redefer::guard::Waiter;
 use redefer::lock::LockToken;
 use redefer::queue::{JobId, QueueName};
-use redefer::throttle::model::ThrottleModel;
+use redefer::throttle::model::{MAX_REOPENED_WAITERS, ThrottleModel};
 use redefer::throttle::{Admission, BOOKING_RETENTION, Rate};
 use redis::aio::ConnectionManager;
 
@@ -36,6 +37,7 @@ use support::{RedisServer, Server};
 const PRELUDE: &str = include_str!("../src/store/redis/lua/throttle_prelude.lua");
 const THROTTLE: &str = include_str!("../src/store/redis/lua/throttle.lua");
 const CLOSE: &str = include_str!("../src/store/redis/lua/throttle_close.lua");
+const REOPEN: &str = include_str!("../src/store/redis/lua/throttle_reopen.lua");
 /// The line of the prelude that reads the server's clock, and what the test puts instead.
 const SERVER_CLOCK: &str =
     "local time = redis.call('TIME')\nlocal now = tonumber(time[1]) * 1000000 + tonumber(time[2])";
@@ -54,26 +56,32 @@ fn rates() -> [Rate; 3] {
     ]
 }
 
-/// What gives a schedule's key its expiry in real time, and what the test writes instead.
+/// What gives a schedule's key its expiry in real time, what gives a closing's, and what the
+/// test writes instead.
 const EXPIRY: &str = ", 'PX', forget)";
+const CLOSING_EXPIRY: &str = ", 'PX', closed_ms)";
 const NO_EXPIRY: &str = ")";
 
 /// A throttle script as the store assembles it (its flags line, the prelude, its body), with
-/// the clock steered, and the schedule's key kept without an expiry: that expiry runs on the
+/// the clock steered, and the keys it writes kept without the `expiries`: they run on the
 /// server's real clock, not the steered one (a schedule that ran out decides as an absent one,
-/// so keeping it changes no decision; dropping it early, in real time, would).
-fn steered(script: &str) -> redis::Script {
+/// a closing is read against the time it names, so keeping them changes no decision; dropping
+/// them early, in real time, would).
+fn steered(script: &str, expiries: &[&str]) -> redis::Script {
     let (flags, body) = script.split_once('\n').expect("a flags line");
     assert!(
         PRELUDE.contains(SERVER_CLOCK),
         "the prelude reads the clock as the test expects"
     );
-    assert!(
-        body.contains(EXPIRY),
-        "the script sets the schedule's expiry as the test expects"
-    );
     let prelude = PRELUDE.replace(SERVER_CLOCK, STEERED_CLOCK);
-    let body = body.replace(EXPIRY, NO_EXPIRY);
+    let mut body = body.to_string();
+    for expiry in expiries {
+        assert!(
+            body.contains(expiry),
+            "the script sets {expiry} as the test expects"
+        );
+        body = body.replace(expiry, NO_EXPIRY);
+    }
     redis::Script::new(&format!("{flags}\n{prelude}{body}"))
 }
 
@@ -93,6 +101,9 @@ enum Op {
         key: usize,
         rate: usize,
         ms: u64,
+    },
+    Reopen {
+        key: usize,
     },
     /// The clock moves on, µs.
     Tick(u64),
@@ -114,19 +125,23 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (key.clone(), rate.clone(), proptest::option::of(0..WAITERS))
             .prop_map(|(key, rate, booked_as)| Op::Admit { key, rate, booked_as }),
         3 => (key.clone(), rate.clone(), 0..WAITERS).prop_map(|(key, rate, waiter)| Op::Book { key, rate, waiter }),
-        1 => (key, rate, 1u64..3_000).prop_map(|(key, rate, ms)| Op::Close { key, rate, ms }),
+        // Shorter than a job waits in its run, or longer (the jobs that come are sent back).
+        2 => (key.clone(), rate, prop_oneof![1u64..1_000, 1_000u64..30_000])
+            .prop_map(|(key, rate, ms)| Op::Close { key, rate, ms }),
+        3 => key.prop_map(|key| Op::Reopen { key }),
         3 => tick.prop_map(Op::Tick),
         2 => (0..KEYS.len(), -1i8..=1).prop_map(|(key, offset)| Op::TickToSlot(key, offset)),
     ]
 }
 
 /// A reply as both sides give it: an admission, a booked slot, how long until a closed key
-/// opens (µs).
+/// opens (µs), how long until a reopened key's next slot (µs; none: it was not closed).
 #[derive(Debug, PartialEq, Eq)]
 enum Reply {
     Admission(Admission),
     Booked(u64),
     OpensIn(u64),
+    Reopened(Option<u64>),
     Ticked,
 }
 
@@ -141,10 +156,16 @@ struct Run {
     now: u64,
     throttle: redis::Script,
     close: redis::Script,
+    reopen: redis::Script,
 }
 
 impl Sequence for Run {
     type Op = Op;
+
+    /// A reopening changes what it finds only after a booking, a closing longer than a job
+    /// waits in its run and the job's coming, in that order, on one key: four times the
+    /// default, so that a one-line change there is seen in every run (at 96, in three of four).
+    const CASES: u32 = 384;
 
     async fn start(server: &RedisServer) -> Self {
         let client = redis::Client::open(server.url()).expect("a valid URL");
@@ -164,8 +185,10 @@ impl Sequence for Run {
                 job("job-3"),
             ],
             now: 1_800_000_000_000_000,
-            throttle: steered(THROTTLE),
-            close: steered(CLOSE),
+            throttle: steered(THROTTLE, &[EXPIRY]),
+            close: steered(CLOSE, &[EXPIRY, CLOSING_EXPIRY]),
+            // Its schedule has no expiry here (kept without one by the others): none is set.
+            reopen: steered(REOPEN, &[]),
         }
     }
 
@@ -213,6 +236,21 @@ impl Sequence for Run {
                     .await
                     .map_err(fail)?;
                 (Reply::OpensIn(model), Reply::OpensIn(redis))
+            }
+            Op::Reopen { key } => {
+                let k = LockKey::new(KEYS[key]).map_err(fail)?;
+                let model = self.model.reopen(&k, self.now);
+                let redis: i64 = self
+                    .reopen
+                    .key(self.redis_key("throttle", key))
+                    .key(self.redis_key("throttle-closed", key))
+                    .key(self.redis_key("throttle-bookings", key))
+                    .arg(MAX_REOPENED_WAITERS)
+                    .arg(self.now)
+                    .invoke_async(&mut self.redis)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Reopened(model), Reply::Reopened(u64::try_from(redis).ok()))
             }
             Op::Tick(micros) => {
                 self.now += micros;

@@ -1,11 +1,11 @@
 //! Every interleaving of a few requests on the throttle's model (`redefer::throttle::model`),
 //! explored breadth first (`support/explore.rs`): callers asking on their own, jobs booking a
 //! slot and coming for it later, an upstream closing the key for longer than a job waits in
-//! its run, and the clock moving half an interval or to the key's next slot. In every
-//! reachable state:
+//! its run, an operator reopening it early, and the clock moving half an interval or to the
+//! key's next slot. In every reachable state:
 //!
 //! - nothing starts before the key reopens once it was closed (a request decided after the
-//!   closing, booked before it or not);
+//!   closing, booked before it or not), at its time or when an operator reopens it;
 //! - over any span between two starts, at most `burst + span / interval` start (GCRA);
 //! - a job's booking holds: booking again gives the same slot (or its start, once sent back),
 //!   and a job that comes for it is never decided as a new request;
@@ -14,7 +14,9 @@
 //! The clock moves only by the steps above, a bounded number of times. Each rule was seen to
 //! fail on a model broken in one line: a closing that leaves the runs' time as it was (a
 //! start before the reopening), a booking not found again, a job sent back without its start
-//! kept (booked again elsewhere), half an interval per admission (two starts within one).
+//! kept (booked again elsewhere), half an interval per admission (two starts within one), a
+//! reopening that forgets the schedule its closing found (a burst spent just before the
+//! closing spent again just after the reopening).
 
 #[path = "support/explore.rs"]
 mod explore;
@@ -39,6 +41,8 @@ struct Config {
     jobs: usize,
     /// How long the upstream closes the key, if it does (once).
     closes_for: Option<Duration>,
+    /// Whether an operator may reopen the closed key early (once).
+    reopens: bool,
     /// How many times the clock may move.
     ticks: u8,
 }
@@ -61,6 +65,7 @@ struct State {
     jobs: Vec<Job>,
     /// When the key reopens, once it was closed.
     closed_until: Option<u64>,
+    reopened: bool,
     /// The starts so far, µs since the epoch, in order.
     starts: Vec<u64>,
     ticks_left: u8,
@@ -74,6 +79,7 @@ struct Fingerprint {
     callers_started: Vec<bool>,
     jobs: Vec<Job>,
     closed_until: Option<u64>,
+    reopened: bool,
     starts: Vec<u64>,
     ticks_left: u8,
 }
@@ -84,6 +90,7 @@ enum Step {
     Book(usize),
     Come(usize),
     Close,
+    Reopen,
     TickHalf,
     TickToSlot,
 }
@@ -154,6 +161,7 @@ impl Protocol for World {
             callers_started: vec![false; self.config.callers],
             jobs: vec![Job::New; self.config.jobs],
             closed_until: None,
+            reopened: false,
             starts: Vec::new(),
             ticks_left: self.config.ticks,
         }
@@ -180,6 +188,7 @@ impl Protocol for World {
             callers_started: state.callers_started.clone(),
             jobs: state.jobs.clone(),
             closed_until: state.closed_until,
+            reopened: state.reopened,
             starts: state.starts.clone(),
             ticks_left: state.ticks_left,
         }
@@ -199,6 +208,10 @@ impl Protocol for World {
         }
         if self.config.closes_for.is_some() && state.closed_until.is_none() {
             steps.push(Step::Close);
+        }
+        if self.config.reopens && !state.reopened && state.closed_until.is_some_and(|until| state.now < until)
+        {
+            steps.push(Step::Reopen);
         }
         if state.ticks_left > 0 {
             steps.extend([Step::TickHalf, Step::TickToSlot]);
@@ -247,6 +260,13 @@ impl Protocol for World {
                 let duration = self.config.closes_for.expect("a closing configured");
                 state.model.close(key, rate, duration, now);
                 state.closed_until = Some(now + duration.as_micros() as u64);
+            }
+            Step::Reopen => {
+                if state.model.reopen(key, now).is_none() {
+                    return Err("a closed key not reopened".to_string());
+                }
+                state.closed_until = Some(now);
+                state.reopened = true;
             }
             Step::TickHalf => {
                 state.now += self.interval() / 2;
@@ -297,6 +317,7 @@ fn callers_and_jobs_within_a_burst_of_two() {
         callers: 2,
         jobs: 2,
         closes_for: None,
+        reopens: false,
         ticks: 4,
     });
 }
@@ -309,6 +330,20 @@ fn a_closing_longer_than_a_run_waits_sends_jobs_back() {
         callers: 1,
         jobs: 2,
         closes_for: Some(Duration::from_millis(1_500)),
+        reopens: false,
         ticks: 4,
+    });
+}
+
+#[test]
+fn a_key_reopened_early_keeps_its_rate_across_the_closing() {
+    explore(Config {
+        name: "2 callers and 1 job, 1 per 10 ms, burst 2, closed for 1.5 s, reopened early",
+        rate: rate(1, Duration::from_millis(10), 2),
+        callers: 2,
+        jobs: 1,
+        closes_for: Some(Duration::from_millis(1_500)),
+        reopens: true,
+        ticks: 3,
     });
 }

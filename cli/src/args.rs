@@ -98,6 +98,13 @@ pub enum Command {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
+    /// Reopen a throttled key its handler closed (an upstream's "429, retry after"), now: it
+    /// admits again as soon as its rate allows, as if its closing had ended now. Slots booked
+    /// while it was closed keep their times.
+    Reopen {
+        /// The throttled key, as the application names it.
+        key: String,
+    },
     /// Count the keys under the prefix by kind, and those without an expiry: what Redis keeps
     /// for redefer (a bounded SCAN, safe on a large production Redis; with --cluster: every
     /// master).

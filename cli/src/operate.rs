@@ -1,6 +1,5 @@
 //! Each command, carried out on the store.
 
-use redefer::RedisStore;
 use redefer::dashboard::{Dashboard, DashboardOptions};
 use redefer::queue::QueueStore;
 use redefer::queue::{
@@ -9,6 +8,8 @@ use redefer::queue::{
 use redefer::redis::aio::ConnectionLike;
 use redefer::store::ListLocks;
 use redefer::store::footprint::ScanFootprint;
+use redefer::throttle::ThrottleStore;
+use redefer::{LockKey, RedisStore};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -23,9 +24,11 @@ where
 {
     // Every command but these works on one queue, which must be one the application has.
     let queue = match cli.command {
-        Command::Queues | Command::Locks { .. } | Command::Dashboard { .. } | Command::Footprint { .. } => {
-            None
-        }
+        Command::Queues
+        | Command::Locks { .. }
+        | Command::Reopen { .. }
+        | Command::Dashboard { .. }
+        | Command::Footprint { .. } => None,
         _ => Some(known_queue(&store, &target).await?),
     };
     let queue = || queue.as_ref().ok_or("this command names no queue");
@@ -186,6 +189,16 @@ where
                     })
                     .collect(),
             )
+        }
+        Command::Reopen { key } => {
+            let key = LockKey::new(key)?;
+            let Some(opens_in) = store.reopen(&key).await? else {
+                return Err(format!("key {key} is not closed: nothing reopened").into());
+            };
+            Output::Record(json!({
+                "reopened": key.as_str(),
+                "next_slot_ms": u64::try_from(opens_in.as_millis()).unwrap_or(u64::MAX),
+            }))
         }
         Command::Dashboard {
             bind,

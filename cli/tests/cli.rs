@@ -651,6 +651,40 @@ async fn a_newcomer_is_told_where_to_look() {
     assert_eq!(footprint["kinds"]["queues"]["never_expire"], 1, "{footprint}");
 }
 
+/// `reopen` lifts a closing now: the key's next slot is the one its rate gives (its closing's
+/// hour gone), `locks` no longer shows it closed, and a key that is not closed is named as
+/// such (exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_reopens_a_closed_key() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let key = LockKey::new("api.example").unwrap();
+    let rate = Rate::new(1, Duration::from_secs(60)).unwrap();
+    store.admit(&key, rate, None).await.unwrap();
+    store
+        .close_for(&key, rate, Duration::from_secs(3_600))
+        .await
+        .unwrap();
+    let closed_for = |locks: &Value| locks.as_array().unwrap()[0]["closed_ms"].clone();
+    let locks = json(&server, &prefix, &["locks"]);
+    assert!(
+        closed_for(&locks).as_u64().is_some_and(|ms| ms > 3_500_000),
+        "{locks}"
+    );
+
+    let reopened = json(&server, &prefix, &["reopen", "api.example"]);
+    assert_eq!(reopened["reopened"], "api.example", "{reopened}");
+    // The admission before the closing still holds the key's slot for its minute.
+    let next_slot = reopened["next_slot_ms"].as_u64().unwrap();
+    assert!(next_slot > 0 && next_slot <= 60_000, "{reopened}");
+    let locks = json(&server, &prefix, &["locks"]);
+    assert_eq!(closed_for(&locks), Value::Null, "{locks}");
+
+    let again = redefer(&server, &prefix, &["reopen", "api.example"]).expect_err("exit 1");
+    assert!(again.contains("not closed"), "{again}");
+}
+
 /// With `--cluster`, the command lists the locks of every master, not those of the node its
 /// URL names (a SCAN of one node would see a third of them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -66,4 +66,9 @@ impl ThrottleStore for MemoryStore {
             lock_unpoisoned(&self.state_of::<ThrottleModel>()).close(key, rate, duration, now_micros());
         Ok(Duration::from_micros(opens_in))
     }
+
+    async fn reopen(&self, key: &LockKey) -> Result<Option<Duration>, StoreError> {
+        let opens_in = lock_unpoisoned(&self.state_of::<ThrottleModel>()).reopen(key, now_micros());
+        Ok(opens_in.map(Duration::from_micros))
+    }
 }

@@ -54,7 +54,15 @@ pub(crate) struct KeySchedule {
     pub(crate) sent_back: HashMap<Waiter, u64>,
     /// Until when the key was closed (0: never), for the listing.
     pub(crate) closed_until: u64,
+    /// The key's two times when it was closed, while it is: a reopening takes back what the
+    /// closing added, never the schedule the closing found.
+    before_closing: (u64, u64),
 }
+
+/// How many bookings from a closed key's end on a reopening looks at (its script's bounded
+/// work): the jobs sent back among them get their runs back. Past them, the key's runs stay
+/// where the closing put them.
+pub const MAX_REOPENED_WAITERS: usize = 1_000;
 
 /// The most a job waits for its start within its run (its scheduler's place held all that
 /// while); a job told to wait longer goes back to wait in the queue (the script's constant).
@@ -171,11 +179,69 @@ impl ThrottleModel {
     /// earlier. How long until it opens, in µs (`throttle_close.lua`).
     pub fn close(&mut self, key: &LockKey, rate: Rate, duration: Duration, now: u64) -> u64 {
         let schedule = self.schedule_at(key, now, micros(rate.tolerance()));
+        if schedule.closed_until <= now {
+            schedule.before_closing = (schedule.free_at, schedule.run_free_at);
+        }
         let until = now.saturating_add(micros(duration));
         schedule.free_at = schedule.free_at.max(until);
         schedule.run_free_at = schedule.run_free_at.max(until);
         schedule.closed_until = schedule.closed_until.max(until);
         schedule.opens_at().saturating_sub(now)
+    }
+
+    /// Reopens `key` at `now` (µs since the epoch) if it is closed, as if its closing had ended
+    /// now: each of its times moves back by what the closing still held it, and no earlier than
+    /// the schedule the closing found (the rate's bound holds across the reopening); the slots
+    /// already booked keep their times. The jobs the closing sent back to wait had their runs
+    /// counted for then: those runs are given back (each job holds a booking at its start
+    /// again, counted when it starts), so that the runs move back with the rest; past
+    /// [`MAX_REOPENED_WAITERS`] bookings at or after the closing's end, the runs stay where they
+    /// are. How long until its next slot opens, in µs; `None` when it is not closed
+    /// (`throttle_reopen.lua`).
+    pub fn reopen(&mut self, key: &LockKey, now: u64) -> Option<u64> {
+        let schedule = self
+            .keys
+            .get_mut(key)
+            .filter(|schedule| schedule.closed_until > now)?;
+        let until = schedule.closed_until;
+        let (free_before, runs_before) = schedule.before_closing;
+        // The bookings from the closing's end on, in the order the script reads them (by
+        // time, then by name as Redis keeps them: a job sent back is named `>` and its waiter).
+        let mut waiting: Vec<(u64, String, &Waiter, bool)> = schedule
+            .bookings
+            .iter()
+            .map(|(waiter, slot)| (*slot, waiter.as_str().to_string(), waiter, false))
+            .chain(
+                schedule
+                    .sent_back
+                    .iter()
+                    .map(|(waiter, start)| (*start, format!(">{}", waiter.as_str()), waiter, true)),
+            )
+            .filter(|(at, ..)| *at >= until)
+            .collect();
+        waiting.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let all_given_back = waiting.len() <= MAX_REOPENED_WAITERS;
+        let given_back: Vec<(Waiter, u64)> = waiting
+            .into_iter()
+            .take(MAX_REOPENED_WAITERS)
+            .filter(|(.., sent_back)| *sent_back)
+            .map(|(start, _, waiter, _)| (waiter.clone(), start))
+            .collect();
+        for (waiter, start) in given_back {
+            schedule.sent_back.remove(&waiter);
+            schedule.bookings.insert(waiter, start);
+        }
+        // A time the closing found later than `until` was not held by it, nor is any of it now.
+        let taken_back = |time: u64, before: u64| {
+            let held = before.max(until) - before.max(now);
+            time.saturating_sub(held).max(now)
+        };
+        schedule.free_at = taken_back(schedule.free_at, free_before);
+        if all_given_back {
+            schedule.run_free_at = taken_back(schedule.run_free_at, runs_before);
+        }
+        schedule.closed_until = 0;
+        Some(schedule.opens_at() - now)
     }
 
     /// `key`'s times: when its next slot opens (`free_at`), and when the next run may start

@@ -1,17 +1,18 @@
 //! The throttle on Redis: each operation one call of `store/redis/lua/throttle.lua` (or
-//! `throttle_close.lua`).
+//! `throttle_close.lua`, `throttle_reopen.lua`).
 
 use std::time::{Duration, SystemTime};
 
 use redis::aio::ConnectionLike;
 
+use super::model::MAX_REOPENED_WAITERS;
 use super::{Admission, BOOKING_RETENTION, Booking, Rate, ThrottleStore};
 use crate::error::StoreError;
 use crate::guard::Waiter;
 use crate::key::LockKey;
 use crate::store::RedisStore;
 use crate::store::redis::keys::ThrottleKeys;
-use crate::store::redis::scripts::{THROTTLE, THROTTLE_CLOSE};
+use crate::store::redis::scripts::{THROTTLE, THROTTLE_CLOSE, THROTTLE_REOPEN};
 use crate::time::millis;
 
 /// The script's reply: status, microseconds to wait, the slot in microseconds since the epoch.
@@ -94,5 +95,18 @@ where
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(micros(opens_in))
+    }
+
+    async fn reopen(&self, key: &LockKey) -> Result<Option<Duration>, StoreError> {
+        self.prepare().await?;
+        let keys = ThrottleKeys::new(&self.prefix, key);
+        let opens_in: i64 = THROTTLE_REOPEN
+            .key(&keys.state)
+            .key(&keys.closed)
+            .key(&keys.bookings)
+            .arg(MAX_REOPENED_WAITERS)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok((opens_in >= 0).then(|| micros(opens_in)))
     }
 }

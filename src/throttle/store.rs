@@ -75,6 +75,14 @@ pub trait ThrottleStore: Sealed + Clone + Send + Sync + 'static {
         rate: Rate,
         duration: Duration,
     ) -> impl Future<Output = Result<Duration, StoreError>> + Send;
+
+    /// Reopens `key` if it is closed (an operator's call: the upstream is back), as if its
+    /// closing had ended now, by the store's clock: its next slot opens as soon as the schedule
+    /// the closing found allows (a key closed right after its burst still keeps its rate over
+    /// both sides of the closing), for requests and bookings made from now; bookings already
+    /// made keep their slots. How long until the key's next slot opens; `None` when the key
+    /// was not closed.
+    fn reopen(&self, key: &LockKey) -> impl Future<Output = Result<Option<Duration>, StoreError>> + Send;
 }
 
 /// How long a booking waits for its job past its slot before it is dropped (a job deleted by an

@@ -152,6 +152,10 @@ pub async fn store_with_a_job(
 pub trait Sequence: Sized {
     type Op: std::fmt::Debug + Clone;
 
+    /// How many sequences run unless `PROPTEST_CASES` says: more where a change is only seen
+    /// after a rarer run of operations.
+    const CASES: u32 = 96;
+
     /// A fresh model, and a fresh prefix on `server`.
     async fn start(server: &RedisServer) -> Self;
 
@@ -160,7 +164,7 @@ pub trait Sequence: Sized {
 }
 
 /// Runs generated sequences of `op` as `S` on a server of kind `server`: `PROPTEST_CASES` of
-/// them, else 96. Skipped where the server is not installed (see [`Server::available`]).
+/// them, else [`S::CASES`](Sequence::CASES). Skipped where the server is not installed (see [`Server::available`]).
 pub fn agree<S: Sequence>(server: Server, op: impl Strategy<Value = S::Op>) {
     if !server.available() {
         return;
@@ -170,7 +174,7 @@ pub fn agree<S: Sequence>(server: Server, op: impl Strategy<Value = S::Op>) {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|cases| cases.parse().ok())
-        .unwrap_or(96);
+        .unwrap_or(S::CASES);
     let mut runner = TestRunner::new(ProptestConfig {
         cases,
         failure_persistence: None,

@@ -348,7 +348,56 @@ async fn a_job_sent_back_and_claimed_late_waits_its_turn<S: Clocked>(store: S) {
     );
 }
 
+/// An operator reopens closed keys early (`ThrottleStore::reopen`): a key closed just after
+/// its admission admits again at the slot its rate gives (the admission before the closing
+/// still counts, not the closing's hour), a key closed while idle admits at once, the listing
+/// no longer shows them closed, and a key that is not closed is not reopened.
+async fn a_reopened_key_admits_at_the_slot_its_rate_gives<S: Clocked>(store: S) {
+    use redefer::LockKey;
+
+    let hour = Duration::from_secs(3_600);
+    let rate = Rate::new(1, Duration::from_secs(10)).unwrap();
+    let (busy, idle) = (
+        LockKey::new("busy.example").unwrap(),
+        LockKey::new("idle.example").unwrap(),
+    );
+    assert_eq!(
+        store.reopen(&busy).await.unwrap(),
+        None,
+        "a key never decided is not closed"
+    );
+    assert_eq!(store.admit(&busy, rate, None).await.unwrap(), Admission::Admitted);
+    assert_eq!(
+        store.reopen(&busy).await.unwrap(),
+        None,
+        "nor is a key only admitted"
+    );
+    for key in [&busy, &idle] {
+        store.close_for(key, rate, hour).await.unwrap();
+    }
+    let closed = store.list_locks(10).await.unwrap();
+    let shown_closed = closed.iter().filter(|lock| lock.closed_for.is_some()).count();
+    assert_eq!(shown_closed, 2, "{closed:?}");
+
+    let opens_in = store.reopen(&busy).await.unwrap().expect("a closed key reopened");
+    assert!(
+        opens_in > Duration::ZERO && opens_in <= rate.interval(),
+        "{opens_in:?}"
+    );
+    match store.admit(&busy, rate, None).await.unwrap() {
+        Admission::Throttled { opens_in } => assert!(opens_in <= rate.interval(), "{opens_in:?}"),
+        other => panic!("the admission before the closing no longer counts: {other:?}"),
+    }
+    assert_eq!(store.reopen(&idle).await.unwrap(), Some(Duration::ZERO));
+    assert_eq!(store.admit(&idle, rate, None).await.unwrap(), Admission::Admitted);
+
+    let listed = store.list_locks(10).await.unwrap();
+    assert!(listed.iter().all(|lock| lock.closed_for.is_none()), "{listed:?}");
+    assert_eq!(store.reopen(&busy).await.unwrap(), None, "reopened already");
+}
+
 for_each_store!(
+    a_reopened_key_admits_at_the_slot_its_rate_gives,
     a_job_sent_back_and_claimed_late_waits_its_turn,
     a_job_sent_back_and_claimed_late_keeps_its_booking,
     booked_jobs_of_a_closed_key_do_not_hold_the_schedulers_places,

@@ -231,8 +231,9 @@ pub(crate) struct ThrottleKeys {
     /// zset: waiter (a job, or a caller waiting in place) -> its booked slot (microseconds),
     /// until it comes.
     pub(crate) bookings: String,
-    /// string: until when the key was closed (microseconds since the epoch), while it is: for
-    /// operators' tools.
+    /// string: `<until> <free_at> <run_free_at>`, while the key is closed: until when, and the
+    /// two times of the schedule its closing found (microseconds since the epoch), for
+    /// operators' tools and a reopening.
     pub(crate) closed: String,
 }
 

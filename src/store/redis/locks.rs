@@ -199,7 +199,7 @@ where
     /// schedule is no longer ahead of the clock.
     async fn describe_throttle(&self, key: &str, tag: &str) -> Result<Option<LockInfo>, StoreError> {
         let found = keys::ThrottleKeys::of_found_tag(&self.prefix, tag);
-        let (pttl, state, booked, closed_until, time): (i64, Option<String>, u64, Option<u64>, (u64, u64)) =
+        let (pttl, state, booked, closing, time): (i64, Option<String>, u64, Option<String>, (u64, u64)) =
             redis::pipe()
                 .pttl(key)
                 .get(key)
@@ -225,7 +225,9 @@ where
             u64::try_from(pttl).ok().map(Duration::from_millis),
             booked,
             Duration::from_micros(opens_at.saturating_sub(now)),
-            closed_until
+            // `<until> <free_at> <run_free_at>` (lua/throttle_close.lua; 0.4 kept `<until>`).
+            closing
+                .and_then(|closing| closing.split(' ').next()?.parse::<u64>().ok())
                 .filter(|until| *until > now)
                 .map(|until| Duration::from_micros(until - now)),
         )))

@@ -110,6 +110,9 @@ pub(crate) static THROTTLE: LazyLock<Script> =
 /// A key closed until a time an upstream named.
 pub(crate) static THROTTLE_CLOSE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&with_schedule(include_str!("lua/throttle_close.lua"))));
+/// A closed key reopened by an operator.
+pub(crate) static THROTTLE_REOPEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&with_schedule(include_str!("lua/throttle_reopen.lua"))));
 script!(QUEUE_PUSH_MANY, QUEUE_PRELUDE, "queue_push_many.lua");
 script!(QUEUE_PENDING, QUEUE_PRELUDE, "queue_pending.lua");
 script!(REQUEST_RECORD, QUEUE_PRELUDE, "request_record.lua");
