@@ -95,7 +95,7 @@ pub mod error;
 pub mod key;
 pub mod metric_names;
 pub mod trace_context;
-// Internals, and the paths of 0.3.
+// What the fuzz targets (a crate of their own, `fuzz/`) call: public for them only.
 #[doc(hidden)]
 pub mod fuzz;
 mod renewal;

@@ -16,4 +16,4 @@ mod service;
 
 pub use self::layer::DebounceLayer;
 pub use self::service::DebounceService;
-pub use crate::queue::{Debounce, DebounceError};
+pub use crate::queue::debounce::{Debounce, DebounceError};

@@ -13,29 +13,32 @@
 //! beside them, on this vocabulary.
 
 mod call;
-mod conflict;
-mod current_job;
-mod decision;
+pub(crate) mod conflict;
+pub(crate) mod current_job;
+pub(crate) mod decision;
 mod error;
 mod extract;
 mod future;
 mod job_slot;
 mod line;
 mod nesting;
-mod next_slot;
-mod outcome;
+pub(crate) mod next_slot;
+pub(crate) mod outcome;
 mod request_id;
 mod service;
-mod ttl;
+pub(crate) mod ttl;
 mod waiter;
 
 pub(crate) use self::call::{Attempt, CallResult, Contended, Woken, call_contended};
-pub use self::conflict::{Conflict, ConflictKind, HeldConflict, ThrottledConflict};
-pub use self::current_job::{CurrentJob, current_job};
+// Each of these has one public path, in the module of its users: the conflict's vocabulary
+// in `strategy`, the running job in `scheduler`, the next slot in `throttle`, a request seen
+// before in `idempotency`, the default TTL in `lock`.
+pub(crate) use self::conflict::{Conflict, ConflictKind, HeldConflict, ThrottledConflict};
+pub(crate) use self::current_job::{CurrentJob, current_job};
 pub(crate) use self::current_job::{
     RunSignals, admitted_at_rate, handler_returned, lock_met, may_wait_in_place, out_of_slot, run_for_job,
 };
-pub use self::decision::{ConflictStrategy, Decision};
+pub(crate) use self::decision::{ConflictStrategy, Decision};
 pub use self::error::Error;
 pub use self::extract::KeyExtractor;
 pub(crate) use self::extract::guarded_key;
@@ -46,9 +49,10 @@ pub(crate) use self::line::{LineActions, LineFuture};
 pub(crate) use self::nesting::SendHandler;
 pub use self::nesting::{Nesting, OverGuard, OverHandler};
 pub(crate) use self::next_slot::Book;
-pub use self::next_slot::{Booking, NextSlot};
-pub use self::outcome::{Deferred, Duplicate, Outcome, Seen};
+pub(crate) use self::next_slot::{Booking, NextSlot};
+pub(crate) use self::outcome::Seen;
+pub use self::outcome::{Deferred, Duplicate, Outcome};
 pub(crate) use self::request_id::{current_request_id, with_request_id};
 pub use self::service::{Guard, GuardService, GuardedError, GuardedResponse, GuardedResult};
-pub use self::ttl::DEFAULT_TTL;
+pub(crate) use self::ttl::DEFAULT_TTL;
 pub use self::waiter::Waiter;

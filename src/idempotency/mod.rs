@@ -22,4 +22,4 @@ mod store;
 pub use self::layer::{DEFAULT_HOLD, IdempotencyLayer};
 pub use self::service::IdempotencyService;
 pub use self::store::{Begun, IdempotencyStore};
-pub use crate::guard::Seen;
+pub use crate::guard::outcome::Seen;

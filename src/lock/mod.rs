@@ -39,6 +39,6 @@ pub use self::service::LockService;
 pub(crate) use self::stop::StopListener;
 pub(crate) use self::store::AcquireRequest;
 pub use self::store::{Acquisition, LockStore};
-pub use crate::guard::DEFAULT_TTL;
+pub use crate::guard::ttl::DEFAULT_TTL;
 pub(crate) use crate::token::{FENCE_FLOOR, next_fences};
 pub use crate::token::{Fencing, FencingToken, LockToken};

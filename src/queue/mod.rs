@@ -8,7 +8,7 @@
 
 mod activity;
 mod codec;
-mod debounce;
+pub(crate) mod debounce;
 mod delay_queue;
 mod envelope;
 mod error;
@@ -31,7 +31,8 @@ mod work;
 
 pub use self::activity::{ACTIVITY_MINUTES, Counters, MinuteActivity};
 pub use self::codec::{Codec, Json};
-pub use self::debounce::{Debounce, DebounceError};
+// One public path: `redefer::debounce`.
+pub(crate) use self::debounce::Debounce;
 pub use self::delay_queue::{DEFAULT_MAX_PAYLOAD, DelayQueue};
 pub use self::envelope::Envelope;
 pub use self::error::QueueError;
@@ -43,7 +44,6 @@ pub use self::operator::{
     ControlQueue, InspectQueue, JobInfo, JobSet, ListCursor, ListedEntry, QueueOperator, QueueRegistry,
     QueueStats, RawJobState, RegisteredQueue,
 };
-#[doc(hidden)]
 pub use self::operator::{ListedJob, RawJob};
 pub(crate) use self::pending::Joining;
 pub use self::pending::{Coalesced, Keep, PendingPush, PendingRules, PendingStore};
@@ -56,7 +56,6 @@ pub use self::shards::MAX_SHARDS;
 pub(crate) use self::shards::Shards;
 pub use self::status::{JobStatus, attempts_in};
 pub use self::store::{Cancelled, Due, QueueCore, QueueStore};
-#[doc(hidden)]
 pub use self::store::{ClaimBatch, ClaimLimits, RawClaim};
 pub use self::wakeups::Wakeups;
 pub use self::work::AfterFailure;

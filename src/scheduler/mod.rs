@@ -20,7 +20,7 @@ pub use self::handle::SchedulerHandle;
 pub use self::job::JobService;
 pub use self::options::SchedulerOptions;
 pub use self::report::SchedulerReport;
-pub use crate::guard::{CurrentJob, current_job};
+pub use crate::guard::current_job::{CurrentJob, current_job};
 
 use std::future::Future;
 

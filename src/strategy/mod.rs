@@ -28,4 +28,5 @@ pub use self::retry::{Retry, RetryLimits};
 pub use self::supersede::Supersede;
 pub use self::switch::Switch;
 
-pub use crate::guard::{Conflict, ConflictKind, ConflictStrategy, Decision, HeldConflict, ThrottledConflict};
+pub use crate::guard::conflict::{Conflict, ConflictKind, HeldConflict, ThrottledConflict};
+pub use crate::guard::decision::{ConflictStrategy, Decision};

@@ -1,5 +1,5 @@
 //! How a throttle's refusal books the key's next slot: the store behind a
-//! [`NextSlot`](crate::guard::NextSlot).
+//! [`NextSlot`](crate::throttle::NextSlot).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -47,5 +47,4 @@ pub use self::layer::ThrottleLayer;
 pub use self::rate::{Rate, RateError};
 pub use self::service::ThrottleService;
 pub use self::store::{Admission, BOOKING_RETENTION, ThrottleStore};
-pub use crate::guard::Booking;
-pub use crate::guard::NextSlot;
+pub use crate::guard::next_slot::{Booking, NextSlot};
