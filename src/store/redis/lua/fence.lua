@@ -15,10 +15,16 @@
 -- last use, in ms: src/store/lifetimes.rs (IDLE_KEY_TTL) says why a minute.
 local IDLE_MS = 60000
 
--- The server's clock in whole microseconds since the epoch.
+-- The server's clock in whole microseconds since the epoch, read once per call of the script:
+-- a script runs as one step (nothing else runs meanwhile), and each `redis.call` costs Redis
+-- (a free permit's acquire read it twice, for its deadline and for its token).
+local clock_us
 local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not clock_us then
+    local t = redis.call('TIME')
+    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return clock_us
 end
 
 -- Hands out `n` tokens from `counter`, the first at least the server's clock in µs; returns
