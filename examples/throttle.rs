@@ -8,12 +8,12 @@
 //!
 //! Prints which fetches were admitted and which were refused with the exact time to the
 //! domain's next slot; then a fetch that meets a 429 closes the domain for a second, and the
-//! fetches after it are refused until it reopens.
+//! fetches after it are refused until it reopens; then an operator reopens it early.
 
 use std::time::{Duration, Instant};
 
 use redefer::throttle::{CloseError, Rate, ThrottleLayer, ThrottleStore, close_for};
-use redefer::{Error, Outcome};
+use redefer::{Error, LockKey, Outcome};
 use tower::{Layer, ServiceExt, service_fn};
 
 #[macro_use]
@@ -34,7 +34,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn run<St: ThrottleStore>(store: St) -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
     let rate = Rate::per_second(5)?;
-    let fetches = ThrottleLayer::new(store, |fetch: &Fetch| Some(fetch.domain.clone()), rate).layer(
+    let fetches = ThrottleLayer::new(store.clone(), |fetch: &Fetch| Some(fetch.domain.clone()), rate).layer(
         service_fn(|fetch: Fetch| async move {
             if fetch.rate_limited {
                 // The server said: not before a second from now. Nobody fetches this domain
@@ -76,5 +76,15 @@ async fn run<St: ThrottleStore>(store: St) -> Result<(), Box<dyn std::error::Err
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     println!("-- a second later the domain is open again");
     fetch(11, false).await;
+
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    println!("-- page 12 meets a 429 again, and an operator reopens the domain at once");
+    println!("   (from code, as here, or with `redefer reopen example.org`)");
+    fetch(12, true).await;
+    let domain = LockKey::new("example.org")?;
+    let opens_in = store.reopen(&domain).await?.ok_or("the domain was not closed")?;
+    println!("      reopened: its next slot opens in {opens_in:?}, the rate's, not the closing's second");
+    tokio::time::sleep(opens_in).await;
+    fetch(13, false).await;
     Ok(())
 }
