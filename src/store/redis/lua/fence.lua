@@ -29,13 +29,17 @@ end
 
 -- Hands out `n` tokens from `counter`, the first at least the server's clock in µs; returns
 -- the last (the first is `last - n + 1`).
+-- The counter is written to the clock and read in one call (`SET ... GET`): a counter that
+-- fell behind the clock, the common case (tokens are the clock unless a key takes more than
+-- one a microsecond), costs one call. Raised to the clock, a counter needs no history: it may
+-- expire, and its next use raises it again. One that stood ahead of the clock is counted on
+-- from (a second call).
 local function next_fences(counter, n)
-  local last = redis.call('INCRBY', counter, n)
-  local first = math.max(last - n + 1, now_us())
-  if first > last - n + 1 then
-    last = first + n - 1
-    -- Raised to the clock, a counter needs no history: it may expire (INCR keeps the TTL),
-    -- and its next use raises it again.
+  local now = now_us()
+  local last = now + n - 1
+  local before = tonumber(redis.call('SET', counter, string.format('%d', last), 'PX', IDLE_MS, 'GET')) or 0
+  if before + 1 > now then
+    last = before + n
     redis.call('SET', counter, string.format('%d', last), 'PX', IDLE_MS)
   end
   return last
