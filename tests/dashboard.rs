@@ -542,6 +542,10 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
     redefer::throttle::ThrottleStore::admit(&store, &LockKey::new("customer:5").unwrap(), rate, None)
         .await
         .unwrap();
+    let closed = LockKey::new("api.example").unwrap();
+    redefer::throttle::ThrottleStore::close_for(&store, &closed, rate, Duration::from_secs(600))
+        .await
+        .unwrap();
     let url = serve(Dashboard::new(store, DashboardOptions::default())).await;
     let http = reqwest::Client::new();
     let page = body(&http, format!("{url}/queues/orders")).await;
@@ -558,6 +562,12 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
     assert!(
         locks.contains("in 59") || locks.contains("in 60"),
         "the next slot, a minute ahead: {locks}"
+    );
+    // A key its handler closed says so, with how long it stays closed.
+    assert!(
+        locks.contains("api.example")
+            && (locks.contains("closed for 599") || locks.contains("closed for 600")),
+        "{locks}"
     );
 }
 

@@ -513,11 +513,20 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
          <th>reserved for</th></tr>",
     );
     for lock in &locks {
-        let (held, next_slot) = match lock.next_slot {
-            Some(opens_in) if opens_in.is_zero() => ("throttle".to_string(), "open".to_string()),
-            Some(opens_in) => ("throttle".to_string(), format!("in {} ms", opens_in.as_millis())),
-            None if lock.writing => ("1 writer".to_string(), String::new()),
-            None => match lock.limit {
+        let (held, next_slot) = match (lock.next_slot, lock.closed_for) {
+            // Closed by its handler (an upstream's "retry after"): `redefer reopen` opens it.
+            (Some(opens_in), Some(closed)) => (
+                "throttle".to_string(),
+                format!(
+                    "closed for {} ms, in {} ms",
+                    closed.as_millis(),
+                    opens_in.as_millis()
+                ),
+            ),
+            (Some(opens_in), None) if opens_in.is_zero() => ("throttle".to_string(), "open".to_string()),
+            (Some(opens_in), None) => ("throttle".to_string(), format!("in {} ms", opens_in.as_millis())),
+            (None, _) if lock.writing => ("1 writer".to_string(), String::new()),
+            (None, _) => match lock.limit {
                 Some(limit) => (format!("{} / {limit}", lock.holders), String::new()),
                 // A read-write lock without a limit of readers.
                 None => (format!("{} / no limit", lock.holders), String::new()),
