@@ -289,3 +289,40 @@ for_each_store!(
     coalesced_deferrals_over_a_rate_book_one_slot,
     a_retrying_caller_overtaken_by_a_newer_deferral_is_told_it_was_superseded,
 );
+
+/// Requests at their first conflict are ordered by their pushes, not by the clock: one pushed
+/// after another replaces its payload even when the clock stepped back in between (a host's
+/// time set back), and is not told that a newer request waits. On the queue's model
+/// (`queue_pending.lua` does the same steps; `tests/queue_model.rs`), whose clock a test sets.
+#[test]
+fn a_first_conflict_pushed_later_is_the_latest_though_the_clock_stepped_back() {
+    use redefer::queue::model::QueueModel;
+    use redefer::queue::{Counters, JobId, PendingPush, PendingRules};
+
+    let mut model = QueueModel::default();
+    let key = LockKey::new("account:1").unwrap();
+    let job = JobId::new("job-1").unwrap();
+    let rules = PendingRules {
+        keep: Keep::Latest,
+        debounce: None,
+        counters: Counters::Off,
+        arrived_ago: Duration::ZERO,
+    };
+    let now = 1_800_000_000_000;
+    let due = now + 60_000;
+    let first = model.push_pending(&key, &job, b"1".to_vec(), due, None, rules, now);
+    assert!(matches!(first, PendingPush::Stored { .. }), "{first:?}");
+    // The clock stepped back 5 ms before the next request's push.
+    let second = model.push_pending(&key, &job, b"2".to_vec(), due, None, rules, now - 5);
+    assert!(
+        matches!(second, PendingPush::Joined { revision: 2, .. }),
+        "{second:?}"
+    );
+    // A caller that waited in place is still ordered by when it arrived.
+    let waited = PendingRules {
+        arrived_ago: Duration::from_millis(10),
+        ..rules
+    };
+    let older = model.push_pending(&key, &job, b"3".to_vec(), due, None, waited, now);
+    assert!(matches!(older, PendingPush::Newer { .. }), "{older:?}");
+}

@@ -80,6 +80,13 @@ impl QueueModel {
                         due: from_epoch_ms(due),
                     };
                 }
+                // A request at its first conflict is ordered by its push, not by the clock, which
+                // may step back between two pushes (a host's time set back): it is the latest.
+                let arrived = if ago == 0 {
+                    arrived.max(record.arrived)
+                } else {
+                    arrived
+                };
                 if arrived < record.arrived {
                     return PendingPush::Newer {
                         id: record.job,

@@ -23,7 +23,8 @@
 local PENDING, PENDING_JOBS = KEYS[19], KEYS[20]
 local id, envelope, keep, field = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local now = now_ms()
-local arrived = now - (tonumber(ARGV[11]) or 0)
+local ago = tonumber(ARGV[11]) or 0
+local arrived = now - ago
 
 local function write_record(revision, first, job)
   redis.call('HSET', PENDING, field, string.format('%d %d %d %s', revision, first, arrived, job))
@@ -41,6 +42,11 @@ if pending then
     if keep == 'first' then
       record(ARGV[10], now, {'coalesced', 1})
       return {1, pending, revision, due}
+    end
+    -- A request at its first conflict is ordered by its push, not by the clock, which may step
+    -- back between two pushes (a host's time set back): it is the latest.
+    if ago == 0 and last_arrived and last_arrived > arrived then
+      arrived = last_arrived
     end
     if arrived < (last_arrived or arrived) then
       return {4, pending, revision, due}
