@@ -30,8 +30,6 @@ local waiter = ARGV[4]
 -- The most a job waits for its start within its run (its scheduler's place held all that
 -- while); a job told to wait longer goes back to wait in the queue (below).
 local MAX_RUN_WAIT_US = 1000000
--- What starts the booking of a job sent back to wait for its start: its run already counted.
-local SENT_BACK = '>'
 
 -- The waiter's booking: redeemed (admitted at its slot, once the runs allow), or found again.
 local slot, sent_back = nil, false

@@ -1,6 +1,7 @@
 -- Model: ThrottleModel (src/throttle/model.rs); tests/throttle_model.rs checks the two agree.
--- The prelude of the throttle's scripts (throttle.lua, throttle_close.lua), after their flags
--- line: the server's clock and the key's schedule, read from its state.
+-- The prelude of the throttle's scripts (throttle.lua, throttle_close.lua,
+-- throttle_reopen.lua), after their flags line: the server's clock and the key's schedule,
+-- read from its state.
 --
 -- KEYS[1] state: "<free_at>", or "<free_at> <run_free_at>" once they differ (only bookings
 -- make them differ), in microseconds since the epoch. ARGV[2] the rate's tolerance (us).
@@ -8,6 +9,9 @@
 
 local state_key = KEYS[1]
 local tolerance = tonumber(ARGV[2])
+-- What starts the booking of a job sent back to wait for its start, its run already counted
+-- (throttle.lua sends it back, throttle_reopen.lua gives the run back).
+local SENT_BACK = '>'
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])

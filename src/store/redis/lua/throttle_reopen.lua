@@ -15,8 +15,6 @@
 local closed_key = KEYS[2]
 local bookings_key = KEYS[3]
 local limit = tonumber(ARGV[1])
--- What starts the booking of a job sent back to wait for its start (throttle.lua).
-local SENT_BACK = '>'
 
 local closed = redis.call('GET', closed_key)
 if not closed then
