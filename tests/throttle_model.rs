@@ -73,16 +73,15 @@ fn steered(script: &str, expiries: &[&str]) -> redis::Script {
         PRELUDE.contains(SERVER_CLOCK),
         "the prelude reads the clock as the test expects"
     );
-    let prelude = PRELUDE.replace(SERVER_CLOCK, STEERED_CLOCK);
-    let mut body = body.to_string();
+    let mut script = PRELUDE.replace(SERVER_CLOCK, STEERED_CLOCK) + body;
     for expiry in expiries {
         assert!(
-            body.contains(expiry),
+            script.contains(expiry),
             "the script sets {expiry} as the test expects"
         );
-        body = body.replace(expiry, NO_EXPIRY);
+        script = script.replace(expiry, NO_EXPIRY);
     }
-    redis::Script::new(&format!("{flags}\n{prelude}{body}"))
+    redis::Script::new(&format!("{flags}\n{script}"))
 }
 
 #[derive(Debug, Clone)]

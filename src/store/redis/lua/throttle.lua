@@ -82,12 +82,7 @@ if start then
   run_free_at = math.max(run_free_at, start - tolerance) + interval
 end
 
-local forget = math.floor((math.max(free_at, run_free_at) + tolerance - now) / 1000) + 1
-if free_at == run_free_at then
-  redis.call('SET', state_key, string.format('%.0f', free_at), 'PX', forget)
-else
-  redis.call('SET', state_key, string.format('%.0f %.0f', free_at, run_free_at), 'PX', forget)
-end
+write_schedule(free_at, run_free_at)
 
 if status == 2 then
   return {2, start - now, slot}

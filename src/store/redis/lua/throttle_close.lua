@@ -29,12 +29,7 @@ closed_until = math.max(closed_until, until_at)
 
 free_at = math.max(free_at, until_at)
 run_free_at = math.max(run_free_at, until_at)
-local forget = math.floor((math.max(free_at, run_free_at) + tolerance - now) / 1000) + 1
-if free_at == run_free_at then
-  redis.call('SET', state_key, string.format('%.0f', free_at), 'PX', forget)
-else
-  redis.call('SET', state_key, string.format('%.0f %.0f', free_at, run_free_at), 'PX', forget)
-end
+write_schedule(free_at, run_free_at)
 local closed_ms = math.floor((closed_until - now) / 1000) + 1
 local closing = string.format('%.0f %.0f %.0f', closed_until, free_before, runs_before)
 redis.call('SET', closed_key, closing, 'PX', closed_ms)

@@ -5,7 +5,8 @@
 --
 -- KEYS[1] state: "<free_at>", or "<free_at> <run_free_at>" once they differ (only bookings
 -- make them differ), in microseconds since the epoch. ARGV[2] the rate's tolerance (us).
--- Top-level steps, not functions: a closure would be made anew at every call.
+-- Top-level steps where one script needs them: a function is a closure made anew at every
+-- call. The state's write is one, as two scripts make it (throttle.lua, throttle_close.lua).
 
 local state_key = KEYS[1]
 local tolerance = tonumber(ARGV[2])
@@ -25,6 +26,16 @@ if state then
   else
     local a, b = string.match(state, '^(%d+) (%d+)$')
     free_at, run_free_at = tonumber(a) or 0, tonumber(b) or 0
+  end
+end
+
+-- Writes the schedule to the state, kept until its last time passes the tolerance.
+local function write_schedule(free, runs)
+  local forget = math.floor((math.max(free, runs) + tolerance - now) / 1000) + 1
+  if free == runs then
+    redis.call('SET', state_key, string.format('%.0f', free), 'PX', forget)
+  else
+    redis.call('SET', state_key, string.format('%.0f %.0f', free, runs), 'PX', forget)
   end
 end
 
