@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::defer::{JobWaits, back_to_wait, lock_wait_fallback};
-use super::group_of::{GroupOf, queue_for};
+use super::job_target::JobTarget;
 use super::line_cap::take_place;
 use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
@@ -75,19 +75,15 @@ use crate::queue::{Codec, DelayQueue, Due, JobGroup, JobId, Joining, Json, Keep,
 /// # Ok(()) }
 /// ```
 pub struct Coalesce<Req, St, Enc = Json> {
-    queue: DelayQueue<Req, St, Enc>,
+    target: JobTarget<Req, St, Enc>,
     keep: Keep,
-    group_of: Option<GroupOf<Req>>,
-    line_cap: Option<LineCap>,
 }
 
 impl<Req, St, Enc> std::fmt::Debug for Coalesce<Req, St, Enc> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Coalesce")
-            .field("queue", &self.queue)
+            .field("target", &self.target)
             .field("keep", &self.keep)
-            .field("group_of", &self.group_of.is_some())
-            .field("line_cap", &self.line_cap)
             .finish()
     }
 }
@@ -95,10 +91,8 @@ impl<Req, St, Enc> std::fmt::Debug for Coalesce<Req, St, Enc> {
 impl<Req, St: Clone, Enc: Clone> Clone for Coalesce<Req, St, Enc> {
     fn clone(&self) -> Self {
         Coalesce {
-            queue: self.queue.clone(),
+            target: self.target.clone(),
             keep: self.keep,
-            group_of: self.group_of.clone(),
-            line_cap: self.line_cap,
         }
     }
 }
@@ -107,10 +101,8 @@ impl<Req, St, Enc> Coalesce<Req, St, Enc> {
     /// Defers to `queue`, a key's waiting job keeping `keep`'s request.
     pub fn new(queue: DelayQueue<Req, St, Enc>, keep: Keep) -> Self {
         Coalesce {
-            queue,
+            target: JobTarget::new(queue),
             keep,
-            group_of: None,
-            line_cap: None,
         }
     }
 
@@ -130,7 +122,7 @@ impl<Req, St, Enc> Coalesce<Req, St, Enc> {
     /// job leaves it in its group).
     pub fn group(self, group_of: impl Fn(&Req) -> Option<JobGroup> + Send + Sync + 'static) -> Self {
         Coalesce {
-            group_of: Some(std::sync::Arc::new(group_of)),
+            target: self.target.grouped(group_of),
             ..self
         }
     }
@@ -139,7 +131,7 @@ impl<Req, St, Enc> Coalesce<Req, St, Enc> {
     /// request that joins the key's waiting job adds no one to the line and always passes.
     pub fn max_waiting(self, cap: LineCap) -> Self {
         Coalesce {
-            line_cap: Some(cap),
+            target: self.target.capped(cap),
             ..self
         }
     }
@@ -156,12 +148,12 @@ where
         conflict: Conflict,
         request: &Req,
     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
-        if let Some(back) = back_to_wait(self.queue.name(), &conflict, JobWaits::InTheQueue) {
+        if let Some(back) = back_to_wait(self.target.queue.name(), &conflict, JobWaits::InTheQueue) {
             return Either::Left(back);
         }
-        let queue = queue_for(&self.queue, self.group_of.as_ref(), request);
+        let queue = self.target.queue_for(request);
         let request = request.clone();
-        let (keep, line_cap) = (self.keep, self.line_cap);
+        let (keep, line_cap) = (self.keep, self.target.line_cap);
         // A caller that waited in place before deferring arrived that long ago: a newer
         // request's payload already in the job stays. One that meets its first conflict is
         // ordered by its push (concurrent first deferrals: the last stored is the latest).

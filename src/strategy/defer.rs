@@ -8,7 +8,7 @@ use futures_util::future::Either;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::group_of::{GroupOf, queue_for};
+use super::job_target::JobTarget;
 use super::line_cap::take_place;
 use super::{Conflict, ConflictStrategy, Decision};
 use crate::error::BoxError;
@@ -65,10 +65,8 @@ use crate::queue::{Due, QueueStore};
 /// # Ok(()) }
 /// ```
 pub struct Defer<Req, St, Enc = Json> {
-    queue: DelayQueue<Req, St, Enc>,
+    target: JobTarget<Req, St, Enc>,
     job_id: Option<Arc<JobIdOf<Req>>>,
-    group_of: Option<GroupOf<Req>>,
-    line_cap: Option<LineCap>,
 }
 
 /// Derives a request's idempotency key.
@@ -77,10 +75,8 @@ type JobIdOf<Req> = dyn Fn(&Req) -> Option<String> + Send + Sync;
 impl<Req, St, Enc> std::fmt::Debug for Defer<Req, St, Enc> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Defer")
-            .field("queue", &self.queue)
+            .field("target", &self.target)
             .field("job_id", &self.job_id.is_some())
-            .field("group_of", &self.group_of.is_some())
-            .field("line_cap", &self.line_cap)
             .finish()
     }
 }
@@ -88,10 +84,8 @@ impl<Req, St, Enc> std::fmt::Debug for Defer<Req, St, Enc> {
 impl<Req, St: Clone, Enc: Clone> Clone for Defer<Req, St, Enc> {
     fn clone(&self) -> Self {
         Defer {
-            queue: self.queue.clone(),
+            target: self.target.clone(),
             job_id: self.job_id.clone(),
-            group_of: self.group_of.clone(),
-            line_cap: self.line_cap,
         }
     }
 }
@@ -100,10 +94,8 @@ impl<Req, St, Enc> Defer<Req, St, Enc> {
     /// Defers to `queue`, each request under a fresh random job id.
     pub fn new(queue: DelayQueue<Req, St, Enc>) -> Self {
         Defer {
-            queue,
+            target: JobTarget::new(queue),
             job_id: None,
-            group_of: None,
-            line_cap: None,
         }
     }
 
@@ -150,7 +142,7 @@ impl<Req, St, Enc> Defer<Req, St, Enc> {
     /// ```
     pub fn group(self, group_of: impl Fn(&Req) -> Option<JobGroup> + Send + Sync + 'static) -> Self {
         Defer {
-            group_of: Some(Arc::new(group_of)),
+            target: self.target.grouped(group_of),
             ..self
         }
     }
@@ -171,7 +163,7 @@ impl<Req, St, Enc> Defer<Req, St, Enc> {
     /// ```
     pub fn max_waiting(self, cap: LineCap) -> Self {
         Defer {
-            line_cap: Some(cap),
+            target: self.target.capped(cap),
             ..self
         }
     }
@@ -189,9 +181,12 @@ where
         request: &Req,
     ) -> impl Future<Output = Result<Decision, BoxError>> + Send + 'static {
         if let Some(back) = back_to_wait(
-            self.queue.name(),
+            self.target.queue.name(),
             &conflict,
-            JobWaits::in_place(self.queue.policy(), lock_wait_fallback(&self.queue, &conflict)),
+            JobWaits::in_place(
+                self.target.queue.policy(),
+                lock_wait_fallback(&self.target.queue, &conflict),
+            ),
         ) {
             return Either::Left(back);
         }
@@ -203,12 +198,12 @@ where
             None => Ok(current_request_id().unwrap_or_else(JobId::random)),
         };
         let encoded: Result<_, BoxError> = match id {
-            Ok(id) => self.queue.encode_new(id, request).map_err(Into::into),
+            Ok(id) => self.target.queue.encode_new(id, request).map_err(Into::into),
             Err(invalid) => Err(invalid.into()),
         };
-        let queue = queue_for(&self.queue, self.group_of.as_ref(), request);
+        let queue = self.target.queue_for(request);
         let fallback = lock_wait_fallback(&queue, &conflict);
-        let line_cap = self.line_cap;
+        let line_cap = self.target.line_cap;
         Either::Right(async move {
             let (id, bytes) = encoded?;
             let shard = queue.shard_of(&id).clone();

@@ -15,7 +15,7 @@
 mod coalesce;
 mod defer;
 mod fail_fast;
-mod group_of;
+mod job_target;
 mod line_cap;
 mod retry;
 mod supersede;
