@@ -14,15 +14,17 @@ use tower::Service;
 use tracing::Instrument;
 
 use super::{Conflict, ConflictKind, ConflictStrategy, Decision, Error, Nesting, Outcome, out_of_slot};
-use crate::error::StoreError;
+use super::{Guard, GuardedResult};
+use crate::error::{KeyError, StoreError};
 use crate::key::LockKey;
+use crate::sealed::SealedGuard;
 
 /// The result of a guarded call over `S` whose guard wraps it as `N` says.
-pub(crate) type CallResult<S, Req, N> =
+pub type CallResult<S, Req, N> =
     Result<Outcome<<N as Nesting<S, Req>>::Response>, Error<<N as Nesting<S, Req>>::Error>>;
 
 /// One attempt at the key.
-pub(crate) enum Attempt<H> {
+pub enum Attempt<H> {
     /// The key is the call's, as `H` says (a lock's fence, say).
     Taken(H),
     /// A key is taken: which (one of the call's keys, for a guard of several), what the
@@ -36,7 +38,7 @@ pub(crate) enum Attempt<H> {
 
 /// How a wait before the next attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Woken {
+pub enum Woken {
     /// A key was handed to the call in its line (or may have been, unheard: the store began
     /// listening only then, or missed announcements): the next attempt is its turn, not a
     /// retry of its own, and counts no attempt against the strategy's bounds. (A set is handed its keys
@@ -49,7 +51,7 @@ pub(crate) enum Woken {
 }
 
 /// What a guard supplies to the call path ([`call_contended`]).
-pub(crate) trait Contended<S: Service<Req>, Req>: Send + Sync + 'static {
+pub trait Contended<S: Service<Req>, Req>: Send + Sync + 'static {
     /// What the guard wraps: a handler, or another guard's service.
     type Over: Nesting<S, Req>;
     /// What a call is for: one key, or a set of keys taken together.
@@ -61,6 +63,10 @@ pub(crate) trait Contended<S: Service<Req>, Req>: Send + Sync + 'static {
     type Attempts: Send;
     /// What a call that took the key holds.
     type Holding: Send;
+
+    /// The key of `request`: `None` passes it unguarded, an error refuses it before any store
+    /// call.
+    fn key(&self, request: &Req) -> Result<Option<Self::Key>, KeyError>;
 
     /// The guard's strategy.
     fn strategy(&self) -> &Self::Strategy;
@@ -120,6 +126,35 @@ pub(crate) trait Contended<S: Service<Req>, Req>: Send + Sync + 'static {
         inner: S,
         request: Req,
     ) -> impl Future<Output = CallResult<S, Req, Self::Over>> + Send;
+}
+
+/// Marks the guards whose calls take this path: each is its service's [`Guard`] by it. (A
+/// bound of its own, not `Contended`'s: no other crate can implement it for the crate's other
+/// guards, which is how their own `Guard` impls stay apart from this one.)
+pub trait TakesContendedPath: SealedGuard {}
+
+/// Every guard a request can meet taken is its service's guard by this call path.
+impl<S, Req, G> Guard<S, Req> for G
+where
+    G: Contended<S, Req> + TakesContendedPath,
+    S: Service<Req> + Send + 'static,
+    Req: Send + 'static,
+{
+    type Over = G::Over;
+    type Key = G::Key;
+
+    fn key(&self, request: &Req) -> Result<Option<G::Key>, KeyError> {
+        Contended::key(self, request)
+    }
+
+    fn call(
+        self: Arc<Self>,
+        key: G::Key,
+        inner: S,
+        request: Req,
+    ) -> impl Future<Output = GuardedResult<S, Req, Self>> + Send + 'static {
+        call_contended(self, key, inner, request)
+    }
 }
 
 /// Where one call is.

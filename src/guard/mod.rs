@@ -29,7 +29,7 @@ mod service;
 pub(crate) mod ttl;
 mod waiter;
 
-pub(crate) use self::call::{Attempt, CallResult, Contended, Woken, call_contended};
+pub(crate) use self::call::{Attempt, CallResult, Contended, TakesContendedPath, Woken};
 // Each of these has one public path, in the module of its users: the conflict's vocabulary
 // in `strategy`, the running job in `scheduler`, the next slot in `throttle`, a request seen
 // before in `idempotency`, the default TTL in `lock`.

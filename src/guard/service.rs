@@ -77,7 +77,12 @@ pub type GuardedResult<S, Req, G> =
     Result<Outcome<GuardedResponse<S, Req, G>>, Error<GuardedError<S, Req, G>>>;
 
 /// What a guard does with the requests of its [`GuardService`]: the layers of the crate's
-/// guards implement it (sealed).
+/// guards implement it (sealed). The guards whose key a request can meet taken
+/// ([`LockLayer`](crate::LockLayer), [`LockSetLayer`](crate::lock_set::LockSetLayer),
+/// [`ReadWriteLayer`](crate::read_write::ReadWriteLayer),
+/// [`ThrottleLayer`](crate::throttle::ThrottleLayer)) implement it by one call path, hence
+/// the one impl for all of them below; [`DebounceLayer`](crate::debounce::DebounceLayer) and
+/// [`IdempotencyLayer`](crate::idempotency::IdempotencyLayer) by their own.
 pub trait Guard<S: Service<Req>, Req>: SealedGuard + Send + Sync + 'static {
     /// What the guard wraps: a handler ([`OverHandler`](super::OverHandler)) or another
     /// guard's service ([`OverGuard`](super::OverGuard)).

@@ -7,17 +7,17 @@ use std::panic::resume_unwind;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::{Instant, sleep};
+use tokio::time::Instant;
 
 use super::holds::DEFAULT_TYPICAL_HOLD;
-use super::{Heard, LISTEN_WITHIN, LockLayer};
-use crate::error::StoreError;
-use crate::guard::{Attempt, CallResult, Contended, Woken, current_job};
+use super::{LISTEN_WITHIN, LockLayer, wait_for_turn};
+use crate::error::{KeyError, StoreError};
+use crate::guard::{Attempt, CallResult, Contended, Woken};
 use crate::guard::{ConflictKind, Error, HeldConflict, OverHandler};
-use crate::guard::{SendHandler, Waiter};
+use crate::guard::{KeyExtractor, SendHandler, Waiter, guarded_key};
 use crate::key::LockKey;
 use crate::lock::{
-    Acquisition, FencingToken, Handoffs, HeldLock, Holders, LockSpace, LockStore, LockToken, ReleaseOnDrop,
+    Acquisition, Caller, FencingToken, Handoffs, HeldLock, Holders, LockSpace, LockStore, ReleaseOnDrop,
     StopListener, held_by_caller, hold_ended, run_renewed,
 };
 use crate::metric_names;
@@ -25,28 +25,18 @@ use crate::renewal::{Lease, Renewal};
 use crate::strategy::{ConflictStrategy, Decision};
 
 /// What one locked call keeps from attempt to attempt.
-pub(crate) struct LockAttempts<St: LockStore> {
+pub struct LockAttempts<St: LockStore> {
     /// Where the key is held: this layer's store, as a mutex or as permits.
     space: LockSpace,
-    token: LockToken,
+    caller: Caller,
     /// Releases the key (and leaves the line) on every exit path, cancellation included. It
     /// keeps the store as this call holds its key: the layer's, or its writers' side (a
     /// read-write lock's write), which every step of the call uses.
     release: ReleaseOnDrop<St>,
-    /// A re-injected job meets the lock as its own waiter: the key may be reserved for it.
-    job: Option<Waiter>,
     line: PlaceInLine,
-    /// The last conflict's holder: how long it still lives, and whether it is a reservation.
-    holder: (Option<Duration>, bool),
 }
 
 impl<St: LockStore> LockAttempts<St> {
-    /// Who this call is, in the key's line and to its holders; built only when needed (a
-    /// conflict, a superseding strategy): an uncontended call allocates nothing for it.
-    fn caller(&self) -> Waiter {
-        self.job.clone().unwrap_or_else(|| Waiter::caller(self.token))
-    }
-
     /// The store as this call holds its key.
     fn store(&self) -> &St {
         self.release.store()
@@ -55,7 +45,7 @@ impl<St: LockStore> LockAttempts<St> {
 
 /// The key acquired: its fencing token, and when the acquire was sent (the lease runs from
 /// there).
-pub(crate) struct Acquired {
+pub struct Acquired {
     fence: Option<FencingToken>,
     at: Instant,
 }
@@ -65,7 +55,7 @@ where
     S: SendHandler<Req>,
     Req: Send + 'static,
     St: LockStore,
-    X: Send + Sync + 'static,
+    X: KeyExtractor<Req> + Send + Sync + 'static,
     Strat: ConflictStrategy<Req>,
 {
     type Over = OverHandler;
@@ -73,6 +63,10 @@ where
     type Strategy = Strat;
     type Attempts = LockAttempts<St>;
     type Holding = Acquired;
+
+    fn key(&self, request: &Req) -> Result<Option<LockKey>, KeyError> {
+        guarded_key(&self.extractor, request)
+    }
 
     fn strategy(&self) -> &Strat {
         &self.strategy
@@ -97,13 +91,13 @@ where
     ) -> Result<Attempt<Acquired>, StoreError> {
         let sent = Instant::now();
         attempts.release.arm();
-        let me = attempts.line.place.as_ref().or(attempts.job.as_ref());
+        let me = attempts.line.place.as_ref().or(attempts.caller.job.as_ref());
         let holders = attempts.store().holders(key);
         // An error leaves the release armed: not knowing whether the acquire took effect, it
         // releases by token on its way out (and leaves the line).
         let acquisition = attempts
             .store()
-            .acquire(key, attempts.token, self.ttl, holders, me, self.fencing)
+            .acquire(key, attempts.caller.token, self.ttl, holders, me, self.fencing)
             .await?;
         let (remaining, ahead, typical_hold, reserved) = match acquisition {
             Acquisition::Acquired(fence) => {
@@ -118,14 +112,14 @@ where
             } => (remaining, ahead, typical_hold, reserved),
         };
         attempts.release.disarm();
-        attempts.holder = (remaining, reserved);
+        attempts.caller.met(remaining, reserved);
         ::metrics::gauge!(metric_names::LOCK_WAITERS).set(ahead as f64);
         let typical_hold = typical_hold.or_else(|| self.holds.typical());
         let line = super::line_of(
             attempts.store().clone(),
             key.clone(),
             attempts.line.place.clone(),
-            attempts.caller(),
+            attempts.caller.waiter(),
         );
         Ok(Attempt::Met {
             at: key.clone(),
@@ -145,7 +139,7 @@ where
         attempts: &mut LockAttempts<St>,
         delay: Duration,
     ) -> Result<Woken, StoreError> {
-        let me = attempts.caller();
+        let me = attempts.caller.waiter();
         attempts.line.join(key, me, &mut attempts.release).await?;
         Ok(attempts.line.wait_turn(delay).await)
     }
@@ -157,15 +151,15 @@ where
         decision: Option<&Decision>,
     ) -> Result<(), StoreError> {
         let LockAttempts {
-            release, job, line, ..
+            release,
+            caller,
+            line,
+            ..
         } = attempts;
-        match (decision, &*job) {
+        match (decision, &caller.job) {
             // A job waits in line: its scheduler puts it back to wait for its turn.
             (Some(Decision::Reject { .. }), Some(me)) => {
-                // A holder's TTL bounds its lock should it die; a reservation's runs out into
-                // the next handoff, not into a free key.
-                let (remaining, reserved) = attempts.holder;
-                crate::guard::lock_met(remaining.filter(|_| !reserved));
+                caller.tell_job_of_holder();
                 let store = release.store();
                 store
                     .join_line(key, me, line.place.as_ref(), store.holders(key), None)
@@ -220,8 +214,8 @@ where
         let stop = self
             .strategy
             .supersedes()
-            .then(|| StopListener::start(attempts.store(), &key, attempts.caller()));
-        let token = attempts.token;
+            .then(|| StopListener::start(attempts.store(), &key, attempts.caller.waiter()));
+        let token = attempts.caller.token;
         let renewal = Renewal::start("lock", self.ttl, acquired_at, {
             let (store, key, ttl) = (attempts.store().clone(), key.clone(), self.ttl);
             move || {
@@ -276,14 +270,12 @@ impl<St: LockStore, X, Strat> LockLayer<St, X, Strat> {
         if held_by_caller(space, key) {
             return Err(Error::HeldByCaller { key: key.clone() });
         }
-        let token = LockToken::random();
+        let caller = Caller::new();
         Ok(LockAttempts {
-            release: ReleaseOnDrop::new(store, key.clone(), token),
+            release: ReleaseOnDrop::new(store, key.clone(), caller.token),
             space,
-            token,
-            job: current_job().map(|job| Waiter::job(&job.shard, &job.id)),
+            caller,
             line: PlaceInLine::default(),
-            holder: (None, false),
         })
     }
 }
@@ -320,24 +312,7 @@ impl PlaceInLine {
 
     /// Waits until the key is handed to us, or `delay` passes (the fallback poll).
     async fn wait_turn(&mut self, delay: Duration) -> Woken {
-        let (Some(me), Some(handoffs)) = (&self.place, &mut self.handoffs) else {
-            sleep(delay).await;
-            return Woken::Timer;
-        };
-        let my_turn = async {
-            loop {
-                match handoffs.hear().await {
-                    Heard::HandedTo(waiter) if waiter == *me => return Woken::Turn,
-                    Heard::HandedTo(_) => continue,
-                    // Look at the key again: its handoff to us may have gone unheard.
-                    Heard::Listening | Heard::Missed => return Woken::Turn,
-                }
-            }
-        };
-        tokio::select! {
-            woken = my_turn => woken,
-            () = sleep(delay) => Woken::Timer,
-        }
+        wait_for_turn(self.handoffs.as_mut_slice(), self.place.as_ref(), delay).await
     }
 
     /// Leaves the line, if in it: a caller that stops waiting must not hold up the others.

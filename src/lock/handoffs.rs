@@ -2,9 +2,11 @@
 
 use std::time::Duration;
 
+use futures_util::future::select_all;
 use tokio::sync::broadcast;
+use tokio::time::sleep;
 
-use crate::guard::Waiter;
+use crate::guard::{Waiter, Woken};
 
 /// The handoffs of one key, as the store announces them (pub/sub on Redis, one subscriber
 /// shared by every waiter of a store). Best effort: a waiter also polls on its backoff.
@@ -137,4 +139,35 @@ pub(crate) enum Heard {
     Listening,
     /// Announcements were missed (too many at once).
     Missed,
+}
+
+/// Waits until one of `handoffs` (a key's, or each of a set's group) hands its key to `me`, or
+/// may have (unheard), or `delay` passes (the fallback poll); the poll alone when not in line.
+pub(crate) async fn wait_for_turn(handoffs: &mut [Handoffs], me: Option<&Waiter>, delay: Duration) -> Woken {
+    let (Some(me), false) = (me, handoffs.is_empty()) else {
+        sleep(delay).await;
+        return Woken::Timer;
+    };
+    let my_turn = async {
+        loop {
+            let heard = match &mut *handoffs {
+                [one] => one.hear().await,
+                many => {
+                    select_all(many.iter_mut().map(|handoffs| Box::pin(handoffs.hear())))
+                        .await
+                        .0
+                }
+            };
+            match heard {
+                Heard::HandedTo(waiter) if waiter == *me => return Woken::Turn,
+                Heard::HandedTo(_) => continue,
+                // Look at the keys again: a handoff to us may have gone unheard.
+                Heard::Listening | Heard::Missed => return Woken::Turn,
+            }
+        }
+    };
+    tokio::select! {
+        woken = my_turn => woken,
+        () = sleep(delay) => Woken::Timer,
+    }
 }

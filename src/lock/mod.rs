@@ -10,6 +10,7 @@
 
 mod boxed;
 mod call;
+mod caller;
 mod handoffs;
 mod held;
 mod holders;
@@ -25,8 +26,9 @@ mod store;
 
 pub use self::boxed::BoxLockService;
 pub(crate) use self::call::{Acquired, LockAttempts, estimate_wait};
+pub(crate) use self::caller::Caller;
 pub use self::handoffs::Handoffs;
-pub(crate) use self::handoffs::{Heard, LISTEN_WITHIN, LISTENING};
+pub(crate) use self::handoffs::{LISTEN_WITHIN, LISTENING, wait_for_turn};
 pub use self::held::{HeldLock, current_lock, current_locks};
 pub(crate) use self::held::{LockSpace, held_by_caller, run_holdings};
 pub use self::holders::Holders;

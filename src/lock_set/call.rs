@@ -8,30 +8,28 @@ use std::panic::resume_unwind;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_util::future::{join_all, select_all, try_join_all};
-use tokio::time::{Instant, sleep};
+use futures_util::future::{join_all, try_join_all};
+use tokio::time::Instant;
 
 use super::line::set_line_of;
 use super::name::set_name;
-use super::{HeldKey, LockSetLayer, LockSetStore, SetAcquisition};
-use crate::error::StoreError;
-use crate::guard::{
-    Attempt, CallResult, ConflictKind, Contended, Error, HeldConflict, OverHandler, Woken, current_job,
-};
+use super::{HeldKey, KeySetExtractor, LockSetLayer, LockSetStore, MAX_SET_KEYS, SetAcquisition};
+use crate::error::{KeyError, StoreError};
+use crate::guard::{Attempt, CallResult, ConflictKind, Contended, Error, HeldConflict, OverHandler, Woken};
 use crate::guard::{SendHandler, Waiter};
 use crate::key::LockKey;
 use crate::lock::{
-    FencingToken, Handoffs, Heard, HeldLock, Holders, LISTEN_WITHIN, LockSpace, LockStore, LockToken,
-    ReleaseOnDrop, StopListener, estimate_wait, held_by_caller, hold_ended, run_renewed,
+    Caller, FencingToken, Handoffs, HeldLock, Holders, LISTEN_WITHIN, LockSpace, LockStore, ReleaseOnDrop,
+    StopListener, estimate_wait, held_by_caller, hold_ended, run_renewed, wait_for_turn,
 };
 use crate::metric_names;
 use crate::renewal::{Lease, Renewal};
 use crate::strategy::{ConflictStrategy, Decision};
 
 /// What one call for a set keeps from attempt to attempt.
-pub(crate) struct SetAttempts<St: LockStore> {
+pub struct SetAttempts<St: LockStore> {
     space: LockSpace,
-    token: LockToken,
+    caller: Caller,
     /// The set's keys in the groups the store takes in one step, found at the first attempt.
     groups: Vec<Vec<LockKey>>,
     /// How many groups, from the first, the call holds.
@@ -48,19 +46,10 @@ pub(crate) struct SetAttempts<St: LockStore> {
     renewed: Arc<Mutex<Vec<LockKey>>>,
     /// When the first group's acquire was sent: the lease runs from there.
     first_sent: Option<Instant>,
-    /// A re-injected job meets the set as its own waiter: keys may be reserved for it.
-    job: Option<Waiter>,
     line: SetPlace,
-    /// The last conflict's holder: how long it still lives, and whether it is a reservation.
-    holder: (Option<Duration>, bool),
 }
 
 impl<St: LockStore> SetAttempts<St> {
-    /// Who this call is in its keys' lines and to their holders.
-    fn caller(&self) -> Waiter {
-        self.job.clone().unwrap_or_else(|| Waiter::caller(self.token))
-    }
-
     /// The keys of the group the call takes next.
     fn next_group(&self) -> &[LockKey] {
         self.groups.get(self.held).map_or(&[], Vec::as_slice)
@@ -91,7 +80,7 @@ impl<St: LockStore> SetAttempts<St> {
 }
 
 /// The set taken: when its first acquire was sent (the lease runs from there).
-pub(crate) struct SetAcquired {
+pub struct SetAcquired {
     at: Instant,
 }
 
@@ -100,7 +89,7 @@ where
     S: SendHandler<Req>,
     Req: Send + 'static,
     St: LockSetStore,
-    X: Send + Sync + 'static,
+    X: KeySetExtractor<Req> + Send + Sync + 'static,
     Strat: ConflictStrategy<Req>,
 {
     type Over = OverHandler;
@@ -108,6 +97,29 @@ where
     type Strategy = Strat;
     type Attempts = SetAttempts<St>;
     type Holding = SetAcquired;
+
+    fn key(&self, request: &Req) -> Result<Option<Vec<LockKey>>, KeyError> {
+        let Some(names) = self.lock.extractor.lock_keys(request) else {
+            return Ok(None);
+        };
+        let mut keys = names
+            .into_iter()
+            .map(LockKey::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        // One order for every set: the store's groups and the holdings follow it.
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.len() > MAX_SET_KEYS {
+            return Err(KeyError::TooManyKeys {
+                count: keys.len(),
+                max: MAX_SET_KEYS,
+            });
+        }
+        if keys.is_empty() {
+            return Err(KeyError::EmptySet);
+        }
+        Ok(Some(keys))
+    }
 
     fn strategy(&self) -> &Strat {
         &self.lock.strategy
@@ -136,10 +148,9 @@ where
         if let Some(key) = keys.iter().find(|key| held_by_caller(space, key)) {
             return Err(Error::HeldByCaller { key: key.clone() });
         }
-        let token = LockToken::random();
         Ok(SetAttempts {
             space,
-            token,
+            caller: Caller::new(),
             groups: Vec::new(),
             held: 0,
             fences: Vec::with_capacity(keys.len()),
@@ -147,9 +158,7 @@ where
             renewal: None,
             renewed: Arc::default(),
             first_sent: None,
-            job: current_job().map(|job| Waiter::job(&job.shard, &job.id)),
             line: SetPlace::default(),
-            holder: (None, false),
         })
     }
 
@@ -164,13 +173,13 @@ where
                 .groups
                 .iter()
                 .flatten()
-                .map(|key| ReleaseOnDrop::new(self.lock.store.clone(), key.clone(), attempts.token))
+                .map(|key| ReleaseOnDrop::new(self.lock.store.clone(), key.clone(), attempts.caller.token))
                 .collect();
         }
         while attempts.held < attempts.groups.len() {
             let sent = Instant::now();
             attempts.next_releases().iter_mut().for_each(ReleaseOnDrop::arm);
-            let me = attempts.line.place.as_ref().or(attempts.job.as_ref());
+            let me = attempts.line.place.as_ref().or(attempts.caller.job.as_ref());
             // An error leaves the releases armed: not knowing whether the acquire took effect,
             // they release by token on their way out (and leave the lines).
             let acquisition = self
@@ -178,7 +187,7 @@ where
                 .store
                 .acquire_set(
                     attempts.next_group(),
-                    attempts.token,
+                    attempts.caller.token,
                     self.lock.ttl,
                     me,
                     self.lock.fencing,
@@ -208,7 +217,7 @@ where
         attempts: &mut SetAttempts<St>,
         delay: Duration,
     ) -> Result<Woken, StoreError> {
-        let me = attempts.caller();
+        let me = attempts.caller.waiter();
         let group = attempts.next_group().to_vec();
         // Set before joining: a call cancelled as it joins leaves the lines all the same.
         for release in attempts.next_releases() {
@@ -250,11 +259,10 @@ where
     ) -> Result<(), StoreError> {
         let group = attempts.next_group().to_vec();
         let place = attempts.line.place.clone();
-        let kept = match (decision, &attempts.job) {
+        let kept = match (decision, &attempts.caller.job) {
             // A job waits in line: its scheduler puts it back to wait for its turn.
             (Some(Decision::Reject { .. }), Some(me)) => {
-                let (remaining, reserved) = attempts.holder;
-                crate::guard::lock_met(remaining.filter(|_| !reserved));
+                attempts.caller.tell_job_of_holder();
                 self.lock
                     .store
                     .join_set_line(&group, me, place.as_ref(), None)
@@ -316,7 +324,7 @@ where
                 self.lock
                     .strategy
                     .supersedes()
-                    .then(|| StopListener::start(&self.lock.store, key, attempts.caller()))
+                    .then(|| StopListener::start(&self.lock.store, key, attempts.caller.waiter()))
             })
             .collect();
         let renewal = match attempts.renewal.take() {
@@ -393,7 +401,7 @@ impl<St: LockSetStore, X, Strat> LockSetLayer<St, X, Strat> {
         let (store, renewed, token, ttl) = (
             self.lock.store.clone(),
             Arc::clone(&attempts.renewed),
-            attempts.token,
+            attempts.caller.token,
             self.lock.ttl,
         );
         Renewal::start("lock set", ttl, granted_at, move || {
@@ -433,7 +441,7 @@ impl<St: LockSetStore, X, Strat> LockSetLayer<St, X, Strat> {
                 reserved: false,
             });
         ::metrics::gauge!(metric_names::LOCK_WAITERS).set(slowest.ahead as f64);
-        attempts.holder = (slowest.remaining, slowest.reserved);
+        attempts.caller.met(slowest.remaining, slowest.reserved);
         let group = attempts.next_group().to_vec();
         // A group is never empty (a set has a key, and a store's groups hold every key).
         let at = group[slowest.index.min(group.len() - 1)].clone();
@@ -441,7 +449,7 @@ impl<St: LockSetStore, X, Strat> LockSetLayer<St, X, Strat> {
             self.lock.store.clone(),
             group,
             attempts.line.place.clone(),
-            attempts.caller(),
+            attempts.caller.waiter(),
         );
         Attempt::Met {
             at,
@@ -505,26 +513,7 @@ impl SetPlace {
 
     /// Waits until a key of the group is handed to us, or `delay` passes (the fallback poll).
     async fn wait_turn(&mut self, delay: Duration) -> Woken {
-        let (Some(me), false) = (&self.place, self.handoffs.is_empty()) else {
-            sleep(delay).await;
-            return Woken::Timer;
-        };
-        let handoffs = &mut self.handoffs;
-        let my_turn = async {
-            loop {
-                let announced = select_all(handoffs.iter_mut().map(|handoffs| Box::pin(handoffs.hear())));
-                match announced.await.0 {
-                    Heard::HandedTo(waiter) if waiter == *me => return Woken::Turn,
-                    Heard::HandedTo(_) => continue,
-                    // Look at the keys again: a handoff to us may have gone unheard.
-                    Heard::Listening | Heard::Missed => return Woken::Turn,
-                }
-            }
-        };
-        tokio::select! {
-            woken = my_turn => woken,
-            () = sleep(delay) => Woken::Timer,
-        }
+        wait_for_turn(&mut self.handoffs, self.place.as_ref(), delay).await
     }
 
     /// Leaves the lines of `keys`, if in them: a call that stops waiting must not hold up the

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use super::{Access, ReadWriteLayer};
+use super::{Access, AccessExtractor, ReadWriteLayer};
 use crate::LockLayer;
-use crate::error::StoreError;
+use crate::error::{KeyError, StoreError};
 use crate::guard::{Attempt, CallResult, Contended, Error, OverHandler, SendHandler, Woken};
+use crate::guard::{KeyExtractor, guarded_key};
 use crate::key::LockKey;
 use crate::lock::LockStore;
 use crate::lock::{Acquired, LockAttempts};
@@ -50,8 +51,8 @@ where
     S: SendHandler<Req>,
     Req: Send + 'static,
     St: LockStore,
-    X: Send + Sync + 'static,
-    A: Send + Sync + 'static,
+    X: KeyExtractor<Req> + Send + Sync + 'static,
+    A: AccessExtractor<Req> + Send + Sync + 'static,
     Strat: ConflictStrategy<Req>,
 {
     type Over = OverHandler;
@@ -59,6 +60,16 @@ where
     type Strategy = Strat;
     type Attempts = LockAttempts<Permits<St, u32>>;
     type Holding = Acquired;
+
+    fn key(&self, request: &Req) -> Result<Option<AccessedKey>, KeyError> {
+        let Some(key) = guarded_key(&self.lock.extractor, request)? else {
+            return Ok(None);
+        };
+        Ok(Some(AccessedKey {
+            key,
+            access: self.access.access(request),
+        }))
+    }
 
     fn strategy(&self) -> &Strat {
         &self.lock.strategy

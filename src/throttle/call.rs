@@ -9,16 +9,17 @@ use tokio::time::sleep;
 use tower::Service;
 
 use super::{Admission, ThrottleLayer, ThrottleScope, ThrottleStore};
-use crate::error::StoreError;
+use crate::error::{KeyError, StoreError};
 use crate::guard::{Attempt, CallResult, Contended, Woken, admitted_at_rate, current_job};
 use crate::guard::{ConflictKind, Error, Nesting, NextSlot, ThrottledConflict, Waiter};
+use crate::guard::{KeyExtractor, guarded_key};
 use crate::key::LockKey;
 use crate::lock::LockToken;
 use crate::metric_names;
 use crate::strategy::{ConflictStrategy, Decision};
 
 /// What one throttled call keeps from attempt to attempt.
-pub(crate) struct ThrottleAttempts {
+pub struct ThrottleAttempts {
     /// The booked slot the call holds, as whom: a re-injected job may hold one.
     booked_as: Option<Waiter>,
     /// The last conflict's next slot.
@@ -40,7 +41,7 @@ where
     S: Service<Req> + Send + 'static,
     Req: Send + 'static,
     St: ThrottleStore,
-    X: Send + Sync + 'static,
+    X: KeyExtractor<Req> + Send + Sync + 'static,
     Strat: ConflictStrategy<Req>,
     N: Nesting<S, Req>,
 {
@@ -49,6 +50,10 @@ where
     type Strategy = Strat;
     type Attempts = ThrottleAttempts;
     type Holding = ();
+
+    fn key(&self, request: &Req) -> Result<Option<LockKey>, KeyError> {
+        guarded_key(&self.extractor, request)
+    }
 
     fn strategy(&self) -> &Strat {
         &self.strategy
