@@ -5,8 +5,8 @@ use redefer::queue::QueueStore;
 use redefer::queue::{
     Cancelled, JobId, JobSet, ListCursor, QueueOperator, QueueRegistry, RawJobState, attempts_in,
 };
-use redefer::redis::aio::ConnectionLike;
 use redefer::store::ListLocks;
+use redefer::store::RedisConnection;
 use redefer::store::footprint::ScanFootprint;
 use redefer::throttle::ThrottleStore;
 use redefer::{LockKey, RedisStore};
@@ -19,7 +19,7 @@ use crate::target::{Target, known_queue};
 
 pub async fn operate<Conn>(cli: Cli, target: Target, store: RedisStore<Conn>) -> Result<(), Failure>
 where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
+    Conn: RedisConnection,
     RedisStore<Conn>: ListLocks + ScanFootprint,
 {
     // Every command but these works on one queue, which must be one the application has.

@@ -39,7 +39,7 @@ pub(crate) use self::release_on_drop::ReleaseOnDrop;
 pub(crate) use self::run::{hold_ended, run_renewed};
 pub use self::service::LockService;
 pub(crate) use self::stop::StopListener;
-pub(crate) use self::store::AcquireRequest;
+pub(crate) use self::store::{AcquireRequest, JoinRequest};
 pub use self::store::{Acquisition, LockStore};
 pub use crate::guard::ttl::DEFAULT_TTL;
 pub(crate) use crate::token::{FENCE_FLOOR, next_fences};

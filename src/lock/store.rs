@@ -49,6 +49,16 @@ impl AcquireRequest<'_> {
     }
 }
 
+/// What one join of a key's line asks for: who joins, in whose place (if anyone's), within
+/// which cap (if any). [`LockStore::join_line`]'s arguments but the key and its [`Holders`], as
+/// the stores' insides take them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JoinRequest<'a> {
+    pub(crate) waiter: &'a Waiter,
+    pub(crate) replacing: Option<&'a Waiter>,
+    pub(crate) cap: Option<LineCap>,
+}
+
 /// Atomic operations on one key held by one holder (the lock) or by up to N (a semaphore's
 /// permits, [`Holders::Permits`]), with a line of waiters per key. One family: the line, the
 /// handoff at release, the fencing tokens, the renewal and the requests to stop are the same

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Script, ScriptInvocation, Value};
 
 use super::{HeldKey, LockSetStore, SetAcquisition};
@@ -12,6 +11,7 @@ use crate::error::StoreError;
 use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::{LockKey, hash_slot};
 use crate::lock::{Fencing, FencingToken, Holders, LockStore, LockToken};
+use crate::store::RedisConnection;
 use crate::store::RedisStore;
 use crate::store::handover::{hand_over, reservation_expired};
 use crate::store::redis::keys::LockKeys;
@@ -36,10 +36,7 @@ fn key_at(keys: &[LockKey], index: i64) -> Result<&LockKey, StoreError> {
         .ok_or_else(|| StoreError::Protocol(format!("a set script named key {index} of {}", keys.len())))
 }
 
-impl<Conn> RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> RedisStore<Conn> {
     /// A call of a set script on `keys`: each key's five keys in the lock prelude's order, the
     /// first key's channel and the reservation (the prelude's ARGV), the script's own
     /// arguments, then every key's channel (set_prelude.lua).
@@ -87,10 +84,7 @@ where
     }
 }
 
-impl<Conn> LockSetStore for RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> LockSetStore for RedisStore<Conn> {
     async fn groups(&self, keys: Vec<LockKey>) -> Result<Vec<Vec<LockKey>>, StoreError> {
         if !self.prepare().await?.cluster {
             return Ok(vec![keys]);

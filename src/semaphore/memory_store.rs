@@ -8,10 +8,10 @@ use tokio::time::Instant;
 
 use super::model::{PermitModel, PermitsHanded};
 use crate::error::StoreError;
-use crate::guard::{LineCap, LineJoin, Waiter};
+use crate::guard::{LineJoin, Waiter};
 use crate::key::LockKey;
 use crate::lock::model::Now;
-use crate::lock::{AcquireRequest, Acquisition, Handoffs, Holders, LockToken};
+use crate::lock::{AcquireRequest, Acquisition, Handoffs, Holders, JoinRequest, LockToken};
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
@@ -160,11 +160,11 @@ impl MemoryStore {
         holders: Holders,
         request: AcquireRequest<'_>,
     ) -> Result<Acquisition, StoreError> {
-        let AcquireRequest {
-            token, ttl, waiter, ..
-        } = request;
         let acquired = self
             .on_permits(key, holders.limit(), |model, now| {
+                let AcquireRequest {
+                    token, ttl, waiter, ..
+                } = request;
                 let acquired = model.acquire(key, token, ttl, holders, waiter, now);
                 ((acquired.acquisition, acquired.handoff_waited), acquired.handed)
             })
@@ -209,14 +209,12 @@ impl MemoryStore {
     pub(crate) async fn join_permit_line(
         &self,
         key: &LockKey,
-        waiter: &Waiter,
-        replacing: Option<&Waiter>,
         holders: Holders,
-        cap: Option<LineCap>,
+        request: JoinRequest<'_>,
     ) -> Result<LineJoin, StoreError> {
         let joined = self
             .on_permits(key, holders.limit(), |model, now| {
-                model.join(key, waiter, replacing, holders, cap, now)
+                model.join(key, request.waiter, request.replacing, holders, request.cap, now)
             })
             .await;
         Ok(match joined {

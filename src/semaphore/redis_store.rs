@@ -2,16 +2,16 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
 use redis::{RedisWrite, Script, ScriptInvocation, ToRedisArgs};
 
 use crate::error::StoreError;
-use crate::guard::{LineCap, LineJoin, Waiter};
+use crate::guard::{LineJoin, Waiter};
 use crate::key::LockKey;
-use crate::lock::{AcquireRequest, Acquisition, FencingToken, Handoffs, Holders, LockToken};
+use crate::lock::{AcquireRequest, Acquisition, FencingToken, Handoffs, Holders, JoinRequest, LockToken};
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
+use crate::store::RedisConnection;
 use crate::store::RedisStore;
 use crate::store::handover::{HandOver, hand_over, reservation_expired};
 use crate::store::redis::keys::PermitKeys;
@@ -54,10 +54,7 @@ fn waiters(stored: Vec<String>) -> impl Iterator<Item = Waiter> {
     stored.into_iter().filter_map(Waiter::from_stored)
 }
 
-impl<Conn> RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> RedisStore<Conn> {
     /// A call of a permit script on `key`: every permit script takes the same keys, in the
     /// order the prelude names them, then the announcement channel and the reservation time.
     fn permit_script<'a>(&self, script: &'a Script, key: &LockKey) -> ScriptInvocation<'a> {
@@ -177,10 +174,7 @@ where
     }
 }
 
-impl<Conn> RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> RedisStore<Conn> {
     pub(crate) async fn acquire_permit_in_line(
         &self,
         key: &LockKey,
@@ -241,17 +235,15 @@ where
     pub(crate) async fn join_permit_line(
         &self,
         key: &LockKey,
-        waiter: &Waiter,
-        replacing: Option<&Waiter>,
         holders: Holders,
-        cap: Option<LineCap>,
+        request: JoinRequest<'_>,
     ) -> Result<LineJoin, StoreError> {
-        let (max, overflow) = cap_args(cap);
+        let (max, overflow) = cap_args(request.cap);
         let permits = holders.limit();
         let (handed, dropped, ahead, refused, evicted): JoinReply<Vec<String>> = self
             .permit_script(&PERMIT_JOIN, key)
-            .arg(waiter.as_str())
-            .arg(replacing.map_or("", Waiter::as_str))
+            .arg(request.waiter.as_str())
+            .arg(request.replacing.map_or("", Waiter::as_str))
             .arg(permits)
             .arg(max)
             .arg(overflow)
@@ -295,10 +287,7 @@ struct PermitLine<'a, Conn> {
     permits: u32,
 }
 
-impl<Conn> HandOver for PermitLine<'_, Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> HandOver for PermitLine<'_, Conn> {
     async fn promote(&self, queue: &QueueName, id: &JobId, after: Duration) -> Result<Promotion, StoreError> {
         self.store.promote(queue, id, after).await
     }

@@ -16,7 +16,7 @@ macro_rules! lock_family {
 
             use crate::error::StoreError;
             use crate::key::LockKey;
-            use crate::lock::{AcquireRequest, Acquisition, Fencing, Handoffs, Holders, LockStore, LockToken};
+            use crate::lock::{AcquireRequest, Acquisition, Fencing, Handoffs, Holders, JoinRequest, LockStore, LockToken};
 use crate::guard::{LineCap, LineJoin, Waiter};
 
             impl $(<$($generic),*>)? LockStore for $store $(where $($bound)*)? {
@@ -72,9 +72,10 @@ use crate::guard::{LineCap, LineJoin, Waiter};
                     holders: Holders,
                     cap: Option<LineCap>,
                 ) -> Result<LineJoin, StoreError> {
+                    let request = JoinRequest { waiter, replacing, cap };
                     match holders {
-                        Holders::One => self.join_lock_line(key, waiter, replacing, cap).await,
-                        Holders::Permits(_) | Holders::Writer(_) => self.join_permit_line(key, waiter, replacing, holders, cap).await,
+                        Holders::One => self.join_lock_line(key, request).await,
+                        Holders::Permits(_) | Holders::Writer(_) => self.join_permit_line(key, holders, request).await,
                     }
                 }
 

@@ -3,13 +3,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use redis::aio::ConnectionLike;
-
 use super::model::MAX_REOPENED_WAITERS;
 use super::{Admission, BOOKING_RETENTION, Booking, Rate, ThrottleStore};
 use crate::error::StoreError;
 use crate::guard::Waiter;
 use crate::key::LockKey;
+use crate::store::RedisConnection;
 use crate::store::RedisStore;
 use crate::store::redis::keys::ThrottleKeys;
 use crate::store::redis::scripts::{THROTTLE, THROTTLE_CLOSE, THROTTLE_REOPEN};
@@ -23,10 +22,7 @@ fn micros(us: i64) -> Duration {
     Duration::from_micros(u64::try_from(us).unwrap_or(0))
 }
 
-impl<Conn> RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> RedisStore<Conn> {
     async fn throttle_script(
         &self,
         key: &LockKey,
@@ -49,10 +45,7 @@ where
     }
 }
 
-impl<Conn> ThrottleStore for RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> ThrottleStore for RedisStore<Conn> {
     async fn admit(
         &self,
         key: &LockKey,

@@ -10,10 +10,10 @@ use tokio::time::Instant;
 use super::MemoryStore;
 use super::key_records::KeyRecords;
 use crate::error::StoreError;
-use crate::guard::{LineCap, LineJoin, Waiter};
+use crate::guard::{LineJoin, Waiter};
 use crate::key::LockKey;
 use crate::lock::model::{Handed, Holder, LockModel, Now};
-use crate::lock::{AcquireRequest, Acquisition, Handoffs, LockToken};
+use crate::lock::{AcquireRequest, Acquisition, Handoffs, JoinRequest, LockToken};
 use crate::metric_names;
 use crate::shrink::shrink;
 use crate::store::handover::{hand_over, hand_over_with_runner_up, reservation_expired};
@@ -130,12 +130,12 @@ impl MemoryStore {
     pub(super) async fn join_lock_line(
         &self,
         key: &LockKey,
-        waiter: &Waiter,
-        replacing: Option<&Waiter>,
-        cap: Option<LineCap>,
+        request: JoinRequest<'_>,
     ) -> Result<LineJoin, StoreError> {
         let joined = self.with_locks(std::slice::from_ref(key), |state, now| {
-            let joined = state.model.join(key, waiter, replacing, cap, now)?;
+            let joined = state
+                .model
+                .join(key, request.waiter, request.replacing, request.cap, now)?;
             state.announce(key, &joined.handed);
             Ok(joined)
         });

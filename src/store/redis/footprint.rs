@@ -12,15 +12,13 @@ use redis::cluster_routing::SingleNodeRoutingInfo;
 use super::RedisStore;
 use super::locks::{ScanPage, glob_escape, masters};
 use crate::error::StoreError;
+use crate::store::RedisConnection;
 use crate::store::footprint::{Footprint, ScanFootprint};
 
 /// Keys per `SCAN` page, and per pipeline of `PTTL`s.
 const PAGE: usize = 1000;
 
-impl<Conn> RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> RedisStore<Conn> {
     /// Every key under this store's prefix on the server it is connected to, counted by kind,
     /// looking at `max_keys` keys at most (on Redis Cluster, use
     /// [`cluster_footprint`](RedisStore::cluster_footprint), which scans every master).

@@ -2,20 +2,16 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
-
 use super::RedisStore;
 use super::keys::QueueKeys;
 use super::scripts::REQUEST_RECORD;
 use crate::error::StoreError;
 use crate::idempotency::{Begun, IdempotencyStore, Seen};
 use crate::queue::{JobId, QueueName};
+use crate::store::RedisConnection;
 use crate::time::millis;
 
-impl<Conn> RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> RedisStore<Conn> {
     /// One call of `request_record.lua` on request `id`'s record: `mode` (`begin`, `extend`,
     /// `end`) with its milliseconds; what the script answers.
     async fn request_record(
@@ -37,10 +33,7 @@ where
     }
 }
 
-impl<Conn> IdempotencyStore for RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> IdempotencyStore for RedisStore<Conn> {
     async fn begin_request(
         &self,
         queue: &QueueName,

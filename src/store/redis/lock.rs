@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
 use redis::{Script, ScriptInvocation};
 
 use super::RedisStore;
@@ -15,11 +14,13 @@ use crate::error::StoreError;
 use crate::guard::{LineCap, LineJoin, Overflow, Waiter};
 use crate::key::LockKey;
 use crate::lock::{
-    AcquireRequest, Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, Holders, LockStore, LockToken,
+    AcquireRequest, Acquisition, FENCE_FLOOR, Fencing, FencingToken, Handoffs, Holders, JoinRequest,
+    LockStore, LockToken,
 };
 use crate::metric_names;
 use crate::queue::model::Promotion;
 use crate::queue::{JobId, QueueName};
+use crate::store::RedisConnection;
 use crate::store::handover::{HandOver, hand_over, hand_over_with_runner_up, reservation_expired};
 use crate::time::{millis, ttl_millis};
 
@@ -55,10 +56,7 @@ pub(crate) fn duration(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
-impl<Conn> RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> RedisStore<Conn> {
     /// A call of a lock script on `key`: every lock script takes the same keys, in the order
     /// the prelude names them, then the announcement channel and the reservation time.
     fn lock_script<'a>(&self, script: &'a Script, key: &LockKey) -> ScriptInvocation<'a> {
@@ -258,10 +256,7 @@ where
     }
 }
 
-impl<Conn> RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> RedisStore<Conn> {
     pub(super) async fn acquire_lock(
         &self,
         key: &LockKey,
@@ -364,15 +359,13 @@ where
     pub(super) async fn join_lock_line(
         &self,
         key: &LockKey,
-        waiter: &Waiter,
-        replacing: Option<&Waiter>,
-        cap: Option<LineCap>,
+        request: JoinRequest<'_>,
     ) -> Result<LineJoin, StoreError> {
-        let (max, overflow) = cap_args(cap);
+        let (max, overflow) = cap_args(request.cap);
         let (handed, dropped, ahead, refused, evicted): JoinReply<String> = self
             .lock_script(&LOCK_JOIN, key)
-            .arg(waiter.as_str())
-            .arg(replacing.map_or("", Waiter::as_str))
+            .arg(request.waiter.as_str())
+            .arg(request.replacing.map_or("", Waiter::as_str))
             .arg(max)
             .arg(overflow)
             .invoke_async(&mut self.conn.clone())
@@ -399,10 +392,7 @@ where
     }
 }
 
-impl<Conn> HandOver for RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> HandOver for RedisStore<Conn> {
     async fn promote(&self, queue: &QueueName, id: &JobId, after: Duration) -> Result<Promotion, StoreError> {
         let found: i64 = self
             .queue_script(&QUEUE_PROMOTE, queue)

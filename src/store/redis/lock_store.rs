@@ -1,22 +1,18 @@
 //! The Redis store's one [`LockStore`](crate::lock::LockStore) (see `store/lock_family.rs`),
 //! and its requests to stop: one channel per key, for the lock and the semaphore alike.
 
-use redis::aio::ConnectionLike;
-
 use super::RedisStore;
 use super::keys::LockKeys;
 use crate::error::StoreError;
 use crate::guard::Waiter;
 use crate::key::LockKey;
 use crate::lock::Handoffs;
+use crate::store::RedisConnection;
 use crate::store::lock_family::lock_family;
 
-lock_family!(impl<Conn> for RedisStore<Conn> where Conn: ConnectionLike + Clone + Send + Sync + 'static);
+lock_family!(impl<Conn> for RedisStore<Conn> where Conn: RedisConnection);
 
-impl<Conn> RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> RedisStore<Conn> {
     pub(super) async fn ask_holders_to_stop(&self, key: &LockKey, from: &Waiter) -> Result<(), StoreError> {
         let channel = LockKeys::new(&self.prefix, key).stop().to_string();
         let _heard_by: u64 = redis::cmd("PUBLISH")

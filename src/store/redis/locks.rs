@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use std::future::Future;
 
-use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
@@ -13,6 +12,7 @@ use super::{RedisStore, keys};
 use crate::error::StoreError;
 use crate::key::decode_tag;
 use crate::store::LockInfo;
+use crate::store::RedisConnection;
 
 /// `*`, `?`, `[`, `]` and `\` escaped for a SCAN pattern.
 pub(super) fn glob_escape(text: &str) -> String {
@@ -29,10 +29,7 @@ pub(super) fn glob_escape(text: &str) -> String {
 /// One page of a `SCAN` for lock keys: the cursor to go on from, and the keys found.
 pub(super) type ScanPage = (u64, Vec<String>);
 
-impl<Conn> RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> RedisStore<Conn> {
     /// Up to `limit` held locks (mutexes and semaphores) and throttled keys, found by `SCAN` on the server this store is connected to (on
     /// Redis Cluster, use [`cluster_locks`](RedisStore::cluster_locks), which scans every
     /// master). A key whose hash tag no lock key encodes to is reported under its raw name.

@@ -2,6 +2,7 @@
 
 mod announcements;
 mod conditional;
+mod connection;
 mod counted;
 mod eviction;
 mod footprint;
@@ -21,12 +22,13 @@ mod wake;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use self::announcements::Announcements;
 use self::conditional::Conditional;
+pub use self::connection::RedisConnection;
 use self::counted::CountedKeys;
 use self::releasing::Releasing;
 pub use self::url::without_password;
@@ -97,10 +99,7 @@ impl RedisStore<ConnectionManager> {
     }
 }
 
-impl<Conn> RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> RedisStore<Conn> {
     /// A store over a connection you made, with the default prefix `redefer`.
     ///
     /// Its first acquire (or push, or claim) loads the scripts and finds out which conditional

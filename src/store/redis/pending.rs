@@ -1,7 +1,5 @@
 //! The pending-job operation of the Redis store: one call of `lua/queue_pending.lua`.
 
-use redis::aio::ConnectionLike;
-
 use super::RedisStore;
 use super::keys::QueueKeys;
 use super::queue::{due_args, stored_group};
@@ -9,15 +7,13 @@ use super::scripts::QUEUE_PENDING;
 use crate::error::StoreError;
 use crate::key::LockKey;
 use crate::queue::{Due, JobGroup, JobId, PendingPush, PendingRules, PendingStore, QueueName};
+use crate::store::RedisConnection;
 use crate::time::{from_epoch_ms, millis};
 
 /// The script's reply: status, job id, revision, due ms.
 type PendingReply = (i64, String, u64, i64);
 
-impl<Conn> PendingStore for RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> PendingStore for RedisStore<Conn> {
     async fn push_pending_in_group(
         &self,
         queue: &QueueName,

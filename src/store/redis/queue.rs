@@ -2,7 +2,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use redis::aio::ConnectionLike;
 use redis::{Script, ScriptInvocation};
 use tokio::sync::watch;
 
@@ -20,6 +19,7 @@ use crate::queue::{
     Cancelled, ClaimBatch, ClaimLimits, Counters, Due, Hold, JobGroup, JobId, MAX_PAGE, QueueCore, QueueName,
     RawClaim, Retention, Wakeups,
 };
+use crate::store::RedisConnection;
 use crate::time::{from_epoch_ms, millis, to_epoch_ms, ttl_millis};
 
 impl<Conn> RedisStore<Conn> {
@@ -38,7 +38,7 @@ impl<Conn> RedisStore<Conn> {
         counters: Counters,
     ) -> Result<bool, StoreError>
     where
-        Conn: ConnectionLike + Clone + Send + Sync + 'static,
+        Conn: RedisConnection,
     {
         let buried: bool = self
             .queue_script(&QUEUE_BURY, queue)
@@ -143,10 +143,7 @@ fn job_id(id: Vec<u8>) -> Result<JobId, Vec<u8>> {
     JobId::from_stored(id).map_err(String::into_bytes)
 }
 
-impl<Conn> QueueCore for RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
     async fn push_many_in_group(
         &self,
         queue: &QueueName,

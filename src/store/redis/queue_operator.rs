@@ -1,8 +1,6 @@
 //! The Redis store's operator capabilities of a queue: read it, change it, list the queues;
 //! one Lua script each (the registry: one hash).
 
-use redis::aio::ConnectionLike;
-
 use super::RedisStore;
 use super::keys::{self, QueueKeys};
 use super::queue::ListReply;
@@ -15,12 +13,10 @@ use crate::queue::{
     ControlQueue, Counters, GroupWaiting, InspectQueue, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE,
     MinuteActivity, QueueGroups, QueueName, QueueRegistry, QueueStats, RawJob, RawJobState, RegisteredQueue,
 };
+use crate::store::RedisConnection;
 use crate::time::{from_epoch_ms, to_epoch_ms};
 
-impl<Conn> InspectQueue for RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> InspectQueue for RedisStore<Conn> {
     async fn inspect(&self, queue: &QueueName, id: &JobId) -> Result<RawJob, StoreError> {
         let (state, at, envelope, reason): (String, i64, Option<Vec<u8>>, Option<String>) = self
             .queue_script(&QUEUE_INSPECT, queue)
@@ -119,10 +115,7 @@ where
     }
 }
 
-impl<Conn> ControlQueue for RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> ControlQueue for RedisStore<Conn> {
     async fn pause(&self, queue: &QueueName, paused: bool) -> Result<bool, StoreError> {
         let was: bool = self
             .queue_script(&QUEUE_PAUSE, queue)
@@ -164,10 +157,7 @@ where
     }
 }
 
-impl<Conn> QueueRegistry for RedisStore<Conn>
-where
-    Conn: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<Conn: RedisConnection> QueueRegistry for RedisStore<Conn> {
     async fn registered(&self) -> Result<Vec<RegisteredQueue>, StoreError> {
         type Registry = (
             Vec<String>,
