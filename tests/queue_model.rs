@@ -1,10 +1,12 @@
 //! The queue's scripts checked against its model (`redefer::queue::model`): generated
 //! sequences of pushes, claims by two schedulers, acks, retries, burials, lease extensions,
-//! cancels and leases that run out (a scheduler that died), run one by one on the model and on
-//! a real Redis 7 and Valkey 9 through the Redis store. After every operation the replies
-//! agree (the jobs each claim took, and which ack, retry, burial, extension or cancel acted),
-//! and so does where each job is (waiting and when due, in flight and until when, dead, or
-//! gone after its ack). Job fencing tokens rise on both.
+//! cancels and leases that run out (a scheduler that died), and an operator's pauses, runs now,
+//! requeues, purges, counts and listings, run one by one on the model and on a real Redis 7
+//! and Valkey 9 through the Redis store. After every operation the replies agree (the jobs each
+//! claim took, which ack, retry, burial, extension, cancel, run now or requeue acted, whether
+//! the queue was paused, how many a purge deleted, the counts, the ids a listing found), and
+//! so does where each job is (waiting and when due, in flight and until when, dead, or gone
+//! after its ack). Job fencing tokens rise on both.
 //!
 //! Time: the scripts read the server's clock, which the test cannot move, so the model's clock
 //! is the server's, read just before each operation. Everything the test makes due is due an
@@ -28,8 +30,8 @@ use redefer::RedisStore;
 use redefer::lock::LockToken;
 use redefer::queue::model::QueueModel;
 use redefer::queue::{
-    Cancelled, ClaimLimits, Counters, Due, Hold, InspectQueue, JobId, JobSet, QueueCore, QueueName,
-    RawJobState,
+    Cancelled, ClaimLimits, ControlQueue, Counters, Due, Hold, InspectQueue, JobId, JobSet, QueueCore,
+    QueueName, QueueStats, RawJobState,
 };
 use redis::aio::ConnectionManager;
 
@@ -84,6 +86,25 @@ enum Op {
         scheduler: usize,
         belief: usize,
     },
+    /// An operator pauses the queue, or resumes it.
+    Pause {
+        paused: bool,
+    },
+    RunNow {
+        job: usize,
+    },
+    Requeue {
+        job: usize,
+    },
+    /// Deletes every job of the set.
+    Purge {
+        set: JobSet,
+    },
+    Stats,
+    /// Lists the set, every job of it in one page.
+    List {
+        set: JobSet,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -99,6 +120,12 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (scheduler.clone(), belief.clone()).prop_map(|(scheduler, belief)| Op::Extend { scheduler, belief }),
         1 => (0..JOBS).prop_map(|job| Op::Cancel { job }),
         2 => (scheduler, belief).prop_map(|(scheduler, belief)| Op::LeaseRunsOut { scheduler, belief }),
+        1 => any::<bool>().prop_map(|paused| Op::Pause { paused }),
+        1 => (0..JOBS).prop_map(|job| Op::RunNow { job }),
+        1 => (0..JOBS).prop_map(|job| Op::Requeue { job }),
+        1 => prop::sample::select(&JobSet::ALL[..]).prop_map(|set| Op::Purge { set }),
+        1 => Just(Op::Stats),
+        1 => prop::sample::select(&JobSet::ALL[..]).prop_map(|set| Op::List { set }),
     ]
 }
 
@@ -125,6 +152,9 @@ enum Reply {
     Claimed(Vec<usize>),
     Acted(bool),
     Cancelled(Cancelled),
+    Counted(usize),
+    Stats(QueueStats),
+    Listed(Vec<String>),
     Done,
 }
 
@@ -353,6 +383,52 @@ impl Sequence for Run {
                     belief
                 );
                 (Reply::Done, Reply::Done)
+            }
+            Op::Pause { paused } => {
+                let model = self.model.pause(paused);
+                let redis = self.store.pause(&self.queue, paused).await.map_err(fail)?;
+                (Reply::Acted(model), Reply::Acted(redis))
+            }
+            Op::RunNow { job } => {
+                let model = self.model.run_now(&self.ids[job], now);
+                let redis = self
+                    .store
+                    .run_now(&self.queue, &self.ids[job])
+                    .await
+                    .map_err(fail)?;
+                (Reply::Acted(model), Reply::Acted(redis))
+            }
+            Op::Requeue { job } => {
+                let ids = std::slice::from_ref(&self.ids[job]);
+                let model = self.model.requeue(ids, now);
+                let redis = self.store.requeue(&self.queue, ids).await.map_err(fail)?;
+                (Reply::Counted(model), Reply::Counted(redis))
+            }
+            Op::Purge { set } => {
+                let model = self.model.purge(set, JOBS);
+                let redis = self.store.purge(&self.queue, set, JOBS).await.map_err(fail)?;
+                (Reply::Counted(model), Reply::Counted(redis))
+            }
+            Op::Stats => {
+                let model = self.model.stats(now);
+                let redis = self.store.stats(&self.queue).await.map_err(fail)?;
+                (Reply::Stats(model), Reply::Stats(redis))
+            }
+            Op::List { set } => {
+                // Which jobs, not their order: jobs due within the tolerance of each other may
+                // be listed in either order.
+                let ids = |listed: Vec<redefer::queue::ListedJob>| {
+                    let mut ids: Vec<String> = listed.into_iter().map(|job| job.id).collect();
+                    ids.sort_unstable();
+                    ids
+                };
+                let model = ids(self.model.list(set, None, JOBS));
+                let redis = ids(self
+                    .store
+                    .list(&self.queue, set, None, JOBS)
+                    .await
+                    .map_err(fail)?);
+                (Reply::Listed(model), Reply::Listed(redis))
             }
         };
         prop_assert_eq!(model, redis, "the replies to {:?}", op);

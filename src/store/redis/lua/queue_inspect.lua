@@ -1,4 +1,5 @@
 #!lua flags=no-writes
+-- Model: QueueModel::inspect (src/queue/model/operator.rs); tests/queue_model.rs checks the two agree.
 -- Reads one job: where it is, when, and its bytes.
 -- ARGV[2] job id.
 -- Returns {state, time ms, envelope, reason}: state 'delayed' (time = due), 'inflight'

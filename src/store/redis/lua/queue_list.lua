@@ -1,4 +1,5 @@
 #!lua flags=no-writes
+-- Model: QueueModel::list (src/queue/model/operator.rs); tests/queue_model.rs checks the two agree.
 -- Reads a page of one of a queue's sets in time order (ties by id), with the jobs' bytes and
 -- bury reasons, from just after a cursor: the time and id of the previous page's last entry.
 -- ARGV[2] the set ('delayed', 'inflight', 'dead' or 'done'), ARGV[3] the cursor's time ms and

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: QueueModel::purge (src/queue/model/operator.rs); tests/queue_model.rs checks the two agree.
 -- Deletes up to ARGV[3] (at most MAX_PAGE) jobs of one set, with their bytes, leases and bury
 -- reasons. ARGV[2] the set ('delayed', 'inflight', 'dead' or 'done').
 -- Returns how many were deleted (fewer than asked: the set is now empty).

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: QueueModel::requeue (src/queue/model/operator.rs); tests/queue_model.rs checks the two agree.
 -- Moves dead jobs back to wait, due now by the server's clock, their bury reasons and lease
 -- expiry counts dropped.
 -- ARGV[2..] job ids (at most MAX_PAGE).

@@ -1,4 +1,5 @@
 #!lua flags=no-writes
+-- Model: QueueModel::stats (src/queue/model/operator.rs); tests/queue_model.rs checks the two agree.
 -- Counts a queue's jobs by the server's clock.
 -- Returns {waiting, due now, in flight, dead, finished and kept, 1 when paused else 0}.
 local ready = redis.call('ZCARD', READY_DUE)
