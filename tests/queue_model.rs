@@ -2,11 +2,13 @@
 //! sequences of pushes, claims by two schedulers, acks, retries, burials, lease extensions,
 //! cancels and leases that run out (a scheduler that died), and an operator's pauses, runs now,
 //! requeues, purges, counts and listings, run one by one on the model and on a real Redis 7
-//! and Valkey 9 through the Redis store. After every operation the replies agree (the jobs each
-//! claim took, which ack, retry, burial, extension, cancel, run now or requeue acted, whether
-//! the queue was paused, how many a purge deleted, the counts, the ids a listing found), and
-//! so does where each job is (waiting and when due, in flight and until when, dead, or gone
-//! after its ack). Job fencing tokens rise on both.
+//! and Valkey 9 through the Redis store, and the idempotency guard's requests of the same ids
+//! (begun, kept running, ended) on its model (`redefer::idempotency::model`) and
+//! `request_record.lua`. After every operation the replies agree (the jobs each claim took,
+//! which ack, retry, burial, extension, cancel, run now or requeue acted, whether the queue was
+//! paused, how many a purge deleted, the counts, the ids a listing found, what a request found
+//! of its id), and so does where each job is (waiting and when due, in flight and until when,
+//! dead, or gone after its ack). Job fencing tokens rise on both.
 //!
 //! Time: the scripts read the server's clock, which the test cannot move, so the model's clock
 //! is the server's, read just before each operation. Everything the test makes due is due an
@@ -27,6 +29,8 @@ use differential::{Sequence, fail};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use redefer::RedisStore;
+use redefer::idempotency::model::RequestModel;
+use redefer::idempotency::{Begun, IdempotencyStore};
 use redefer::lock::LockToken;
 use redefer::queue::model::QueueModel;
 use redefer::queue::{
@@ -42,6 +46,7 @@ use support::{RedisServer, Server};
 const TIME_TOLERANCE: Duration = Duration::from_millis(250);
 const LEASE: Duration = Duration::from_secs(30);
 const HOUR_MS: i64 = 3_600_000;
+const HOUR: Duration = Duration::from_secs(3_600);
 const JOBS: usize = 4;
 const SCHEDULERS: usize = 2;
 const LIMITS: ClaimLimits = ClaimLimits {
@@ -105,6 +110,19 @@ enum Op {
     List {
         set: JobSet,
     },
+    /// A request of the job's id begins (the idempotency guard), held an hour.
+    Begin {
+        job: usize,
+    },
+    /// The request of the job's id keeps running for another hour.
+    KeepRunning {
+        job: usize,
+    },
+    /// The request of the job's id ends, kept an hour as finished or forgotten.
+    End {
+        job: usize,
+        kept: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -126,6 +144,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => prop::sample::select(&JobSet::ALL[..]).prop_map(|set| Op::Purge { set }),
         1 => Just(Op::Stats),
         1 => prop::sample::select(&JobSet::ALL[..]).prop_map(|set| Op::List { set }),
+        2 => (0..JOBS).prop_map(|job| Op::Begin { job }),
+        1 => (0..JOBS).prop_map(|job| Op::KeepRunning { job }),
+        1 => (0..JOBS, any::<bool>()).prop_map(|(job, kept)| Op::End { job, kept }),
     ]
 }
 
@@ -155,11 +176,13 @@ enum Reply {
     Counted(usize),
     Stats(QueueStats),
     Listed(Vec<String>),
+    Begun(Begun),
     Done,
 }
 
 struct Run {
     model: QueueModel,
+    requests: RequestModel,
     store: RedisStore<ConnectionManager>,
     redis: ConnectionManager,
     queue: QueueName,
@@ -202,6 +225,7 @@ impl Sequence for Run {
         let base = server_ms(&mut redis).await.expect("the server's clock");
         Run {
             model: QueueModel::default(),
+            requests: RequestModel::default(),
             store,
             redis,
             queue: QueueName::new("model").expect("a valid queue name"),
@@ -430,6 +454,36 @@ impl Sequence for Run {
                     .map_err(fail)?);
                 (Reply::Listed(model), Reply::Listed(redis))
             }
+            Op::Begin { job } => {
+                let id = &self.ids[job];
+                let as_job = self.model.locate(id).map(|(set, ..)| set);
+                let model = self.requests.begin(id, as_job, HOUR, at(now));
+                let redis = self
+                    .store
+                    .begin_request(&self.queue, id, HOUR)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Begun(model), Reply::Begun(redis))
+            }
+            Op::KeepRunning { job } => {
+                let id = &self.ids[job];
+                let model = self.requests.extend(id, HOUR, at(now));
+                let redis = self
+                    .store
+                    .extend_request(&self.queue, id, HOUR)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Acted(model), Reply::Acted(redis))
+            }
+            Op::End { job, kept } => {
+                let (id, keep) = (&self.ids[job], kept.then_some(HOUR));
+                self.requests.end(id, keep, at(now));
+                self.store
+                    .end_request(&self.queue, id, keep)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Done, Reply::Done)
+            }
         };
         prop_assert_eq!(model, redis, "the replies to {:?}", op);
         for job in 0..JOBS {
@@ -475,6 +529,12 @@ impl Run {
             RawJobState::Done { .. } | RawJobState::Missing => Place::Gone,
         })
     }
+}
+
+/// The request records' clock at `now` (ms since the epoch): records live an hour, so the
+/// milliseconds between the two clocks never decide.
+fn at(now: i64) -> Duration {
+    Duration::from_millis(now.unsigned_abs())
 }
 
 /// The server's clock, ms since the epoch.

@@ -16,6 +16,7 @@
 //! for one hold at most.
 
 mod layer;
+pub mod model;
 mod service;
 mod store;
 

@@ -5,9 +5,11 @@
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::MemoryStore;
 use crate::error::StoreError;
+use crate::idempotency::model::RequestModel;
 use crate::lock::LockToken;
 use crate::queue::model::Promotion;
 use crate::queue::model::QueueModel;
@@ -18,11 +20,12 @@ use crate::queue::{
 use crate::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
 
 /// One queue: its model, the channel that wakes its schedulers, the idempotency guard's
-/// request records (see `IdempotencyStore`).
+/// request records (see `IdempotencyStore`) and the origin of their clock.
 pub(super) struct QueueState {
     pub(super) model: QueueModel,
     pub(super) wake: watch::Sender<u64>,
-    pub(super) requests: super::idempotency::RequestRecords,
+    pub(super) requests: RequestModel,
+    requests_origin: Instant,
 }
 
 impl Default for QueueState {
@@ -30,8 +33,17 @@ impl Default for QueueState {
         QueueState {
             model: QueueModel::default(),
             wake: watch::Sender::new(0),
-            requests: super::idempotency::RequestRecords::default(),
+            requests: RequestModel::default(),
+            requests_origin: Instant::now(),
         }
+    }
+}
+
+impl QueueState {
+    /// The request records' clock: tokio's, as the locks' TTLs run on (a test that pauses
+    /// time runs them out).
+    pub(super) fn requests_clock(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.requests_origin)
     }
 }
 

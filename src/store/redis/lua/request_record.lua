@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- Model: RequestModel (src/idempotency/model.rs); tests/queue_model.rs checks the two agree.
 -- A request id's record, beside the queue's jobs (the idempotency guard).
 -- KEYS[19] REQUEST string: 'running' or 'finished', with its TTL; under the shard's hash tag.
 -- ARGV[2] the id, ARGV[3] 'begin', 'extend' or 'end', ARGV[4] ms: how long a begun request is
