@@ -49,6 +49,8 @@ const HOUR_MS: i64 = 3_600_000;
 const HOUR: Duration = Duration::from_secs(3_600);
 const JOBS: usize = 4;
 const SCHEDULERS: usize = 2;
+/// The requests of each id the idempotency guard's operations are of.
+const REQUESTS: usize = 2;
 const LIMITS: ClaimLimits = ClaimLimits {
     max_envelope: 64,
     max_expiries: 2,
@@ -110,17 +112,21 @@ enum Op {
     List {
         set: JobSet,
     },
-    /// A request of the job's id begins (the idempotency guard), held an hour.
+    /// A request (one of [`REQUESTS`], by its token) of the job's id begins (the idempotency
+    /// guard), held an hour.
     Begin {
         job: usize,
+        request: usize,
     },
-    /// The request of the job's id keeps running for another hour.
+    /// The request of the job's id keeps its record running for another hour.
     KeepRunning {
         job: usize,
+        request: usize,
     },
     /// The request of the job's id ends, kept an hour as finished or forgotten.
     End {
         job: usize,
+        request: usize,
         kept: bool,
     },
 }
@@ -144,9 +150,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => prop::sample::select(&JobSet::ALL[..]).prop_map(|set| Op::Purge { set }),
         1 => Just(Op::Stats),
         1 => prop::sample::select(&JobSet::ALL[..]).prop_map(|set| Op::List { set }),
-        2 => (0..JOBS).prop_map(|job| Op::Begin { job }),
-        1 => (0..JOBS).prop_map(|job| Op::KeepRunning { job }),
-        1 => (0..JOBS, any::<bool>()).prop_map(|(job, kept)| Op::End { job, kept }),
+        2 => (0..JOBS, 0..REQUESTS).prop_map(|(job, request)| Op::Begin { job, request }),
+        1 => (0..JOBS, 0..REQUESTS).prop_map(|(job, request)| Op::KeepRunning { job, request }),
+        1 => (0..JOBS, 0..REQUESTS, any::<bool>()).prop_map(|(job, request, kept)| Op::End { job, request, kept }),
     ]
 }
 
@@ -188,6 +194,7 @@ struct Run {
     queue: QueueName,
     ids: Vec<JobId>,
     tokens: Vec<LockToken>,
+    requesters: Vec<LockToken>,
     beliefs: Vec<Vec<Belief>>,
     /// The last job fencing token on each side.
     fences: [u64; 2],
@@ -233,6 +240,7 @@ impl Sequence for Run {
                 .map(|n| JobId::new(format!("job-{n}")).expect("a valid id"))
                 .collect(),
             tokens: (0..SCHEDULERS).map(|_| LockToken::random()).collect(),
+            requesters: (0..REQUESTS).map(|_| LockToken::random()).collect(),
             beliefs: vec![Vec::new(); SCHEDULERS],
             fences: [0; 2],
             base,
@@ -454,32 +462,32 @@ impl Sequence for Run {
                     .map_err(fail)?);
                 (Reply::Listed(model), Reply::Listed(redis))
             }
-            Op::Begin { job } => {
-                let id = &self.ids[job];
+            Op::Begin { job, request } => {
+                let (id, token) = (&self.ids[job], self.requesters[request]);
                 let as_job = self.model.locate(id).map(|(set, ..)| set);
-                let model = self.requests.begin(id, as_job, HOUR, at(now));
+                let model = self.requests.begin(id, as_job, token, HOUR, at(now));
                 let redis = self
                     .store
-                    .begin_request(&self.queue, id, HOUR)
+                    .begin_request(&self.queue, id, token, HOUR)
                     .await
                     .map_err(fail)?;
                 (Reply::Begun(model), Reply::Begun(redis))
             }
-            Op::KeepRunning { job } => {
-                let id = &self.ids[job];
-                let model = self.requests.extend(id, HOUR, at(now));
+            Op::KeepRunning { job, request } => {
+                let (id, token) = (&self.ids[job], self.requesters[request]);
+                let model = self.requests.extend(id, token, HOUR, at(now));
                 let redis = self
                     .store
-                    .extend_request(&self.queue, id, HOUR)
+                    .extend_request(&self.queue, id, token, HOUR)
                     .await
                     .map_err(fail)?;
                 (Reply::Acted(model), Reply::Acted(redis))
             }
-            Op::End { job, kept } => {
-                let (id, keep) = (&self.ids[job], kept.then_some(HOUR));
-                self.requests.end(id, keep, at(now));
+            Op::End { job, request, kept } => {
+                let (id, token, keep) = (&self.ids[job], self.requesters[request], kept.then_some(HOUR));
+                self.requests.end(id, token, keep, at(now));
                 self.store
-                    .end_request(&self.queue, id, keep)
+                    .end_request(&self.queue, id, token, keep)
                     .await
                     .map_err(fail)?;
                 (Reply::Done, Reply::Done)

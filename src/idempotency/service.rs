@@ -12,6 +12,7 @@ use super::{Begun, IdempotencyLayer, IdempotencyStore};
 use crate::error::KeyError;
 use crate::guard::{Duplicate, Error, Guard, GuardService, KeyExtractor, Nesting, Outcome};
 use crate::guard::{current_job, with_request_id};
+use crate::lock::LockToken;
 use crate::queue::{Codec, JobId, QueueName};
 use crate::sealed::SealedGuard;
 
@@ -56,20 +57,22 @@ where
     ) -> Result<Outcome<N::Response>, Error<N::Error>> {
         let shard = self.queue.shard_of(&id).clone();
         let store = self.queue.store();
-        match store.begin_request(&shard, &id, self.hold).await {
+        // The request's own token: its record is renewed and ended by it alone.
+        let token = LockToken::random();
+        match store.begin_request(&shard, &id, token, self.hold).await {
             Ok(Begun::New) => {}
             Ok(Begun::Duplicate(seen)) => return Ok(Outcome::Duplicate(Duplicate::new(id, seen))),
             Err(error) => return Err(Error::Store(error)),
         }
         let call = with_request_id(id.clone(), N::call(inner, request));
-        let result = while_renewing(store, &shard, &id, self.hold, call).await;
+        let result = while_renewing(store, &shard, &id, token, self.hold, call).await;
         // Ran: kept as a finished job would be. Deferred: its job (of this id) is its
         // record now. Failed: forgotten, so that a retry runs.
         let keep = match &result {
             Ok(Outcome::Done(_)) => self.queue.retention().map(|retention| retention.max_age),
             _ => None,
         };
-        if let Err(error) = store.end_request(&shard, &id, keep).await {
+        if let Err(error) = store.end_request(&shard, &id, token, keep).await {
             tracing::warn!(%id, %error, "cannot record the request's end; its record runs out with its hold");
         }
         result
@@ -84,6 +87,7 @@ async fn while_renewing<St: IdempotencyStore, F: Future>(
     store: &St,
     shard: &QueueName,
     id: &JobId,
+    token: LockToken,
     hold: Duration,
     call: F,
 ) -> F::Output {
@@ -92,7 +96,7 @@ async fn while_renewing<St: IdempotencyStore, F: Future>(
     let renewals = async {
         loop {
             tokio::time::sleep(every).await;
-            match store.extend_request(shard, id, hold).await {
+            match store.extend_request(shard, id, token, hold).await {
                 Ok(true) => {}
                 Ok(false) => return,
                 // Tried again at the next third: the record lives a whole hold.

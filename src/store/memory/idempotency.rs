@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::idempotency::{Begun, IdempotencyStore};
+use crate::lock::LockToken;
 use crate::queue::{JobId, QueueName};
 
 impl IdempotencyStore for MemoryStore {
@@ -14,12 +15,13 @@ impl IdempotencyStore for MemoryStore {
         &self,
         queue: &QueueName,
         id: &JobId,
+        request: LockToken,
         hold: Duration,
     ) -> Result<Begun, StoreError> {
         Ok(self.with_queue(queue, |q| {
             let as_job = q.model.locate(id).map(|(set, ..)| set);
             let now = q.requests_clock();
-            q.requests.begin(id, as_job, hold, now)
+            q.requests.begin(id, as_job, request, hold, now)
         }))
     }
 
@@ -27,11 +29,12 @@ impl IdempotencyStore for MemoryStore {
         &self,
         queue: &QueueName,
         id: &JobId,
+        request: LockToken,
         hold: Duration,
     ) -> Result<bool, StoreError> {
         Ok(self.with_queue(queue, |q| {
             let now = q.requests_clock();
-            q.requests.extend(id, hold, now)
+            q.requests.extend(id, request, hold, now)
         }))
     }
 
@@ -39,11 +42,12 @@ impl IdempotencyStore for MemoryStore {
         &self,
         queue: &QueueName,
         id: &JobId,
+        request: LockToken,
         keep: Option<Duration>,
     ) -> Result<(), StoreError> {
         self.with_queue(queue, |q| {
             let now = q.requests_clock();
-            q.requests.end(id, keep, now);
+            q.requests.end(id, request, keep, now);
         });
         Ok(())
     }

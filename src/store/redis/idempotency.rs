@@ -7,17 +7,19 @@ use super::keys::QueueKeys;
 use super::scripts::REQUEST_RECORD;
 use crate::error::StoreError;
 use crate::idempotency::{Begun, IdempotencyStore, Seen};
+use crate::lock::LockToken;
 use crate::queue::{JobId, QueueName};
 use crate::store::RedisConnection;
 use crate::time::millis;
 
 impl<Conn: RedisConnection> RedisStore<Conn> {
-    /// One call of `request_record.lua` on request `id`'s record: `mode` (`begin`, `extend`,
-    /// `end`) with its milliseconds; what the script answers.
+    /// One call of `request_record.lua` on request `id`'s record, as `request`: `mode`
+    /// (`begin`, `extend`, `end`) with its milliseconds; what the script answers.
     async fn request_record(
         &self,
         queue: &QueueName,
         id: &JobId,
+        request: LockToken,
         mode: &str,
         ms: u64,
     ) -> Result<String, StoreError> {
@@ -28,6 +30,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             .arg(id.as_str())
             .arg(mode)
             .arg(ms)
+            .arg(request)
             .invoke_async(&mut self.conn.clone())
             .await?)
     }
@@ -38,9 +41,12 @@ impl<Conn: RedisConnection> IdempotencyStore for RedisStore<Conn> {
         &self,
         queue: &QueueName,
         id: &JobId,
+        request: LockToken,
         hold: Duration,
     ) -> Result<Begun, StoreError> {
-        let found = self.request_record(queue, id, "begin", millis(hold)).await?;
+        let found = self
+            .request_record(queue, id, request, "begin", millis(hold))
+            .await?;
         Ok(match found.as_str() {
             "" => Begun::New,
             "running" => Begun::Duplicate(Seen::Running),
@@ -61,18 +67,23 @@ impl<Conn: RedisConnection> IdempotencyStore for RedisStore<Conn> {
         &self,
         queue: &QueueName,
         id: &JobId,
+        request: LockToken,
         hold: Duration,
     ) -> Result<bool, StoreError> {
-        Ok(self.request_record(queue, id, "extend", millis(hold)).await? == "running")
+        Ok(self
+            .request_record(queue, id, request, "extend", millis(hold))
+            .await?
+            == "running")
     }
 
     async fn end_request(
         &self,
         queue: &QueueName,
         id: &JobId,
+        request: LockToken,
         keep: Option<Duration>,
     ) -> Result<(), StoreError> {
-        self.request_record(queue, id, "end", keep.map_or(0, millis))
+        self.request_record(queue, id, request, "end", keep.map_or(0, millis))
             .await?;
         Ok(())
     }
