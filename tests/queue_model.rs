@@ -1,5 +1,6 @@
 //! The queue's scripts checked against its model (`redefer::queue::model`): generated
-//! sequences of pushes, claims by two schedulers, acks, retries, burials, lease extensions,
+//! sequences of pushes, claims by two schedulers, acks (the job kept as done, or forgotten),
+//! retries, burials, lease extensions,
 //! cancels and leases that run out (a scheduler that died), and an operator's pauses, runs now,
 //! requeues, purges, counts and listings, run one by one on the model and on a real Redis 7
 //! and Valkey 9 through the Redis store, and the idempotency guard's requests of the same ids
@@ -35,7 +36,7 @@ use redefer::lock::LockToken;
 use redefer::queue::model::QueueModel;
 use redefer::queue::{
     Cancelled, ClaimLimits, ControlQueue, Counters, Due, Hold, InspectQueue, JobId, JobSet, QueueCore,
-    QueueName, QueueStats, RawJobState,
+    QueueName, QueueStats, RawJobState, Retention,
 };
 use redis::aio::ConnectionManager;
 
@@ -49,6 +50,12 @@ const HOUR_MS: i64 = 3_600_000;
 const HOUR: Duration = Duration::from_secs(3_600);
 const JOBS: usize = 4;
 const SCHEDULERS: usize = 2;
+/// What a kept ack keeps: more jobs than there are, an hour each, so that which finished job
+/// goes first never turns on the milliseconds between the two clocks.
+const RETENTION: Retention = Retention {
+    max_count: 100,
+    max_age: HOUR,
+};
 /// The requests of each id the idempotency guard's operations are of.
 const REQUESTS: usize = 2;
 const LIMITS: ClaimLimits = ClaimLimits {
@@ -68,9 +75,11 @@ enum Op {
         max: usize,
     },
     /// A scheduler acts on a job it claimed (its `belief`-th, by its place in its claims).
+    /// Acks the job: kept in the done set ([`RETENTION`]), or forgotten.
     Ack {
         scheduler: usize,
         belief: usize,
+        kept: bool,
     },
     Retry {
         scheduler: usize,
@@ -137,7 +146,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..JOBS, prop::bool::weighted(0.8)).prop_map(|(job, past)| Op::Push { job, past }),
         4 => (scheduler.clone(), 1..4usize).prop_map(|(scheduler, max)| Op::Claim { scheduler, max }),
-        3 => (scheduler.clone(), belief.clone()).prop_map(|(scheduler, belief)| Op::Ack { scheduler, belief }),
+        3 => (scheduler.clone(), belief.clone(), any::<bool>())
+            .prop_map(|(scheduler, belief, kept)| Op::Ack { scheduler, belief, kept }),
         2 => (scheduler.clone(), belief.clone(), any::<bool>())
             .prop_map(|(scheduler, belief, at_once)| Op::Retry { scheduler, belief, at_once }),
         1 => (scheduler.clone(), belief.clone()).prop_map(|(scheduler, belief)| Op::Bury { scheduler, belief }),
@@ -309,15 +319,21 @@ impl Sequence for Run {
                 redis_jobs.sort_unstable();
                 (Reply::Claimed(model_jobs), Reply::Claimed(redis_jobs))
             }
-            Op::Ack { scheduler, belief } => {
+            Op::Ack {
+                scheduler,
+                belief,
+                kept,
+            } => {
                 let Some(belief) = self.take_belief(scheduler, belief) else {
                     return Ok(());
                 };
-                let id = &self.ids[belief.job];
-                let model = self.model.ack(&[(id, belief.model)], None, Counters::Off, now);
+                let (id, retention) = (&self.ids[belief.job], kept.then_some(RETENTION));
+                let model = self
+                    .model
+                    .ack(&[(id, belief.model)], retention, Counters::Off, now);
                 let redis = self
                     .store
-                    .ack(&self.queue, &[(id, belief.redis)], None, Counters::Off)
+                    .ack(&self.queue, &[(id, belief.redis)], retention, Counters::Off)
                     .await
                     .map_err(fail)?;
                 (Reply::Stored(model), Reply::Stored(redis))
