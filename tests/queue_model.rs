@@ -1,14 +1,15 @@
 //! The queue's scripts checked against its model (`redefer::queue::model`): generated
-//! sequences of pushes, claims by two schedulers, acks (the job kept as done, or forgotten),
+//! sequences of pushes (in no group, or in one of two groups of different weights), claims by
+//! two schedulers, acks (the job kept as done, or forgotten),
 //! retries, burials, lease extensions,
 //! cancels and leases that run out (a scheduler that died), and an operator's pauses, runs now,
-//! requeues, purges, counts and listings, run one by one on the model and on a real Redis 7
+//! requeues, purges, counts, listings and the groups' backlogs, run one by one on the model and on a real Redis 7
 //! and Valkey 9 through the Redis store, and the idempotency guard's requests of the same ids
 //! (begun, kept running, ended) on its model (`redefer::idempotency::model`) and
 //! `request_record.lua`. After every operation the replies agree (the jobs each claim took,
 //! which ack, retry, burial, extension, cancel, run now or requeue acted, whether the queue was
-//! paused, how many a purge deleted, the counts, the ids a listing found, what a request found
-//! of its id), and so does where each job is (waiting and when due, in flight and until when,
+//! paused, how many a purge deleted, the counts, the ids a listing found, each group's backlog,
+//! what a request found of its id), and so does where each job is (waiting and when due, in flight and until when,
 //! dead, or gone after its ack). Job fencing tokens rise on both.
 //!
 //! Time: the scripts read the server's clock, which the test cannot move, so the model's clock
@@ -35,8 +36,8 @@ use redefer::idempotency::{Begun, IdempotencyStore};
 use redefer::lock::LockToken;
 use redefer::queue::model::QueueModel;
 use redefer::queue::{
-    Cancelled, ClaimLimits, ControlQueue, Counters, Due, Hold, InspectQueue, JobId, JobSet, QueueCore,
-    QueueName, QueueStats, RawJobState, Retention,
+    Cancelled, ClaimLimits, ControlQueue, Counters, Due, Hold, InspectQueue, JobGroup, JobId, JobSet,
+    QueueCore, QueueGroups, QueueName, QueueStats, RawJobState, Retention,
 };
 use redis::aio::ConnectionManager;
 
@@ -58,6 +59,9 @@ const RETENTION: Retention = Retention {
 };
 /// The requests of each id the idempotency guard's operations are of.
 const REQUESTS: usize = 2;
+/// The groups a push may put its job in, with their weights: a claim of fewer jobs than are
+/// due takes them in the groups' turns, three of the second's for one of the first's.
+const GROUPS: [(&str, u32); 2] = [("light", 1), ("heavy", 3)];
 const LIMITS: ClaimLimits = ClaimLimits {
     max_envelope: 64,
     max_expiries: 2,
@@ -65,10 +69,11 @@ const LIMITS: ClaimLimits = ClaimLimits {
 
 #[derive(Debug, Clone)]
 enum Op {
-    /// Pushes the job due an hour ago (`past`) or in an hour.
+    /// Pushes the job due an hour ago (`past`) or in an hour, in one of [`GROUPS`] or none.
     Push {
         job: usize,
         past: bool,
+        group: Option<usize>,
     },
     Claim {
         scheduler: usize,
@@ -117,6 +122,8 @@ enum Op {
         set: JobSet,
     },
     Stats,
+    /// Reads the groups' backlogs, the largest first.
+    Groups,
     /// Lists the set, every job of it in one page.
     List {
         set: JobSet,
@@ -144,7 +151,8 @@ fn op() -> impl Strategy<Value = Op> {
     let scheduler = 0..SCHEDULERS;
     let belief = 0..3usize;
     prop_oneof![
-        4 => (0..JOBS, prop::bool::weighted(0.8)).prop_map(|(job, past)| Op::Push { job, past }),
+        4 => (0..JOBS, prop::bool::weighted(0.8), prop::option::weighted(0.6, 0..GROUPS.len()))
+            .prop_map(|(job, past, group)| Op::Push { job, past, group }),
         4 => (scheduler.clone(), 1..4usize).prop_map(|(scheduler, max)| Op::Claim { scheduler, max }),
         3 => (scheduler.clone(), belief.clone(), any::<bool>())
             .prop_map(|(scheduler, belief, kept)| Op::Ack { scheduler, belief, kept }),
@@ -159,6 +167,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..JOBS).prop_map(|job| Op::Requeue { job }),
         1 => prop::sample::select(&JobSet::ALL[..]).prop_map(|set| Op::Purge { set }),
         1 => Just(Op::Stats),
+        1 => Just(Op::Groups),
         1 => prop::sample::select(&JobSet::ALL[..]).prop_map(|set| Op::List { set }),
         2 => (0..JOBS, 0..REQUESTS).prop_map(|(job, request)| Op::Begin { job, request }),
         1 => (0..JOBS, 0..REQUESTS).prop_map(|(job, request)| Op::KeepRunning { job, request }),
@@ -191,6 +200,7 @@ enum Reply {
     Cancelled(Cancelled),
     Counted(usize),
     Stats(QueueStats),
+    Groups(QueueGroups),
     Listed(Vec<String>),
     Begun(Begun),
     Done,
@@ -203,6 +213,7 @@ struct Run {
     redis: ConnectionManager,
     queue: QueueName,
     ids: Vec<JobId>,
+    groups: Vec<JobGroup>,
     tokens: Vec<LockToken>,
     requesters: Vec<LockToken>,
     beliefs: Vec<Vec<Belief>>,
@@ -249,6 +260,14 @@ impl Sequence for Run {
             ids: (0..JOBS)
                 .map(|n| JobId::new(format!("job-{n}")).expect("a valid id"))
                 .collect(),
+            groups: GROUPS
+                .iter()
+                .map(|(name, weight)| {
+                    JobGroup::new(*name)
+                        .and_then(|group| group.weight(*weight))
+                        .expect("a valid group")
+                })
+                .collect(),
             tokens: (0..SCHEDULERS).map(|_| LockToken::random()).collect(),
             requesters: (0..REQUESTS).map(|_| LockToken::random()).collect(),
             beliefs: vec![Vec::new(); SCHEDULERS],
@@ -260,18 +279,19 @@ impl Sequence for Run {
     async fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
         let now = server_ms(&mut self.redis).await?;
         let (model, redis) = match *op {
-            Op::Push { job, past } => {
+            Op::Push { job, past, group } => {
                 let due = if past {
                     self.base - HOUR_MS
                 } else {
                     self.base + HOUR_MS
                 } + job as i64;
                 let jobs = [(self.ids[job].clone(), format!("{{\"n\":{job}}}").into_bytes())];
-                let model = self.model.push_many(&jobs, due, None, now);
+                let group = group.map(|group| &self.groups[group]);
+                let model = self.model.push_many(&jobs, due, group, now);
                 let at = SystemTime::UNIX_EPOCH + Duration::from_millis(due as u64);
                 let (_, redis) = self
                     .store
-                    .push_many_in_group(&self.queue, &jobs, Due::At(at), None)
+                    .push_many_in_group(&self.queue, &jobs, Due::At(at), group)
                     .await
                     .map_err(fail)?;
                 (Reply::Stored(model), Reply::Stored(redis))
@@ -461,6 +481,11 @@ impl Sequence for Run {
                 let model = self.model.stats(now);
                 let redis = self.store.stats(&self.queue).await.map_err(fail)?;
                 (Reply::Stats(model), Reply::Stats(redis))
+            }
+            Op::Groups => {
+                let model = self.model.groups(GROUPS.len());
+                let redis = self.store.groups(&self.queue, GROUPS.len()).await.map_err(fail)?;
+                (Reply::Groups(model), Reply::Groups(redis))
             }
             Op::List { set } => {
                 // Which jobs, not their order: jobs due within the tolerance of each other may

@@ -1,10 +1,10 @@
 //! The operator's verbs on the queue's model: read a job, count, list, the last hour's
-//! activity; pause, run now, requeue the dead, purge.
+//! activity, the groups' backlogs; pause, run now, requeue the dead, purge.
 
 use super::QueueModel;
 use crate::queue::{
-    ACTIVITY_MINUTES, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE, MinuteActivity, QueueStats, RawJob,
-    RawJobState,
+    ACTIVITY_MINUTES, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE, MinuteActivity, QueueGroups,
+    QueueStats, RawJob, RawJobState,
 };
 use crate::time::from_epoch_ms;
 
@@ -51,6 +51,12 @@ impl QueueModel {
             done: self.done.len() as u64,
             paused: self.paused,
         }
+    }
+
+    /// The `most` largest groups by due jobs waiting for their turn (at most [`MAX_PAGE`]), and
+    /// how many groups have due jobs (`queue_groups.lua`).
+    pub fn groups(&self, most: usize) -> QueueGroups {
+        self.fair.largest(most.min(MAX_PAGE))
     }
 
     /// Up to `limit` jobs of `set` after `after`, in time order (`queue_list.lua`).

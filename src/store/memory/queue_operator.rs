@@ -5,8 +5,8 @@ use super::MemoryStore;
 use super::queue::now_ms;
 use crate::error::StoreError;
 use crate::queue::{
-    ControlQueue, InspectQueue, JobId, JobSet, ListCursor, ListedJob, MAX_PAGE, MinuteActivity, QueueGroups,
-    QueueName, QueueRegistry, QueueStats, RawJob, RegisteredQueue,
+    ControlQueue, InspectQueue, JobId, JobSet, ListCursor, ListedJob, MinuteActivity, QueueGroups, QueueName,
+    QueueRegistry, QueueStats, RawJob, RegisteredQueue,
 };
 
 impl InspectQueue for MemoryStore {
@@ -19,7 +19,7 @@ impl InspectQueue for MemoryStore {
     }
 
     async fn groups(&self, queue: &QueueName, most: usize) -> Result<QueueGroups, StoreError> {
-        Ok(self.with_queue(queue, |q| q.model.fair.largest(most.min(MAX_PAGE))))
+        Ok(self.with_queue(queue, |q| q.model.groups(most)))
     }
 
     async fn list(

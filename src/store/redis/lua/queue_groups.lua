@@ -1,4 +1,5 @@
 #!lua flags=no-writes
+-- Model: QueueModel::groups (src/queue/model/operator.rs); tests/queue_model.rs checks the two agree.
 -- Reads each group's backlog, the largest first (ties by name, the last first): how many of
 -- its jobs are due and wait for their turn. Read from the groups' next tags, not counted by
 -- the claims (which touch no state per group): a group's ready jobs hold the tags from about
