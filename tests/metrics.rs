@@ -162,3 +162,67 @@ fn the_throttle_and_the_semaphore_report_what_they_do() {
     // Taken and given back: none held now.
     assert_eq!(value("redefer_permits_in_use{}"), 0.0);
 }
+
+/// A re-injected job that meets its key held again goes back to its queue: counted as that,
+/// not as a refusal (which it was counted as before `Decision::BackToQueue`).
+#[test]
+fn a_job_back_to_its_queue_is_not_counted_as_refused() {
+    use redefer::strategy::Coalesce;
+
+    let seen = recorded(async {
+        let store = MemoryStore::new();
+        let queue = DelayQueue::<u64, _>::new(store.clone(), "coalesced")
+            .unwrap()
+            .retry_policy(RetryPolicy {
+                max_lock_waits: 1,
+                ..RetryPolicy::default()
+            });
+        let service = LockLayer::new(store.clone(), |_: &u64| Some("order:1".to_string()))
+            .on_conflict(Coalesce::latest(queue.clone()))
+            .layer(service_fn(|_: u64| async {
+                Ok::<_, std::convert::Infallible>(())
+            }));
+        // A holder that never lets go, on a short TTL it keeps renewing: the job's fallback,
+        // which follows the TTL, brings it back soon, until it met the key twice and is buried.
+        let key = LockKey::new("order:1").unwrap();
+        let (token, ttl) = (LockToken::random(), Duration::from_millis(200));
+        store
+            .acquire(&key, token, ttl, Holders::One, None, Fencing::On)
+            .await
+            .unwrap();
+        let holder = tokio::spawn({
+            let store = store.clone();
+            async move {
+                while store
+                    .extend_holding(&key, token, ttl, Holders::One)
+                    .await
+                    .unwrap()
+                {
+                    tokio::time::sleep(ttl / 4).await;
+                }
+            }
+        });
+        assert!(
+            service.clone().oneshot(1).await.unwrap().done().is_none(),
+            "deferred"
+        );
+        let options = SchedulerOptions {
+            max_idle: Duration::from_millis(20),
+            ..SchedulerOptions::default()
+        };
+        let scheduler = Scheduler::new(queue.clone(), service).options(options).start();
+        while queue.operator().stats().await.unwrap().dead != 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        scheduler.shutdown().await;
+        holder.abort();
+    });
+    let value = |name: &str| reported(&seen, name);
+    assert_eq!(value("redefer_lock_conflicts_total{decision=defer}"), 1.0);
+    assert_eq!(value("redefer_lock_conflicts_total{decision=back_to_queue}"), 2.0);
+    assert_eq!(
+        seen.get("redefer_lock_conflicts_total{decision=reject}"),
+        None,
+        "{seen:?}"
+    );
+}

@@ -257,7 +257,8 @@ where
                             }
                             State::Attempt
                         }
-                        Decision::Reject { retry_after: hint } => {
+                        Decision::Reject { retry_after: hint }
+                        | Decision::BackToQueue { retry_after: hint } => {
                             return Err(guard.refused(met, &attempts, hint.or(retry_after)));
                         }
                         Decision::Superseded { by } => return Err(Error::Superseded { key: met, by }),
@@ -286,6 +287,7 @@ fn label(decision: &Decision) -> &'static str {
     match decision {
         Decision::RetryAfter(_) => "retry",
         Decision::Reject { .. } => "reject",
+        Decision::BackToQueue { .. } => "back_to_queue",
         Decision::Superseded { .. } => "superseded",
         Decision::LineFull { .. } => "line_full",
         Decision::Deferred(_) => "defer",

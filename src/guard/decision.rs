@@ -15,9 +15,26 @@ pub enum Decision {
     /// Wait in the key's line for at most this long (the request is told when the key is
     /// handed to it), then try to acquire again.
     RetryAfter(Duration),
-    /// Give up: the caller gets [`Error::Locked`](crate::Error::Locked) with this hint.
+    /// Give up: the caller gets [`Error::Locked`](crate::Error::Locked) (over a throttle's
+    /// rate, [`Error::Throttled`](crate::Error::Throttled)) with this hint.
+    ///
+    /// A [`Scheduler`](crate::Scheduler)'s job refused so still waits for its key: a held key
+    /// is not the job's failure, so its scheduler puts it back to wait in the key's line, using
+    /// no attempt, until the queue's
+    /// [`max_lock_wait`](crate::queue::RetryPolicy::max_lock_wait).
     Reject {
         /// When trying again may succeed.
+        retry_after: Option<Duration>,
+    },
+    /// The request is a job re-injected from the strategy's own queue, and it met its key
+    /// again: it goes back to that queue to wait for its turn (in the key's line, or for the
+    /// slot it booked over a throttle's rate), using no attempt and storing nothing new
+    /// ([`Defer`](crate::strategy::Defer), [`Coalesce`](crate::strategy::Coalesce)). Its
+    /// scheduler is answered as to a refusal ([`Error::Locked`](crate::Error::Locked),
+    /// [`Error::Throttled`](crate::Error::Throttled)), with this hint of when the turn may
+    /// come, and puts the job back; the metrics count it apart from refusals.
+    BackToQueue {
+        /// When the job's turn may come.
         retry_after: Option<Duration>,
     },
     /// The request was stored to run later: the caller gets

@@ -158,7 +158,7 @@ where
         } = attempts;
         match (decision, &caller.job) {
             // A job waits in line: its scheduler puts it back to wait for its turn.
-            (Some(Decision::Reject { .. }), Some(me)) => {
+            (Some(Decision::Reject { .. } | Decision::BackToQueue { .. }), Some(me)) => {
                 caller.tell_job_of_holder();
                 let store = release.store();
                 store

@@ -261,7 +261,7 @@ where
         let place = attempts.line.place.clone();
         let kept = match (decision, &attempts.caller.job) {
             // A job waits in line: its scheduler puts it back to wait for its turn.
-            (Some(Decision::Reject { .. }), Some(me)) => {
+            (Some(Decision::Reject { .. } | Decision::BackToQueue { .. }), Some(me)) => {
                 attempts.caller.tell_job_of_holder();
                 self.lock
                     .store

@@ -269,7 +269,7 @@ pub(super) fn back_to_wait(
         // Over a throttle's rate: the job books its slot and goes back to wait for it.
         Some(slot) => Either::Right(async move {
             let booking = slot.book_for_job(&job.shard, &job.id).await?;
-            Ok(Decision::Reject {
+            Ok(Decision::BackToQueue {
                 retry_after: Some(booking.wait),
             })
         }),
@@ -280,7 +280,7 @@ pub(super) fn back_to_wait(
             JobWaits::InPlace { look_again, at_most } if at_most > conflict.waited && may_wait_in_place() => {
                 Decision::RetryAfter(look_again.min(at_most - conflict.waited))
             }
-            _ => Decision::Reject {
+            _ => Decision::BackToQueue {
                 retry_after: conflict.retry_after,
             },
         }))),
