@@ -1,6 +1,8 @@
 //! The queue's scripts checked against its model (`redefer::queue::model`): generated
-//! sequences of pushes (in no group, or in one of two groups of different weights), claims by
-//! two schedulers, acks (the job kept as done, or forgotten),
+//! sequences of pushes (in no group, or in one of two groups of different weights), pushes as
+//! a key's pending job (kept first or latest, debounced, arrived before the job's request),
+//! jobs handed a lock key (the first in its line made due, the runner-up due when the
+//! reservation runs out), waiting jobs buried by a full line, claims by two schedulers, acks (the job kept as done, or forgotten),
 //! retries, burials, lease extensions,
 //! cancels and leases that run out (a scheduler that died), and an operator's pauses, runs now,
 //! requeues, purges, counts, listings and the groups' backlogs, run one by one on the model and on a real Redis 7
@@ -14,8 +16,9 @@
 //!
 //! Time: the scripts read the server's clock, which the test cannot move, so the model's clock
 //! is the server's, read just before each operation. Everything the test makes due is due an
-//! hour before or after it (a push at a set time, a retry an hour on) or at the moment of the
-//! operation (a retry at once), and times are compared within [`TIME_TOLERANCE`]: where a job
+//! hour before or after it (a push at a set time, a retry an hour on, a debounced push), half
+//! an hour after it (a runner-up in line) or at the moment of the operation (a retry at once,
+//! the first in line), and times are compared within [`TIME_TOLERANCE`]: where a job
 //! is never turns on the milliseconds between the two clocks. A lease runs out by its
 //! deadline set in the past on both (its `INFLIGHT` score; the model's claim).
 //!
@@ -30,14 +33,18 @@ use std::time::{Duration, SystemTime};
 use differential::{Sequence, fail};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
+use redefer::LockKey;
 use redefer::RedisStore;
+use redefer::debounce::Debounce;
+use redefer::guard::Waiter;
 use redefer::idempotency::model::RequestModel;
 use redefer::idempotency::{Begun, IdempotencyStore};
-use redefer::lock::LockToken;
-use redefer::queue::model::QueueModel;
+use redefer::lock::{Acquisition, Fencing, Holders, LockStore, LockToken};
+use redefer::queue::model::{Promotion, QueueModel};
 use redefer::queue::{
-    Cancelled, ClaimLimits, ControlQueue, Counters, Due, Hold, InspectQueue, JobGroup, JobId, JobSet,
-    QueueCore, QueueGroups, QueueName, QueueStats, RawJobState, Retention,
+    Cancelled, ClaimLimits, ControlQueue, Counters, Due, Hold, InspectQueue, JobGroup, JobId, JobSet, Keep,
+    PendingPush, PendingRules, PendingStore, QueueCore, QueueGroups, QueueName, QueueStats, RawJobState,
+    Retention,
 };
 use redis::aio::ConnectionManager;
 
@@ -62,6 +69,14 @@ const REQUESTS: usize = 2;
 /// The groups a push may put its job in, with their weights: a claim of fewer jobs than are
 /// due takes them in the groups' turns, three of the second's for one of the first's.
 const GROUPS: [(&str, u32); 2] = [("light", 1), ("heavy", 3)];
+/// The lock keys whose pending jobs the pushes as a key's pending job are.
+const PENDING_KEYS: usize = 2;
+/// How long a lock key is reserved for the job it is handed to: half an hour, so that a
+/// runner-up due in an hour is made due sooner, and never within the tolerance of another time.
+const RESERVATION: Duration = Duration::from_secs(1_800);
+/// What the store adds to the reservation for the runner-up (`RUNNER_UP_MARGIN` in
+/// `src/store/handover.rs`): the runner-up is due after the reservation and this.
+const RUNNER_UP_MARGIN: Duration = Duration::from_millis(20);
 const LIMITS: ClaimLimits = ClaimLimits {
     max_envelope: 64,
     max_expiries: 2,
@@ -74,6 +89,30 @@ enum Op {
         job: usize,
         past: bool,
         group: Option<usize>,
+    },
+    /// Pushes the job as the pending job of one of [`PENDING_KEYS`], due as [`Op::Push`]:
+    /// stored, or joining the key's waiting job, keeping the first request or the latest
+    /// (debounced: due an hour after the push, at most two after the job's first), as a
+    /// request that arrived two hours ago (`older`) or now.
+    PushPending {
+        job: usize,
+        key: usize,
+        past: bool,
+        group: Option<usize>,
+        latest: bool,
+        debounced: bool,
+        older: bool,
+    },
+    /// A lock key's holder releases it with the job first in its line and, if given, another
+    /// job second: the first is made due now, the runner-up when the reservation runs out (a
+    /// job gone is passed over). A new key each time.
+    Handed {
+        first: usize,
+        runner_up: Option<usize>,
+    },
+    /// A full line drops the job: buried if it waits.
+    BuryWaiting {
+        job: usize,
     },
     Claim {
         scheduler: usize,
@@ -153,6 +192,25 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..JOBS, prop::bool::weighted(0.8), prop::option::weighted(0.6, 0..GROUPS.len()))
             .prop_map(|(job, past, group)| Op::Push { job, past, group }),
+        3 => (
+            (0..JOBS, 0..PENDING_KEYS, prop::bool::weighted(0.8)),
+            prop::option::weighted(0.5, 0..GROUPS.len()),
+            (any::<bool>(), any::<bool>(), prop::bool::weighted(0.2)),
+        )
+            .prop_map(|((job, key, past), group, (latest, debounced, older))| Op::PushPending {
+                job,
+                key,
+                past,
+                group,
+                latest,
+                debounced,
+                older,
+            }),
+        2 => (0..JOBS, prop::option::of(0..JOBS)).prop_map(|(first, runner_up)| Op::Handed {
+            first,
+            runner_up: runner_up.filter(|runner_up| *runner_up != first),
+        }),
+        1 => (0..JOBS).prop_map(|job| Op::BuryWaiting { job }),
         4 => (scheduler.clone(), 1..4usize).prop_map(|(scheduler, max)| Op::Claim { scheduler, max }),
         3 => (scheduler.clone(), belief.clone(), any::<bool>())
             .prop_map(|(scheduler, belief, kept)| Op::Ack { scheduler, belief, kept }),
@@ -203,6 +261,9 @@ enum Reply {
     Groups(QueueGroups),
     Listed(Vec<String>),
     Begun(Begun),
+    /// A push as a key's pending job: what it did, its due time aside (compared within the
+    /// tolerance).
+    Pending(PendingPush),
     Done,
 }
 
@@ -213,6 +274,9 @@ struct Run {
     redis: ConnectionManager,
     queue: QueueName,
     ids: Vec<JobId>,
+    pending_keys: Vec<LockKey>,
+    /// The lock keys handed so far: each hand-over takes a new one.
+    handed: usize,
     groups: Vec<JobGroup>,
     tokens: Vec<LockToken>,
     requesters: Vec<LockToken>,
@@ -245,7 +309,9 @@ impl Sequence for Run {
 
     async fn start(server: &RedisServer) -> Self {
         let prefix = support::unique_prefix();
-        let store = support::store_at(&server.url(), &prefix).await;
+        let store = support::store_at(&server.url(), &prefix)
+            .await
+            .with_reservation(RESERVATION);
         let client = redis::Client::open(server.url()).expect("a valid URL");
         let mut redis = ConnectionManager::new(client)
             .await
@@ -260,6 +326,10 @@ impl Sequence for Run {
             ids: (0..JOBS)
                 .map(|n| JobId::new(format!("job-{n}")).expect("a valid id"))
                 .collect(),
+            pending_keys: (0..PENDING_KEYS)
+                .map(|n| LockKey::new(format!("pending-{n}")).expect("a valid key"))
+                .collect(),
+            handed: 0,
             groups: GROUPS
                 .iter()
                 .map(|(name, weight)| {
@@ -280,21 +350,100 @@ impl Sequence for Run {
         let now = server_ms(&mut self.redis).await?;
         let (model, redis) = match *op {
             Op::Push { job, past, group } => {
-                let due = if past {
-                    self.base - HOUR_MS
-                } else {
-                    self.base + HOUR_MS
-                } + job as i64;
-                let jobs = [(self.ids[job].clone(), format!("{{\"n\":{job}}}").into_bytes())];
+                let due = self.due(job, past);
+                let jobs = [(self.ids[job].clone(), envelope(job))];
                 let group = group.map(|group| &self.groups[group]);
                 let model = self.model.push_many(&jobs, due, group, now);
-                let at = SystemTime::UNIX_EPOCH + Duration::from_millis(due as u64);
+                let at = at_epoch_ms(due);
                 let (_, redis) = self
                     .store
                     .push_many_in_group(&self.queue, &jobs, Due::At(at), group)
                     .await
                     .map_err(fail)?;
                 (Reply::Stored(model), Reply::Stored(redis))
+            }
+            Op::PushPending {
+                job,
+                key,
+                past,
+                group,
+                latest,
+                debounced,
+                older,
+            } => {
+                let due = self.due(job, past);
+                let (key, id) = (&self.pending_keys[key], &self.ids[job]);
+                let group = group.map(|group| &self.groups[group]);
+                let rules = PendingRules {
+                    keep: if latest { Keep::Latest } else { Keep::First },
+                    debounce: debounced.then(|| Debounce::new(HOUR, 2 * HOUR).expect("a valid debounce")),
+                    counters: Counters::Off,
+                    arrived_ago: if older { 2 * HOUR } else { Duration::ZERO },
+                };
+                let model = self
+                    .model
+                    .push_pending(key, id, envelope(job), due, group, rules, now);
+                let redis = self
+                    .store
+                    .push_pending_in_group(
+                        &self.queue,
+                        key,
+                        id,
+                        envelope(job),
+                        Due::At(at_epoch_ms(due)),
+                        group,
+                        rules,
+                    )
+                    .await
+                    .map_err(fail)?;
+                let (model_due, redis_due) = (pending_due(&model), pending_due(&redis));
+                prop_assert!(
+                    Place::Waiting(model_due).agrees_with(Place::Waiting(redis_due)),
+                    "due {} in the model, {} on the server, after {:?}",
+                    model_due,
+                    redis_due,
+                    op
+                );
+                (
+                    Reply::Pending(without_due(model)),
+                    Reply::Pending(without_due(redis)),
+                )
+            }
+            Op::Handed { first, runner_up } => {
+                self.handed += 1;
+                let key = LockKey::new(format!("handed-{}", self.handed)).map_err(fail)?;
+                let holder = LockToken::random();
+                let acquired = self
+                    .store
+                    .acquire(&key, holder, HOUR, Holders::One, None, Fencing::Off)
+                    .await
+                    .map_err(fail)?;
+                prop_assert!(matches!(acquired, Acquisition::Acquired(_)), "{:?}", acquired);
+                for job in std::iter::once(first).chain(runner_up) {
+                    let waiter = Waiter::job(&self.queue, &self.ids[job]);
+                    self.store
+                        .join_line(&key, &waiter, None, Holders::One, None)
+                        .await
+                        .map_err(fail)?;
+                }
+                let released = self
+                    .store
+                    .release_holding(&key, holder, Holders::One, None)
+                    .await
+                    .map_err(fail)?;
+                prop_assert!(released);
+                self.hand_over_in_model(first, runner_up, now);
+                (Reply::Done, Reply::Done)
+            }
+            Op::BuryWaiting { job } => {
+                let id = &self.ids[job];
+                let model = self.model.bury_waiting(id, "dropped", Counters::Off, now);
+                let redis = self
+                    .store
+                    .bury_waiting(&self.queue, id, "dropped", Counters::Off)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Acted(model), Reply::Acted(redis))
             }
             Op::Claim { scheduler, max } => {
                 let token = self.tokens[scheduler];
@@ -552,6 +701,27 @@ impl Sequence for Run {
 }
 
 impl Run {
+    /// When a push of `job` is due: an hour ago (`past`) or in an hour, a millisecond apart
+    /// per job.
+    fn due(&self, job: usize, past: bool) -> i64 {
+        let hour = if past { -HOUR_MS } else { HOUR_MS };
+        self.base + hour + job as i64
+    }
+
+    /// What the store's hand-over does after the release (`src/store/handover.rs`), on the
+    /// model: the first in line made due now, or, gone, passed over to the runner-up, made due
+    /// now instead; once one was woken, the runner-up due when the reservation runs out.
+    fn hand_over_in_model(&mut self, first: usize, runner_up: Option<usize>, now: i64) {
+        let woken = [Some(first), runner_up]
+            .into_iter()
+            .flatten()
+            .any(|job| self.model.promote(&self.ids[job], Duration::ZERO, now) != Promotion::Gone);
+        if let Some(runner_up) = runner_up.filter(|_| woken) {
+            self.model
+                .promote(&self.ids[runner_up], RESERVATION + RUNNER_UP_MARGIN, now);
+        }
+    }
+
     fn take_belief(&mut self, scheduler: usize, belief: usize) -> Option<Belief> {
         (belief < self.beliefs[scheduler].len()).then(|| self.beliefs[scheduler].remove(belief))
     }
@@ -577,6 +747,37 @@ impl Run {
             RawJobState::Dead { .. } => Place::Dead,
             RawJobState::Done { .. } | RawJobState::Missing => Place::Gone,
         })
+    }
+}
+
+/// The envelope of a job's pushes.
+fn envelope(job: usize) -> Vec<u8> {
+    format!("{{\"n\":{job}}}").into_bytes()
+}
+
+/// The time `ms` after the epoch.
+fn at_epoch_ms(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms.unsigned_abs())
+}
+
+/// When a pending push said the job is due, ms since the epoch (0 where it says nothing).
+fn pending_due(push: &PendingPush) -> i64 {
+    match push {
+        PendingPush::Stored { due } | PendingPush::Joined { due, .. } | PendingPush::Newer { due, .. } => {
+            epoch_ms(*due)
+        }
+        PendingPush::EncodeFor(_) | PendingPush::Moved => 0,
+    }
+}
+
+/// A pending push with its due time taken out (compared apart, within the tolerance).
+fn without_due(push: PendingPush) -> PendingPush {
+    let due = SystemTime::UNIX_EPOCH;
+    match push {
+        PendingPush::Stored { .. } => PendingPush::Stored { due },
+        PendingPush::Joined { id, revision, .. } => PendingPush::Joined { id, revision, due },
+        PendingPush::Newer { id, revision, .. } => PendingPush::Newer { id, revision, due },
+        other => other,
     }
 }
 

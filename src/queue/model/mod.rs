@@ -40,7 +40,7 @@ use std::ops::Bound;
 
 pub(crate) use self::fair_shares::FairShares;
 pub(crate) use self::pending::PendingJobs;
-pub(crate) use self::steps::Promotion;
+pub use self::steps::Promotion;
 use crate::lock::LockToken;
 use crate::queue::{
     ACTIVITY_MINUTES, Counters, Hold, JobGroup, JobId, JobSet, ListCursor, MinuteActivity, Retention,

@@ -15,7 +15,7 @@ use crate::time::{after_epoch_ms, from_epoch_ms, to_epoch_ms};
 
 /// Where a promoted job was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Promotion {
+pub enum Promotion {
     /// Waiting: it is due now.
     Promoted,
     /// In flight: its run is under way and will take the reservation.
@@ -25,9 +25,11 @@ pub(crate) enum Promotion {
 }
 
 impl QueueModel {
-    /// Makes the waiting job `id` due `after` from now, if sooner; a job in flight comes back
-    /// due at once (`queue_promote.lua`).
-    pub(crate) fn promote(&mut self, id: &JobId, after: Duration, now: i64) -> Promotion {
+    /// Makes the waiting job `id` due `after` from `now` (ms since the epoch), if sooner; a
+    /// job in flight comes back due at once (`queue_promote.lua`). A store's hand-over calls it
+    /// for the waiter a lock key is handed to (due now) and for the runner-up in its line (due
+    /// when the reservation runs out).
+    pub fn promote(&mut self, id: &JobId, after: Duration, now: i64) -> Promotion {
         {
             if let Some(due) = self.due_of.get(id).copied() {
                 let at = after_epoch_ms(now, after);
