@@ -53,6 +53,14 @@ struct Record {
 }
 
 impl QueueModel {
+    /// The pending job of `key` and how many requests it has carried, while it waits.
+    pub fn pending_job(&self, key: &LockKey) -> Option<(&JobId, u64)> {
+        self.pending
+            .records
+            .get(key)
+            .map(|record| (&record.job, record.revision))
+    }
+
     /// Pushes the job `id` as `key`'s pending job: a new job due at `due` (ms since the epoch)
     /// when the key has none waiting, else the waiting one carries the request as `rules` say
     /// (`queue_pending.lua`).
