@@ -18,6 +18,10 @@
 //! - the key has one waiting job at most, besides jobs back from a lease that ran out: a
 //!   request deferred while one waits joins it;
 //! - a request ends within the pushes `DelayQueue::push_pending` allows itself;
+//!   (not a rule: that runs of successive jobs go by arrival. A request that waited in place
+//!   and defers once the key's job was claimed starts a new job, which runs after the newer
+//!   request's, as `Coalesce` says; in a stack it is ahead of later requests in the key's line,
+//!   so it defers before they run unless it lost its place, say in a paused process);
 //! - from every reachable state, a state where every request ended and every job ran can be
 //!   reached.
 //!
