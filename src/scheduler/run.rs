@@ -62,7 +62,16 @@ where
             (slots.available_permits() * WAITING_PLACES_PER_SLOT).min(Semaphore::MAX_PERMITS),
         ));
         let abandon = CancellationToken::new();
-        let store_failures = Arc::new(AtomicU32::new(0));
+        let jobs = Arc::new(JobRun {
+            queue: queue.clone(),
+            lease_ttl: lease,
+            time_limit,
+            error_backoff,
+            store_failures: Arc::new(AtomicU32::new(0)),
+            abandon: abandon.clone(),
+            metrics: metrics.clone(),
+            acker,
+        });
         let mut running = JoinSet::new();
         let mut report = SchedulerReport::default();
         let mut wakeups = queue.wakeups();
@@ -123,18 +132,8 @@ where
                                 Err(_) => unreachable!("the scheduler's semaphore is never closed"),
                             },
                         };
-                        let run = JobRun {
-                            queue: queue.clone(),
-                            service: service.clone(),
-                            lease_ttl: lease,
-                            time_limit,
-                            error_backoff,
-                            store_failures: Arc::clone(&store_failures),
-                            abandon: abandon.clone(),
-                            metrics: metrics.clone(),
-                            acker: acker.clone(),
-                        };
-                        running.spawn(run.run(
+                        running.spawn(Arc::clone(&jobs).run(
+                            service.clone(),
                             job,
                             claimed_at,
                             JobSlot::new(slot, Arc::clone(&places), stop.clone()),
@@ -174,8 +173,9 @@ where
                 report.record(job_end(ended));
             }
         }
-        // Every job task is done, so this is the last sender: the acker finishes its batch and stops.
-        drop(acker);
+        // Every job task is done, so the jobs' shared part holds the last sender: the acker
+        // finishes its batch and stops.
+        drop(jobs);
         let _ = acker_task.await;
         tracing::info!(queue = %queue.name(), ?report, "scheduler stopped");
         report
