@@ -102,8 +102,8 @@ where
     /// `slot` is freed as soon as the handler returns, before the job is settled.
     ///
     /// A function returning the run, not an `async fn`: the run's future is the job's task,
-    /// and an `async fn` around it kept a second copy of its state (4.9 KB a task, 2.1 KB
-    /// without it and with the settling's rare paths boxed).
+    /// and an `async fn` around it kept a second copy of its state. With the settling's rare
+    /// paths boxed and the jobs' shared part behind its `Arc`, a task is 1.6 KB (4.9 KB before).
     pub(super) fn run<S: JobService<T>>(
         self: Arc<Self>,
         mut service: S,
