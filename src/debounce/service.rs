@@ -10,7 +10,7 @@ use tower::Service;
 
 use super::{Debounce, DebounceLayer};
 use crate::error::KeyError;
-use crate::guard::current_job;
+use crate::guard::current_job_of;
 use crate::guard::{Deferred, Error, Guard, GuardService, KeyExtractor, Nesting, Outcome, guarded_key};
 use crate::key::LockKey;
 use crate::metric_names;
@@ -42,7 +42,7 @@ where
 
     fn key(&self, request: &Req) -> Result<Option<LockKey>, KeyError> {
         // The debounced job's own run passes: it is the burst's one run.
-        if current_job().is_some_and(|job| job.queue == *self.queue.name()) {
+        if current_job_of(self.queue.name()).is_some() {
             return Ok(None);
         }
         guarded_key(&self.extractor, request)

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::Waiter;
 use super::job_slot::JobSlot;
 use crate::queue::{JobId, QueueName};
 use crate::token::FencingToken;
@@ -123,6 +124,22 @@ pub struct CurrentJob {
 /// ```
 pub fn current_job() -> Option<CurrentJob> {
     CURRENT.try_with(|scope| scope.job.clone()).ok()
+}
+
+/// The current job when it is one of `queue`'s (a guard or strategy of that queue lets its own
+/// jobs through, or sends them back to it); `None` for any other request.
+pub(crate) fn current_job_of(queue: &QueueName) -> Option<CurrentJob> {
+    CURRENT
+        .try_with(|scope| (scope.job.queue == *queue).then(|| scope.job.clone()))
+        .ok()
+        .flatten()
+}
+
+/// The current job as a waiter in a key's line, when the request runs for one.
+pub(crate) fn current_job_waiter() -> Option<Waiter> {
+    CURRENT
+        .try_with(|scope| Waiter::job(&scope.job.shard, &scope.job.id))
+        .ok()
 }
 
 /// Runs `work` with `job` as the [`current_job`]; the lock layer inside it reports to

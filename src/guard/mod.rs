@@ -34,7 +34,7 @@ pub(crate) use self::call::{Attempt, CallResult, Contended, TakesContendedPath, 
 // in `strategy`, the running job in `scheduler`, the next slot in `throttle`, a request seen
 // before in `idempotency`, the default TTL in `lock`.
 pub(crate) use self::conflict::{Conflict, ConflictKind, HeldConflict, ThrottledConflict};
-pub(crate) use self::current_job::{CurrentJob, current_job};
+pub(crate) use self::current_job::{CurrentJob, current_job_of, current_job_waiter};
 pub(crate) use self::current_job::{
     RunSignals, admitted_at_rate, handler_returned, lock_met, may_wait_in_place, out_of_slot, run_for_job,
 };

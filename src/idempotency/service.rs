@@ -11,7 +11,7 @@ use tower::Service;
 use super::{Begun, IdempotencyLayer, IdempotencyStore};
 use crate::error::KeyError;
 use crate::guard::{Duplicate, Error, Guard, GuardService, KeyExtractor, Nesting, Outcome};
-use crate::guard::{current_job, with_request_id};
+use crate::guard::{current_job_of, with_request_id};
 use crate::lock::LockToken;
 use crate::queue::{Codec, JobId, QueueName};
 use crate::sealed::SealedGuard;
@@ -40,7 +40,7 @@ where
 
     fn key(&self, request: &Req) -> Result<Option<JobId>, KeyError> {
         // A job of the queue is the id's record itself: its run goes ahead.
-        if current_job().is_some_and(|job| job.queue == *self.queue.name()) {
+        if current_job_of(self.queue.name()).is_some() {
             return Ok(None);
         }
         self.key

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::guard::{Waiter, current_job, lock_met};
+use crate::guard::{Waiter, current_job_waiter, lock_met};
 use crate::lock::LockToken;
 
 /// Who a call is to its keys' holders and lines, and what its last conflict found.
@@ -20,7 +20,7 @@ impl Caller {
     pub(crate) fn new() -> Caller {
         Caller {
             token: LockToken::random(),
-            job: current_job().map(|job| Waiter::job(&job.shard, &job.id)),
+            job: current_job_waiter(),
             holder: (None, false),
         }
     }

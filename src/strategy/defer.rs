@@ -15,7 +15,7 @@ use crate::error::BoxError;
 use crate::guard::Deferred;
 use crate::guard::LineCap;
 use crate::guard::current_request_id;
-use crate::guard::{current_job, may_wait_in_place};
+use crate::guard::{current_job_of, may_wait_in_place};
 use crate::queue::{
     Codec, DelayQueue, JobGroup, JobId, Json, QueueError, QueueName, RawJobState, RetryPolicy,
 };
@@ -264,7 +264,7 @@ pub(super) fn back_to_wait(
     conflict: &Conflict,
     waits: JobWaits,
 ) -> Option<impl Future<Output = Result<Decision, BoxError>> + Send + use<>> {
-    let job = current_job().filter(|job| job.queue == *queue)?;
+    let job = current_job_of(queue)?;
     Some(match conflict.next_slot().cloned() {
         // Over a throttle's rate: the job books its slot and goes back to wait for it.
         Some(slot) => Either::Right(async move {

@@ -10,7 +10,7 @@ use tower::Service;
 
 use super::{Admission, ThrottleLayer, ThrottleScope, ThrottleStore};
 use crate::error::{KeyError, StoreError};
-use crate::guard::{Attempt, CallResult, Contended, Woken, admitted_at_rate, current_job};
+use crate::guard::{Attempt, CallResult, Contended, Woken, admitted_at_rate, current_job_waiter};
 use crate::guard::{ConflictKind, Error, Nesting, NextSlot, ThrottledConflict, Waiter};
 use crate::guard::{KeyExtractor, guarded_key};
 use crate::key::LockKey;
@@ -70,7 +70,7 @@ where
     fn start<E>(&self, _: &LockKey) -> Result<ThrottleAttempts, Error<E>> {
         Ok(ThrottleAttempts {
             // A re-injected job may hold a booked slot: the throttle admits it there.
-            booked_as: current_job().map(|job| Waiter::job(&job.shard, &job.id)),
+            booked_as: current_job_waiter(),
             next_slot: None,
         })
     }
