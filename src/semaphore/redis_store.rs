@@ -211,12 +211,10 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         let _on_its_way = self.releasing.start(key);
         // Nobody in line, the common case: the short release; else the full one hands over.
         let keys = PermitKeys::new(&self.prefix, key);
-        let mut release = PERMIT_RELEASE_ALONE.key(keys.permits());
-        release
-            .key(keys.fences())
-            .key(keys.waiters())
-            .arg(HolderName(token, holders));
-        if let Some(released) = self.release_alone(release, keys.holds(), held_for).await? {
+        let lease = [keys.permits(), keys.fences(), keys.waiters()];
+        let holder = HolderName(token, holders);
+        let alone = self.release_alone(&PERMIT_RELEASE_ALONE, &lease, holder, keys.holds(), held_for);
+        if let Some(released) = alone.await? {
             return Ok(released);
         }
         let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());

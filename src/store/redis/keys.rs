@@ -26,7 +26,7 @@ fn tagged(prefix: &Prefix, kind: &str, name: &str, suffix: &str) -> String {
 /// `N` kinds, written into one buffer: built on every acquire and release, one allocation
 /// where a `String` per name took one each.
 #[derive(Debug, Clone)]
-struct TaggedNames<const N: usize> {
+pub(crate) struct TaggedNames<const N: usize> {
     /// Every name in the order of its kinds, back to back.
     names: String,
     /// Where each name ends in `names`.
@@ -68,6 +68,11 @@ impl<const N: usize> TaggedNames<N> {
     fn all(&self) -> impl Iterator<Item = &str> {
         (0..N).map(|index| self.name(index))
     }
+
+    /// Every name, in the order of its kinds.
+    pub(crate) fn get(&self) -> [&str; N] {
+        std::array::from_fn(|index| self.name(index))
+    }
 }
 
 /// The keys of one lock, in the order every lock script receives them in `KEYS`: the shared
@@ -77,6 +82,22 @@ pub(crate) struct LockKeys(TaggedNames<{ LOCK_KINDS.len() }>);
 
 /// The kinds of a lock's names, in the order of the scripts' `KEYS`, then the channels.
 const LOCK_KINDS: [&str; 7] = ["lock", "fence", "waiters", "handoff", "holds", "wake", "stop"];
+
+/// One of a lock's names, for the calls that need only some of them ([`LockKeys::only`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LockName {
+    /// [`LockKeys::lock`].
+    Lock = 0,
+    /// [`LockKeys::fence`].
+    Fence = 1,
+    /// [`LockKeys::waiters`].
+    Waiters = 2,
+    /// string: the key's typical hold in ms (expires a minute after the last release).
+    Holds = 4,
+}
+
+/// Some names of one lock, written into one buffer.
+pub(crate) type SomeLockNames<const N: usize> = TaggedNames<N>;
 
 /// The hash tag, braces included, of every Redis key of the lock key `key` (mutex or semaphore).
 fn lock_tag(key: &LockKey) -> String {
@@ -91,6 +112,17 @@ fn lock_part(prefix: &Prefix, kind: &str, tag: &str) -> String {
 impl LockKeys {
     pub(crate) fn new(prefix: &Prefix, key: &LockKey) -> Self {
         LockKeys(TaggedNames::of_key(prefix, &LOCK_KINDS, key))
+    }
+
+    /// Only the names `which` of the lock key `key`, for the calls of every request (the
+    /// free key's acquire, the release, the extension): a script's call needs all seven, these
+    /// one to three, and the bytes written are the client's share of each request.
+    pub(crate) fn only<const N: usize>(
+        prefix: &Prefix,
+        key: &LockKey,
+        which: [LockName; N],
+    ) -> SomeLockNames<N> {
+        TaggedNames::of_key(prefix, &which.map(|name| LOCK_KINDS[name as usize]), key)
     }
 
     /// The keys that go with a lock key found by a scan, whose tag (`{...}`) is as found.
@@ -111,11 +143,6 @@ impl LockKeys {
     /// zset: waiter -> arrival order; the key's line.
     pub(crate) fn waiters(&self) -> &str {
         self.0.name(2)
-    }
-
-    /// string: the key's typical hold in ms (expires a minute after the last release).
-    pub(crate) fn holds(&self) -> &str {
-        self.0.name(4)
     }
 
     /// pub/sub channel: who the key was handed to. Not a key: scripts get it in `ARGV[1]`.

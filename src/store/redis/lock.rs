@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
-use redis::{Script, ScriptInvocation};
+use redis::{Script, ScriptInvocation, ToRedisArgs};
+
+use super::script_call::ScriptCall;
 
 use super::RedisStore;
-use super::keys::LockKeys;
+use super::keys::{LockKeys, LockName};
 use super::scripts::{
     LOCK_ACQUIRE, LOCK_ACQUIRE_NEW, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE,
     QUEUE_PROMOTE,
@@ -49,6 +51,14 @@ fn acquire_reply(reply: Vec<redis::Value>) -> Result<AcquireReply, StoreError> {
         None
     };
     Ok((int(0)?, int(1)?, int(2)?, held))
+}
+
+/// The command `name` with room for `args` arguments of `bytes` in all: an acquire's commands
+/// are written without growing their buffers (each grows three times from empty otherwise).
+fn command(name: &str, args: usize, bytes: usize) -> redis::Cmd {
+    let mut command = redis::Cmd::with_capacity(1 + args, name.len() + bytes);
+    command.arg(name);
+    command
 }
 
 /// A duration from a script's milliseconds; `None` for the -1 (or -2) of "none".
@@ -96,23 +106,29 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         ttl: Duration,
         fencing: Fencing,
     ) -> Result<Option<Option<FencingToken>>, StoreError> {
-        let keys = LockKeys::new(&self.prefix, key);
-        let mut commands = redis::pipe();
-        commands.cmd("EXISTS").arg(keys.waiters());
-        commands
-            .cmd("SET")
-            .arg(keys.lock())
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_millis(ttl));
+        let names = LockKeys::only(
+            &self.prefix,
+            key,
+            [LockName::Lock, LockName::Waiters, LockName::Fence],
+        );
+        let [lock, waiters, counter] = names.get();
+        let mut commands = redis::Pipeline::with_capacity(4);
+        let mut exists = command("EXISTS", 1, waiters.len());
+        exists.arg(waiters);
+        let mut set = command("SET", 5, lock.len() + 32 + 8 + 20);
+        set.arg(lock).arg(token).arg("NX").arg("PX").arg(ttl_millis(ttl));
+        commands.add_command(exists).add_command(set);
         let (line, taken, fence) = match fencing {
             Fencing::Off => {
                 let (line, taken): (bool, bool) = commands.query_async(&mut self.conn.clone()).await?;
                 (line, taken, None)
             }
             Fencing::On => {
-                commands.cmd("INCR").arg(keys.fence()).cmd("GET").arg(keys.lock());
+                let mut raise = command("INCR", 1, counter.len());
+                raise.arg(counter);
+                let mut holder = command("GET", 1, lock.len());
+                holder.arg(lock);
+                commands.add_command(raise).add_command(holder);
                 let (line, taken, fence, holder): (bool, bool, u64, Option<Vec<u8>>) =
                     commands.query_async(&mut self.conn.clone()).await?;
                 let ours = holder.as_deref() == Some(&token.to_hex()[..]);
@@ -143,11 +159,16 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         token: LockToken,
         ttl: Duration,
     ) -> Result<Option<Option<FencingToken>>, StoreError> {
-        let keys = LockKeys::new(&self.prefix, key);
+        let names = LockKeys::only(
+            &self.prefix,
+            key,
+            [LockName::Lock, LockName::Fence, LockName::Waiters],
+        );
+        let [lock, counter, waiters] = names.get();
         let fence: i64 = LOCK_ACQUIRE_NEW
-            .key(keys.lock())
-            .key(keys.fence())
-            .key(keys.waiters())
+            .key(lock)
+            .key(counter)
+            .key(waiters)
             .arg(token)
             .arg(ttl_millis(ttl))
             .invoke_async(&mut self.conn.clone())
@@ -224,20 +245,25 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         }
     }
 
-    /// Calls a short release (`lock_release_alone.lua`, `permit_release_alone.lua`: the holder's
-    /// keys and arguments already in `release`), passing the key's last hold in `holds` only
-    /// when there is one to report (each key and argument costs the call). `Some(released)`;
-    /// `None` when someone is in line: the full release hands over then.
+    /// Calls a short release (`lock_release_alone.lua`, `permit_release_alone.lua`) on the
+    /// holder's `keys` for `holder`, passing the key's last hold in `holds` only when there is
+    /// one to report (each key and argument costs the call). `Some(released)`; `None` when
+    /// someone is in line: the full release hands over then.
     pub(crate) async fn release_alone(
         &self,
-        mut release: ScriptInvocation<'_>,
+        script: &Script,
+        keys: &[&str],
+        holder: impl ToRedisArgs,
         holds: &str,
         held_for: Option<Duration>,
     ) -> Result<Option<bool>, StoreError> {
-        if let Some(held) = held_for {
-            release.key(holds).arg(millis(held).to_string());
-        }
-        let alone: i64 = release.invoke_async(&mut self.conn.clone()).await?;
+        let release = match held_for {
+            None => ScriptCall::new(script, keys).arg(holder),
+            Some(held) => ScriptCall::new(script, &[keys, &[holds]].concat())
+                .arg(holder)
+                .arg(millis(held).to_string()),
+        };
+        let alone: i64 = release.invoke(&mut self.conn.clone()).await?;
         Ok(match alone {
             1 => Some(true),
             0 => Some(false),
@@ -296,7 +322,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         // set (another holder, or the line mark): the script decides.
         if self.conditional().set_ifeq {
             let set: Option<String> = redis::cmd("SET")
-                .arg(LockKeys::new(&self.prefix, key).lock().to_string())
+                .arg(LockKeys::only(&self.prefix, key, [LockName::Lock]).get()[0])
                 .arg(token)
                 .arg("IFEQ")
                 .arg(token)
@@ -325,12 +351,13 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
     ) -> Result<bool, StoreError> {
         // On its way from the first poll: an acquire of the key meanwhile waits for its answer.
         let _on_its_way = self.releasing.start(key);
-        let keys = LockKeys::new(&self.prefix, key);
+        let names = LockKeys::only(&self.prefix, key, [LockName::Lock, LockName::Holds]);
+        let [lock, holds] = names.get();
         // The server's own DELIFEQ, where it has it: deletes the bare token (nobody in line).
         // A hold to report, another holder or a line mark: the scripts below.
         if self.conditional().delifeq && held_for.is_none() {
             let deleted: Result<i64, _> = redis::cmd("DELIFEQ")
-                .arg(keys.lock())
+                .arg(lock)
                 .arg(token)
                 .query_async(&mut self.conn.clone())
                 .await;
@@ -338,9 +365,10 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
                 return Ok(true);
             }
         }
-        let mut release = LOCK_RELEASE_ALONE.key(keys.lock());
-        release.arg(token);
-        if let Some(released) = self.release_alone(release, keys.holds(), held_for).await? {
+        if let Some(released) = self
+            .release_alone(&LOCK_RELEASE_ALONE, &[lock], token, holds, held_for)
+            .await?
+        {
             return Ok(released);
         }
         // Someone is in line: the release that hands the key over.

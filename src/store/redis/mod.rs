@@ -15,6 +15,7 @@ mod pending;
 mod queue;
 mod queue_operator;
 pub(crate) mod releasing;
+pub(crate) mod script_call;
 pub(crate) mod scripts;
 mod url;
 mod wake;

@@ -7,92 +7,104 @@
 //! task. So the Redis store counts its releases on their way, and an acquire sent while one of
 //! its key was on its way, that finds the key held, waits for that release to be answered and
 //! tries once more: a caller's request never meets the lock of its own finished one.
+//!
+//! The count is kept in a fixed table of counters, one per slot a key's hash picks, without a
+//! lock: every release passes here, and a map under a mutex cost each of them about a thousand
+//! instructions. Two keys that share a slot only make an acquire that found its key held wait
+//! for the other key's release too before it tries again: a round trip, never a wrong answer.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use tokio::sync::Notify;
 
 use crate::key::LockKey;
 
+/// How many counters the table has (16 KiB per store; its clones share it): far more than the
+/// releases a process has on their way at once.
+const SLOTS: usize = 4096;
+
 /// The releases of one store (and its clones) that were sent and not yet answered.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Releasing {
-    by_key: Mutex<HashMap<LockKey, InFlight>>,
+    hasher: RandomState,
+    /// Releases on their way, by the slot of their key.
+    on_their_way: Box<[AtomicU32]>,
+    /// Acquires waiting for a slot to empty: a release that empties one tells them only if
+    /// there are any (most releases are never waited for).
+    waiting: AtomicUsize,
+    settled: Notify,
 }
 
-#[derive(Debug)]
-struct InFlight {
-    count: usize,
-    /// Made by the first acquire that waits: most releases are never waited for, and cost
-    /// no allocation of it.
-    done: Option<Arc<Notify>>,
+impl Default for Releasing {
+    fn default() -> Self {
+        Releasing {
+            hasher: RandomState::new(),
+            on_their_way: (0..SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            waiting: AtomicUsize::new(0),
+            settled: Notify::new(),
+        }
+    }
 }
 
 impl Releasing {
     /// Counts a release of `key` as on its way until the returned mark is dropped.
     pub(crate) fn start(self: &Arc<Self>, key: &LockKey) -> ReleaseMark {
-        self.lock()
-            .entry(key.clone())
-            .or_insert(InFlight { count: 0, done: None })
-            .count += 1;
+        let slot = self.slot_of(key);
+        self.on_their_way[slot].fetch_add(1, Ordering::SeqCst);
         ReleaseMark {
             releasing: Arc::clone(self),
-            key: key.clone(),
+            slot,
         }
     }
 
-    /// Whether a release of `key` is on its way.
+    /// Whether a release of `key` (or of a key in its slot) is on its way.
     pub(crate) fn pending(&self, key: &LockKey) -> bool {
-        self.lock().contains_key(key)
+        self.on_their_way[self.slot_of(key)].load(Ordering::SeqCst) > 0
     }
 
-    /// Waits until no release of `key` is on its way; `true` if one was.
+    /// Waits until no release of `key` (nor of a key in its slot) is on its way; `true` if one
+    /// was.
     pub(crate) async fn settled(&self, key: &LockKey) -> bool {
-        let done = match self.lock().get_mut(key) {
-            Some(in_flight) => Arc::clone(in_flight.done.get_or_insert_with(Arc::default)),
-            None => return false,
-        };
-        let notified = done.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        // Settled between the look above and the registration (the key's entry gone, or
-        // made anew by a later release, which is not waited for): nothing to wait for.
-        let still = self
-            .lock()
-            .get(key)
-            .and_then(|in_flight| in_flight.done.as_ref())
-            .is_some_and(|same| Arc::ptr_eq(same, &done));
-        if still {
+        let slot = &self.on_their_way[self.slot_of(key)];
+        if slot.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let notified = self.settled.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            // Registered before the look: a release that empties the slot after it sees
+            // `waiting` and wakes this one.
+            if slot.load(Ordering::SeqCst) == 0 {
+                break;
+            }
             notified.await;
         }
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
         true
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LockKey, InFlight>> {
-        self.by_key
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn slot_of(&self, key: &LockKey) -> usize {
+        // The hash's low bits pick the slot: `SLOTS` is a power of two.
+        (self.hasher.hash_one(key) as usize) % SLOTS
     }
 }
 
 /// A release on its way; dropped once it is answered (or given up).
 pub(crate) struct ReleaseMark {
     releasing: Arc<Releasing>,
-    key: LockKey,
+    slot: usize,
 }
 
 impl Drop for ReleaseMark {
     fn drop(&mut self) {
-        let mut by_key = self.releasing.lock();
-        if let Some(in_flight) = by_key.get_mut(&self.key) {
-            in_flight.count -= 1;
-            if in_flight.count == 0
-                && let Some(in_flight) = by_key.remove(&self.key)
-                && let Some(done) = in_flight.done
-            {
-                done.notify_waiters();
-            }
+        let releasing = &self.releasing;
+        let left = releasing.on_their_way[self.slot].fetch_sub(1, Ordering::SeqCst);
+        if left == 1 && releasing.waiting.load(Ordering::SeqCst) > 0 {
+            releasing.settled.notify_waiters();
         }
     }
 }
@@ -104,7 +116,12 @@ mod tests {
     #[tokio::test]
     async fn an_acquire_waits_for_the_releases_of_its_key_only() {
         let releasing = Arc::new(Releasing::default());
-        let (a, b) = (LockKey::new("a").unwrap(), LockKey::new("b").unwrap());
+        let a = LockKey::new("a").unwrap();
+        // Another key, in another slot (two keys of one slot wait for each other's releases).
+        let b = (0..)
+            .map(|n| LockKey::new(format!("b{n}")).unwrap())
+            .find(|b| releasing.slot_of(b) != releasing.slot_of(&a))
+            .unwrap();
         assert!(!releasing.settled(&a).await, "nothing on its way");
         let first = releasing.start(&a);
         let second = releasing.start(&a);
