@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use redefer::semaphore::Permits;
 use redefer::{Error, KeyError, LockLayer, LossReason, RedisStore, StoreError};
 use tokio::sync::oneshot;
 use tower::{Layer, ServiceExt, service_fn};
@@ -714,7 +715,47 @@ async fn an_expired_counter_gives_higher_tokens_and_expires_again(kind: Server) 
     assert!(next > held, "{next} after the counter expired, {held} before");
 }
 
+/// A server that lost its scripts (`SCRIPT FLUSH`; a restart without persistence or a failover
+/// does the same) is sent them again by the release that meets `NOSCRIPT`: the key, a mutex's
+/// or a permit's, is free again long before its TTL would free it.
+async fn a_release_on_a_server_that_lost_its_scripts_loads_them_again(kind: Server) {
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let ttl = Duration::from_secs(60);
+    let handler = service_fn(|_: u32| async { Ok::<_, Infallible>(()) });
+    let mutex = LockLayer::new(store.clone(), by_order)
+        .ttl(ttl)
+        .layer(handler.clone());
+    let permits = LockLayer::new(Permits::new(store.clone(), 1), by_order)
+        .ttl(ttl)
+        .layer(handler);
+    let forget_scripts = || async {
+        let () = ::redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut store.connection())
+            .await
+            .unwrap();
+    };
+
+    forget_scripts().await;
+    assert!(mutex.clone().oneshot(1).await.unwrap().done().is_some());
+    eventually(Duration::from_secs(10), "the mutex's key is free again", || {
+        let mutex = mutex.clone();
+        async move { mutex.oneshot(1).await.ok().and_then(|outcome| outcome.done()) }
+    })
+    .await;
+
+    forget_scripts().await;
+    assert!(permits.clone().oneshot(2).await.unwrap().done().is_some());
+    eventually(Duration::from_secs(10), "the permit is free again", || {
+        let permits = permits.clone();
+        async move { permits.oneshot(2).await.ok().and_then(|outcome| outcome.done()) }
+    })
+    .await;
+}
+
 for_each_server!(
+    a_release_on_a_server_that_lost_its_scripts_loads_them_again,
     an_expired_counter_gives_higher_tokens_and_expires_again,
     a_lock_deleted_by_an_operator_ends_the_call_with_lock_lost,
     a_lock_deleted_under_a_blocking_handler_ends_the_call_with_lock_lost,
