@@ -723,9 +723,7 @@ async fn a_release_on_a_server_that_lost_its_scripts_loads_them_again(kind: Serv
     let store = server.store().await;
     let ttl = Duration::from_secs(60);
     let handler = service_fn(|_: u32| async { Ok::<_, Infallible>(()) });
-    let mutex = LockLayer::new(store.clone(), by_order)
-        .ttl(ttl)
-        .layer(handler.clone());
+    let mutex = LockLayer::new(store.clone(), by_order).ttl(ttl).layer(handler);
     let permits = LockLayer::new(Permits::new(store.clone(), 1), by_order)
         .ttl(ttl)
         .layer(handler);
