@@ -211,9 +211,9 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         let _on_its_way = self.releasing.start(key);
         // Nobody in line, the common case: the short release; else the full one hands over.
         let keys = PermitKeys::new(&self.prefix, key);
-        let lease = [keys.permits(), keys.fences(), keys.waiters()];
+        let held = [keys.permits(), keys.fences(), keys.waiters()];
         let holder = HolderName(token, holders);
-        let alone = self.release_alone(&PERMIT_RELEASE_ALONE, &lease, holder, keys.holds(), held_for);
+        let alone = self.release_alone(&PERMIT_RELEASE_ALONE, &held, holder, keys.holds(), held_for);
         if let Some(released) = alone.await? {
             return Ok(released);
         }

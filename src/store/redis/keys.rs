@@ -96,9 +96,6 @@ pub(crate) enum LockName {
     Holds = 4,
 }
 
-/// Some names of one lock, written into one buffer.
-pub(crate) type SomeLockNames<const N: usize> = TaggedNames<N>;
-
 /// The hash tag, braces included, of every Redis key of the lock key `key` (mutex or semaphore).
 fn lock_tag(key: &LockKey) -> String {
     format!("{{{}}}", hash_tag(key.as_str()))
@@ -121,7 +118,7 @@ impl LockKeys {
         prefix: &Prefix,
         key: &LockKey,
         which: [LockName; N],
-    ) -> SomeLockNames<N> {
+    ) -> TaggedNames<N> {
         TaggedNames::of_key(prefix, &which.map(|name| LOCK_KINDS[name as usize]), key)
     }
 

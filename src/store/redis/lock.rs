@@ -4,10 +4,9 @@ use std::time::Duration;
 
 use redis::{Script, ScriptInvocation, ToRedisArgs};
 
-use super::script_call::ScriptCall;
-
 use super::RedisStore;
 use super::keys::{LockKeys, LockName};
+use super::script_call::ScriptCall;
 use super::scripts::{
     LOCK_ACQUIRE, LOCK_ACQUIRE_NEW, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE,
     QUEUE_PROMOTE,

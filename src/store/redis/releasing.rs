@@ -71,7 +71,8 @@ impl Releasing {
         if slot.load(Ordering::SeqCst) == 0 {
             return false;
         }
-        self.waiting.fetch_add(1, Ordering::SeqCst);
+        // Counted as waiting until this returns or is dropped (a caller that gave up).
+        let _waiting = Waiting::on(&self.waiting);
         loop {
             let notified = self.settled.notified();
             tokio::pin!(notified);
@@ -83,13 +84,28 @@ impl Releasing {
             }
             notified.await;
         }
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
         true
     }
 
     fn slot_of(&self, key: &LockKey) -> usize {
         // The hash's low bits pick the slot: `SLOTS` is a power of two.
         (self.hasher.hash_one(key) as usize) % SLOTS
+    }
+}
+
+/// An acquire counted among those waiting for a slot to empty, until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn on(waiting: &'a AtomicUsize) -> Self {
+        waiting.fetch_add(1, Ordering::SeqCst);
+        Waiting(waiting)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -138,5 +154,22 @@ mod tests {
         assert!(!waiting.is_finished(), "one release still on its way");
         drop(second);
         assert!(waiting.await.unwrap());
+    }
+
+    #[test]
+    fn an_acquire_that_gives_up_waiting_is_no_longer_counted() {
+        let releasing = Arc::new(Releasing::default());
+        let a = LockKey::new("a").unwrap();
+        let _on_its_way = releasing.start(&a);
+        let mut waiting = Box::pin(releasing.settled(&a));
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(waiting.as_mut().poll(&mut context).is_pending());
+        assert_eq!(releasing.waiting.load(Ordering::SeqCst), 1);
+        drop(waiting);
+        assert_eq!(
+            releasing.waiting.load(Ordering::SeqCst),
+            0,
+            "a release that empties the slot would tell nobody"
+        );
     }
 }
