@@ -134,7 +134,7 @@ script!(QUEUE_PAUSE, QUEUE_PRELUDE, "queue_pause.lua");
 script!(QUEUE_RUN_NOW, QUEUE_PRELUDE, "queue_run_now.lua");
 
 /// Every script, for [`load_all`].
-static ALL: [&LazyLock<Script>; 37] = [
+static ALL: [&LazyLock<Script>; 39] = [
     &LOCK_ACQUIRE,
     &SET_ACQUIRE,
     &SET_JOIN,
@@ -153,6 +153,8 @@ static ALL: [&LazyLock<Script>; 37] = [
     &PERMIT_JOIN,
     &PERMIT_LEAVE,
     &THROTTLE,
+    &THROTTLE_CLOSE,
+    &THROTTLE_REOPEN,
     &QUEUE_PUSH_MANY,
     &QUEUE_PENDING,
     &REQUEST_RECORD,
@@ -194,50 +196,35 @@ mod tests {
         parts.iter().map(|part| format!("'{part}'")).collect()
     }
 
-    const SCRIPTS: [(&str, &str); 32] = [
-        ("permit_acquire", include_str!("lua/permit_acquire.lua")),
-        ("permit_acquire_free", include_str!("lua/permit_acquire_free.lua")),
-        (
-            "permit_release_alone",
-            include_str!("lua/permit_release_alone.lua"),
-        ),
-        ("permit_extend", include_str!("lua/permit_extend.lua")),
-        ("permit_release", include_str!("lua/permit_release.lua")),
-        ("permit_join", include_str!("lua/permit_join.lua")),
-        ("permit_leave", include_str!("lua/permit_leave.lua")),
-        ("throttle", include_str!("lua/throttle.lua")),
-        ("lock_acquire", include_str!("lua/lock_acquire.lua")),
-        ("lock_acquire_new", include_str!("lua/lock_acquire_new.lua")),
-        ("lock_extend", include_str!("lua/lock_extend.lua")),
-        ("lock_release", include_str!("lua/lock_release.lua")),
-        ("lock_release_alone", include_str!("lua/lock_release_alone.lua")),
-        ("lock_join", include_str!("lua/lock_join.lua")),
-        ("lock_leave", include_str!("lua/lock_leave.lua")),
-        ("queue_promote", include_str!("lua/queue_promote.lua")),
-        ("queue_push_many", include_str!("lua/queue_push_many.lua")),
-        ("queue_pending", include_str!("lua/queue_pending.lua")),
-        ("request_record", include_str!("lua/request_record.lua")),
-        ("queue_claim", include_str!("lua/queue_claim.lua")),
-        ("queue_ack", include_str!("lua/queue_ack.lua")),
-        ("queue_retry", include_str!("lua/queue_retry.lua")),
-        ("queue_bury", include_str!("lua/queue_bury.lua")),
-        ("queue_bury_waiting", include_str!("lua/queue_bury_waiting.lua")),
-        ("queue_extend", include_str!("lua/queue_extend.lua")),
-        ("queue_cancel", include_str!("lua/queue_cancel.lua")),
-        ("queue_inspect", include_str!("lua/queue_inspect.lua")),
-        ("queue_stats", include_str!("lua/queue_stats.lua")),
-        ("queue_list", include_str!("lua/queue_list.lua")),
-        ("queue_groups", include_str!("lua/queue_groups.lua")),
-        ("queue_requeue", include_str!("lua/queue_requeue.lua")),
-        ("queue_purge", include_str!("lua/queue_purge.lua")),
-    ];
+    /// The files of `lua/` that are parts of scripts (preludes and shared steps), not scripts.
+    const PARTS: [&str; 3] = ["fence", "line", "line_join"];
+
+    /// Every script of `lua/`, by name, read from the directory: a script added there is
+    /// checked without being listed here.
+    fn scripts() -> Vec<(String, String)> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/redis/lua");
+        let mut scripts = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("the scripts' directory") {
+            let path = entry.expect("a script").path();
+            let name = path
+                .file_stem()
+                .and_then(|stem| stem.to_str())
+                .expect("a name")
+                .to_string();
+            if !(name.ends_with("_prelude") || PARTS.contains(&name.as_str())) {
+                scripts.push((name, std::fs::read_to_string(&path).expect("the script's text")));
+            }
+        }
+        assert!(scripts.len() > 30, "found {} scripts", scripts.len());
+        scripts
+    }
 
     /// Only the push may be refused when Redis is full; only reads are `no-writes`.
     #[test]
     fn every_script_declares_its_flags_first() {
-        for (name, text) in SCRIPTS {
+        for (name, text) in scripts() {
             let flags = text.lines().next().unwrap_or_default();
-            let expected = match name {
+            let expected = match name.as_str() {
                 "queue_push_many" | "queue_pending" => "#!lua",
                 "queue_inspect" | "queue_stats" | "queue_list" | "queue_groups" => "#!lua flags=no-writes",
                 _ => "#!lua flags=allow-oom",
@@ -246,6 +233,12 @@ mod tests {
         }
         let claim = super::with_prelude(PRELUDE, CLAIM);
         assert!(claim.starts_with("#!lua flags=allow-oom\n-- Fencing counters"));
+    }
+
+    /// The store loads every script when it connects, so that none waits for a `NOSCRIPT`.
+    #[test]
+    fn the_store_loads_every_script() {
+        assert_eq!(super::ALL.len(), scripts().len());
     }
 
     #[test]
