@@ -85,32 +85,6 @@ pub(crate) fn line_dropped() {
     counter!("redefer_line_dropped_total").increment(1);
 }
 
-/// A request over its key's rate, counted by what the strategy decided.
-pub(crate) fn throttle_conflict(decision: &'static str) {
-    counter!("redefer_throttle_conflicts_total", "decision" => decision).increment(1);
-}
-
-/// A slot booked `wait` ahead.
-pub(crate) fn throttle_booked(wait: std::time::Duration) {
-    counter!("redefer_throttle_booked_total").increment(1);
-    histogram!("redefer_throttle_delay_seconds").record(wait.as_secs_f64());
-}
-
-/// A handler closed a throttled key.
-pub(crate) fn throttle_closed() {
-    counter!("redefer_throttle_closed_total").increment(1);
-}
-
-/// A semaphore permit taken (`1.0`) or given back (`-1.0`) by this process.
-pub(crate) fn permits_in_use(change: f64) {
-    gauge!("redefer_permits_in_use").increment(change);
-}
-
-/// A read-write lock's request took its key to `access` it (`read`, `write`).
-pub(crate) fn read_write_acquired(access: &'static str) {
-    counter!("redefer_read_write_acquired_total", "access" => access).increment(1);
-}
-
 /// One queue's handles, registered once per scheduler so that the queue label is not built
 /// again for every job.
 #[derive(Clone)]

@@ -114,7 +114,8 @@ where
     ) -> Result<Attempt<Acquired>, StoreError> {
         let attempt = Contended::<S, Req>::attempt(&self.lock, &key.key, attempts).await?;
         if let Attempt::Taken(_) = attempt {
-            metric_names::read_write_acquired(key.access.as_str());
+            metrics::counter!("redefer_read_write_acquired_total", "access" => key.access.as_str())
+                .increment(1);
         }
         Ok(attempt)
     }

@@ -10,7 +10,6 @@ use crate::error::StoreError;
 use crate::guard::{LineCap, LineJoin, Waiter};
 use crate::key::{LockKey, Prefix};
 use crate::lock::{Acquisition, Fencing, Handoffs, Holders, LockStore, LockToken};
-use crate::metric_names;
 use crate::sealed::Sealed;
 
 /// A store whose "lock" of a key is one of the key's permits: what
@@ -60,13 +59,13 @@ struct InUse(Arc<Mutex<HashSet<LockToken>>>);
 impl InUse {
     fn taken(&self, token: LockToken) {
         if lock_unpoisoned(&self.0).insert(token) {
-            metric_names::permits_in_use(1.0);
+            metrics::gauge!("redefer_permits_in_use").increment(1.0);
         }
     }
 
     fn given_back(&self, token: LockToken) {
         if lock_unpoisoned(&self.0).remove(&token) {
-            metric_names::permits_in_use(-1.0);
+            metrics::gauge!("redefer_permits_in_use").decrement(1.0);
         }
     }
 }

@@ -10,7 +10,6 @@ use super::{Rate, ThrottleStore};
 use crate::error::StoreError;
 use crate::guard::{Book, Booking, NextSlot, Waiter};
 use crate::key::LockKey;
-use crate::metric_names;
 
 /// The booker of `key` at `rate` in `store`.
 struct StoreBook<St> {
@@ -24,7 +23,8 @@ impl<St: ThrottleStore> Book for StoreBook<St> {
         let (store, key, rate) = (self.store.clone(), self.key.clone(), self.rate);
         Box::pin(async move {
             let booking = store.book(&key, rate, &waiter).await?;
-            metric_names::throttle_booked(booking.wait);
+            metrics::counter!("redefer_throttle_booked_total").increment(1);
+            metrics::histogram!("redefer_throttle_delay_seconds").record(booking.wait.as_secs_f64());
             Ok(booking)
         })
     }

@@ -15,7 +15,6 @@ use crate::guard::{ConflictKind, Error, Nesting, NextSlot, ThrottledConflict, Wa
 use crate::guard::{KeyExtractor, guarded_key};
 use crate::key::LockKey;
 use crate::lock::LockToken;
-use crate::metric_names;
 use crate::strategy::{ConflictStrategy, Decision};
 
 /// What one throttled call keeps from attempt to attempt.
@@ -64,7 +63,7 @@ where
     }
 
     fn count_conflict(&self, decision: &'static str) {
-        metric_names::throttle_conflict(decision);
+        metrics::counter!("redefer_throttle_conflicts_total", "decision" => decision).increment(1);
     }
 
     fn start<E>(&self, _: &LockKey) -> Result<ThrottleAttempts, Error<E>> {

@@ -13,7 +13,6 @@ use tokio::time::Instant;
 use super::{Rate, ThrottleStore};
 use crate::error::{KeyError, StoreError};
 use crate::key::LockKey;
-use crate::metric_names;
 
 tokio::task_local! {
     static ADMITTED: ThrottleScope;
@@ -211,7 +210,7 @@ async fn close(key: LockKey, duration: Duration) -> Result<Closed, CloseError> {
         .map_err(|_| CloseError::NotThrottled)?;
     let at = Instant::now();
     let opens_in = scope.closer.close(key.clone(), duration).await?;
-    metric_names::throttle_closed();
+    metrics::counter!("redefer_throttle_closed_total").increment(1);
     tracing::info!(%key, ?opens_in, "key closed by its handler");
     Ok(Closed {
         key,
