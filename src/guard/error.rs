@@ -9,6 +9,26 @@ use crate::key::LockKey;
 use crate::queue::JobId;
 use crate::renewal::LossReason;
 
+/// What a job whose run ended in an [`Error`] asks of its queue: the scheduler settles the job
+/// by it, and needs to know no guard kind.
+pub(crate) enum JobAfterError {
+    /// The key is held, or closed: the job waits in the key's line, using no attempt.
+    /// `retry_after` is the strategy's estimate; `held` says that the key has a holder whose
+    /// remaining time tells more (a closed key has none).
+    WaitsInLine {
+        key: LockKey,
+        retry_after: Option<Duration>,
+        held: bool,
+    },
+    /// The key is over its rate: the job waits for its slot, using no attempt.
+    WaitsForSlot { key: LockKey, opens_in: Duration },
+    /// The store failed, not the job (Redis unreachable, out of memory, a lock whose loss is
+    /// unconfirmed): the job goes back without using an attempt.
+    StoreFailed(String),
+    /// The job failed: an attempt is used.
+    Failed(String),
+}
+
 /// Why a call through [`LockService`](crate::LockService) failed. `E` is the inner service's
 /// error.
 ///
@@ -136,6 +156,35 @@ impl<E> Error<E> {
             Error::Locked { retry_after, .. } | Error::LineFull { retry_after, .. } => *retry_after,
             Error::Throttled { retry_after, .. } => Some(*retry_after),
             _ => None,
+        }
+    }
+}
+
+impl<E: std::fmt::Display> Error<E> {
+    /// What a job whose run ended in this error asks of its queue.
+    pub(crate) fn for_job(self) -> JobAfterError {
+        match self {
+            Error::Locked { key, retry_after } => JobAfterError::WaitsInLine {
+                key,
+                retry_after,
+                held: true,
+            },
+            // A closed key is waited for, as a held one is: its fallback, no attempt.
+            Error::Closed { key } => JobAfterError::WaitsInLine {
+                key,
+                retry_after: None,
+                held: false,
+            },
+            Error::Throttled { key, retry_after } => JobAfterError::WaitsForSlot {
+                key,
+                opens_in: retry_after,
+            },
+            error @ (Error::Store(_)
+            | Error::LockLost {
+                reason: LossReason::Unconfirmed,
+                ..
+            }) => JobAfterError::StoreFailed(error.to_string()),
+            error => JobAfterError::Failed(error.to_string()),
         }
     }
 }

@@ -40,6 +40,7 @@ pub(crate) use self::current_job::{
 };
 pub(crate) use self::decision::{ConflictStrategy, Decision};
 pub use self::error::Error;
+pub(crate) use self::error::JobAfterError;
 pub use self::extract::KeyExtractor;
 pub(crate) use self::extract::guarded_key;
 pub use self::future::ResponseFuture;

@@ -18,12 +18,12 @@ use super::acker::Acker;
 use super::report::JobEnd;
 use crate::backoff::Backoff;
 use crate::guard::{CurrentJob, JobSlot, RunSignals, run_for_job};
-use crate::guard::{Error, Outcome};
+use crate::guard::{Error, JobAfterError, Outcome};
 use crate::key::LockKey;
 use crate::metric_names::QueueMetrics;
 use crate::queue::QueueStore;
 use crate::queue::{AfterFailure, ClaimedJob, Codec, DelayQueue, JobId, Lease, QueueError, RawJobState};
-use crate::renewal::{LossReason, Renewal, while_valid};
+use crate::renewal::{Renewal, while_valid};
 
 /// How a run of the service ended, before settling.
 enum Ran {
@@ -41,7 +41,7 @@ enum Ran {
     },
     /// The key is over its rate: the job waits for its slot (booked by `Defer`), without
     /// using an attempt.
-    Throttled {
+    WaitingForSlot {
         key: LockKey,
         opens_in: Duration,
     },
@@ -210,22 +210,16 @@ where
                         tracing::debug!(moved_to = %deferred.job_id, "request deferred elsewhere");
                         Ran::Done
                     }
-                    Ok(Err(Error::Locked { key, retry_after })) => Ran::Waiting {
-                        key,
-                        retry_after,
-                        lock_remaining: signals.lock_remaining(),
+                    Ok(Err(error)) => match error.for_job() {
+                        JobAfterError::WaitsInLine { key, retry_after, held } => Ran::Waiting {
+                            key,
+                            retry_after,
+                            lock_remaining: if held { signals.lock_remaining() } else { None },
+                        },
+                        JobAfterError::WaitsForSlot { key, opens_in } => Ran::WaitingForSlot { key, opens_in },
+                        JobAfterError::StoreFailed(error) => Ran::StoreFailed(error),
+                        JobAfterError::Failed(error) => Ran::Failed(error),
                     },
-                    Ok(Err(Error::Throttled { key, retry_after })) => Ran::Throttled { key, opens_in: retry_after },
-                    // A closed key is waited for, as a held one is: its fallback, no attempt.
-                    Ok(Err(Error::Closed { key })) => Ran::Waiting {
-                        key,
-                        retry_after: None,
-                        lock_remaining: None,
-                    },
-                    Ok(Err(error @ (Error::Store(_) | Error::LockLost { reason: LossReason::Unconfirmed, .. }))) => {
-                        Ran::StoreFailed(error.to_string())
-                    }
-                    Ok(Err(error)) => Ran::Failed(error.to_string()),
                     Err(panic) => Ran::Failed(format!("handler panicked: {}", panic_message(&*panic))),
                     },
                 },
@@ -258,7 +252,7 @@ where
                         Err(lease) => lease,
                     }
                 }
-                Ran::Failed(_) | Ran::StoreFailed(_) | Ran::Waiting { .. } | Ran::Throttled { .. } => lease,
+                Ran::Failed(_) | Ran::StoreFailed(_) | Ran::Waiting { .. } | Ran::WaitingForSlot { .. } => lease,
             };
             let postpone_by = error_backoff.delay(store_failures.fetch_add(1, Ordering::Relaxed), &mut rand::rng());
             let end = Box::pin(settle(queue, &lease, ran, postpone_by, claimed_at + lease_ttl, error_backoff)).await;
@@ -353,7 +347,7 @@ where
                     }
                     end_after(after, JobEnd::Waiting)
                 }),
-            Ran::Throttled { key, opens_in } => {
+            Ran::WaitingForSlot { key, opens_in } => {
                 queue.wait_for_slot(lease, key, *opens_in).await.map(|after| {
                     if let AfterFailure::Retrying { due, .. } = after {
                         tracing::debug!(%key, ?due, "over the rate: the job waits for its slot");
