@@ -14,8 +14,10 @@ use crate::queue::{JobId, QueueName};
 use crate::store::RedisConnection;
 use crate::store::RedisStore;
 use crate::store::handover::{HandOver, hand_over, reservation_expired};
+use crate::store::list_locks::LockInfo;
 use crate::store::redis::keys::PermitKeys;
 use crate::store::redis::lock::{JoinReply, cap_args};
+use crate::store::redis::locks::key_name;
 use crate::store::redis::scripts::{
     PERMIT_ACQUIRE, PERMIT_ACQUIRE_FREE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE, PERMIT_RELEASE,
     PERMIT_RELEASE_ALONE,
@@ -299,5 +301,59 @@ impl<Conn: RedisConnection> HandOver for PermitLine<'_, Conn> {
             .invoke_async(&mut self.store.conn.clone())
             .await?;
         Ok(waiters(handed).collect())
+    }
+}
+
+/// How many of a semaphore's entries a listing reads for its reservations.
+const MAX_RESERVATIONS_SHOWN: isize = 63;
+
+impl<Conn: RedisConnection> RedisStore<Conn> {
+    /// The semaphore at `key` (its permits), whose hash tag is `tag`; `None` once every
+    /// permit ran out. Its remaining time is the last deadline among its permits.
+    pub(crate) async fn describe_semaphore(
+        &self,
+        key: &str,
+        tag: &str,
+    ) -> Result<Option<LockInfo>, StoreError> {
+        let found = PermitKeys::of_found_tag(&self.prefix, tag);
+        let (pttl, fence, waiters, holders, limit, entries, writers_waiting): (
+            i64,
+            Option<u64>,
+            u64,
+            u64,
+            Option<u64>,
+            Vec<String>,
+            u64,
+        ) = redis::pipe()
+            .pttl(key)
+            .get(found.fence())
+            .zcard(found.waiters())
+            .hlen(found.fences())
+            .get(found.limit())
+            .zrange(key, 0, MAX_RESERVATIONS_SHOWN)
+            .scard(found.writers())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if pttl == -2 && waiters == 0 {
+            return Ok(None);
+        }
+        let reserved: Vec<&str> = entries
+            .iter()
+            .filter_map(|entry| entry.strip_prefix('@'))
+            .collect();
+        Ok(Some(LockInfo {
+            key: key_name(key, tag),
+            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            fence: fence.unwrap_or(0),
+            waiters,
+            holders,
+            limit: limit.and_then(crate::store::list_locks::listed_limit),
+            reserved_for: (!reserved.is_empty()).then(|| reserved.join(" ")),
+            // A writer holds alone: its entry, marked (lua/permit_prelude.lua), is the one.
+            writing: entries.iter().any(|entry| entry.starts_with('!')),
+            writers_waiting,
+            next_slot: None,
+            closed_for: None,
+        }))
     }
 }

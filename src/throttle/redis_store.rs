@@ -10,7 +10,9 @@ use crate::guard::Waiter;
 use crate::key::LockKey;
 use crate::store::RedisConnection;
 use crate::store::RedisStore;
+use crate::store::list_locks::LockInfo;
 use crate::store::redis::keys::ThrottleKeys;
+use crate::store::redis::locks::key_name;
 use crate::store::redis::scripts::{THROTTLE, THROTTLE_CLOSE, THROTTLE_REOPEN};
 use crate::time::millis;
 
@@ -101,5 +103,49 @@ impl<Conn: RedisConnection> ThrottleStore for RedisStore<Conn> {
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok((opens_in >= 0).then(|| micros(opens_in)))
+    }
+}
+
+impl<Conn: RedisConnection> RedisStore<Conn> {
+    /// The throttled key at `key` (its schedule), whose hash tag is `tag`; `None` once its
+    /// schedule is no longer ahead of the clock.
+    pub(crate) async fn describe_throttle(
+        &self,
+        key: &str,
+        tag: &str,
+    ) -> Result<Option<LockInfo>, StoreError> {
+        let found = ThrottleKeys::of_found_tag(&self.prefix, tag);
+        let (pttl, state, booked, closing, time): (i64, Option<String>, u64, Option<String>, (u64, u64)) =
+            redis::pipe()
+                .pttl(key)
+                .get(key)
+                .zcard(&found.bookings)
+                .get(&found.closed)
+                .cmd("TIME")
+                .query_async(&mut self.conn.clone())
+                .await?;
+        let Some(state) = state else {
+            return Ok(None);
+        };
+        let now = time.0.saturating_mul(1_000_000).saturating_add(time.1);
+        // `<free_at>`, or `<free_at> <run_free_at>`: the next slot opens when both have come.
+        let opens_at = state
+            .split(' ')
+            .map(|part| part.parse::<u64>())
+            .collect::<Result<Vec<u64>, _>>()
+            .ok()
+            .and_then(|times| times.into_iter().max())
+            .ok_or_else(|| StoreError::Protocol(format!("throttle state {state:?} at {key}")))?;
+        Ok(Some(LockInfo::throttled(
+            key_name(key, tag),
+            u64::try_from(pttl).ok().map(Duration::from_millis),
+            booked,
+            Duration::from_micros(opens_at.saturating_sub(now)),
+            // `<until> <free_at> <run_free_at>` (lua/throttle_close.lua; 0.4 kept `<until>`).
+            closing
+                .and_then(|closing| closing.split(' ').next()?.parse::<u64>().ok())
+                .filter(|until| *until > now)
+                .map(|until| Duration::from_micros(until - now)),
+        )))
     }
 }

@@ -146,97 +146,11 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             reserved_for,
         )))
     }
-
-    /// The semaphore at `key` (its permits), whose hash tag is `tag`; `None` once every
-    /// permit ran out. Its remaining time is the last deadline among its permits.
-    async fn describe_semaphore(&self, key: &str, tag: &str) -> Result<Option<LockInfo>, StoreError> {
-        let found = keys::PermitKeys::of_found_tag(&self.prefix, tag);
-        let (pttl, fence, waiters, holders, limit, entries, writers_waiting): (
-            i64,
-            Option<u64>,
-            u64,
-            u64,
-            Option<u64>,
-            Vec<String>,
-            u64,
-        ) = redis::pipe()
-            .pttl(key)
-            .get(found.fence())
-            .zcard(found.waiters())
-            .hlen(found.fences())
-            .get(found.limit())
-            .zrange(key, 0, MAX_RESERVATIONS_SHOWN)
-            .scard(found.writers())
-            .query_async(&mut self.conn.clone())
-            .await?;
-        if pttl == -2 && waiters == 0 {
-            return Ok(None);
-        }
-        let reserved: Vec<&str> = entries
-            .iter()
-            .filter_map(|entry| entry.strip_prefix('@'))
-            .collect();
-        Ok(Some(LockInfo {
-            key: key_name(key, tag),
-            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-            fence: fence.unwrap_or(0),
-            waiters,
-            holders,
-            limit: limit.and_then(crate::store::list_locks::listed_limit),
-            reserved_for: (!reserved.is_empty()).then(|| reserved.join(" ")),
-            // A writer holds alone: its entry, marked (lua/permit_prelude.lua), is the one.
-            writing: entries.iter().any(|entry| entry.starts_with('!')),
-            writers_waiting,
-            next_slot: None,
-            closed_for: None,
-        }))
-    }
-
-    /// The throttled key at `key` (its schedule), whose hash tag is `tag`; `None` once its
-    /// schedule is no longer ahead of the clock.
-    async fn describe_throttle(&self, key: &str, tag: &str) -> Result<Option<LockInfo>, StoreError> {
-        let found = keys::ThrottleKeys::of_found_tag(&self.prefix, tag);
-        let (pttl, state, booked, closing, time): (i64, Option<String>, u64, Option<String>, (u64, u64)) =
-            redis::pipe()
-                .pttl(key)
-                .get(key)
-                .zcard(&found.bookings)
-                .get(&found.closed)
-                .cmd("TIME")
-                .query_async(&mut self.conn.clone())
-                .await?;
-        let Some(state) = state else {
-            return Ok(None);
-        };
-        let now = time.0.saturating_mul(1_000_000).saturating_add(time.1);
-        // `<free_at>`, or `<free_at> <run_free_at>`: the next slot opens when both have come.
-        let opens_at = state
-            .split(' ')
-            .map(|part| part.parse::<u64>())
-            .collect::<Result<Vec<u64>, _>>()
-            .ok()
-            .and_then(|times| times.into_iter().max())
-            .ok_or_else(|| StoreError::Protocol(format!("throttle state {state:?} at {key}")))?;
-        Ok(Some(LockInfo::throttled(
-            key_name(key, tag),
-            u64::try_from(pttl).ok().map(Duration::from_millis),
-            booked,
-            Duration::from_micros(opens_at.saturating_sub(now)),
-            // `<until> <free_at> <run_free_at>` (lua/throttle_close.lua; 0.4 kept `<until>`).
-            closing
-                .and_then(|closing| closing.split(' ').next()?.parse::<u64>().ok())
-                .filter(|until| *until > now)
-                .map(|until| Duration::from_micros(until - now)),
-        )))
-    }
 }
-
-/// How many of a semaphore's entries a listing reads for its reservations.
-const MAX_RESERVATIONS_SHOWN: isize = 63;
 
 /// The lock key a Redis key found by a scan stands for: its hash tag decoded, or the raw name
 /// of a key whose tag no lock key encodes to.
-fn key_name(key: &str, tag: &str) -> String {
+pub(crate) fn key_name(key: &str, tag: &str) -> String {
     tag.strip_prefix('{')
         .and_then(|t| t.strip_suffix('}'))
         .and_then(decode_tag)

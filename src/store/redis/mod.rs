@@ -10,7 +10,7 @@ mod idempotency;
 pub(crate) mod keys;
 pub(crate) mod lock;
 mod lock_store;
-mod locks;
+pub(crate) mod locks;
 mod pending;
 mod queue;
 mod queue_operator;
