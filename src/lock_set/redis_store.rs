@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use redis::{FromRedisValue, Script, ScriptInvocation, Value};
+use redis::{FromRedisValue, Script, Value};
 
 use super::{HeldKey, LockSetStore, SetAcquisition};
 use crate::error::StoreError;
@@ -16,6 +16,7 @@ use crate::store::RedisStore;
 use crate::store::handover::{hand_over, reservation_expired};
 use crate::store::redis::keys::LockKeys;
 use crate::store::redis::lock::{JoinReply, cap_args, duration};
+use crate::store::redis::script_call::ScriptCall;
 use crate::store::redis::scripts::{SET_ACQUIRE, SET_JOIN, SET_LEAVE};
 
 /// A set script's {key index, waiter} pairs: the keys it handed over, or whose reservation it
@@ -44,23 +45,17 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         &self,
         script: &'a Script,
         keys: &[LockKey],
-        args: impl FnOnce(&mut ScriptInvocation<'a>),
-    ) -> ScriptInvocation<'a> {
+        args: impl FnOnce(&mut ScriptCall<'a>),
+    ) -> ScriptCall<'a> {
         let names: Vec<LockKeys> = keys.iter().map(|key| LockKeys::new(&self.prefix, key)).collect();
-        let mut invocation = script.prepare_invoke();
-        for key in &names {
-            for name in key.in_script_order() {
-                invocation.key(name);
-            }
-        }
-        invocation
-            .arg(names.first().map_or("", LockKeys::wake))
+        let mut call = ScriptCall::new(script, names.iter().flat_map(LockKeys::in_script_order));
+        call.arg(names.first().map_or("", LockKeys::wake))
             .arg(crate::time::ttl_millis(self.reservation));
-        args(&mut invocation);
+        args(&mut call);
         for key in &names {
-            invocation.arg(key.wake());
+            call.arg(key.wake());
         }
-        invocation
+        call
     }
 
     /// Finishes what a set script's handoffs started: `handed` and `dropped` are its
@@ -112,7 +107,7 @@ impl<Conn: RedisConnection> LockSetStore for RedisStore<Conn> {
                     .arg(crate::time::ttl_millis(ttl))
                     .arg(waiter.map_or("", Waiter::as_str));
             })
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         let status: i64 = parse(reply.first())?;
         if status == 1 {
@@ -175,7 +170,7 @@ impl<Conn: RedisConnection> LockSetStore for RedisStore<Conn> {
                     .arg(max)
                     .arg(overflow);
             })
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         if refused == 1 {
             return Ok(LineJoin::Full { waiting: ahead });
@@ -193,7 +188,7 @@ impl<Conn: RedisConnection> LockSetStore for RedisStore<Conn> {
             .set_script(&SET_LEAVE, keys, |script| {
                 script.arg(waiter.as_str());
             })
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         self.finish_handoffs(keys, handed, Vec::new()).await;
         Ok(())

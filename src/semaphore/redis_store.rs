@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use redis::{RedisWrite, Script, ScriptInvocation, ToRedisArgs};
+use redis::{RedisWrite, Script, ToRedisArgs};
 
 use crate::error::StoreError;
 use crate::guard::{LineJoin, Waiter};
@@ -18,6 +18,7 @@ use crate::store::list_locks::LockInfo;
 use crate::store::redis::keys::PermitKeys;
 use crate::store::redis::lock::{JoinReply, cap_args};
 use crate::store::redis::locks::key_name;
+use crate::store::redis::script_call::ScriptCall;
 use crate::store::redis::scripts::{
     PERMIT_ACQUIRE, PERMIT_ACQUIRE_FREE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE, PERMIT_RELEASE,
     PERMIT_RELEASE_ALONE,
@@ -59,14 +60,11 @@ fn waiters(stored: Vec<String>) -> impl Iterator<Item = Waiter> {
 impl<Conn: RedisConnection> RedisStore<Conn> {
     /// A call of a permit script on `key`: every permit script takes the same keys, in the
     /// order the prelude names them, then the announcement channel and the reservation time.
-    fn permit_script<'a>(&self, script: &'a Script, key: &LockKey) -> ScriptInvocation<'a> {
+    fn permit_script<'a>(&self, script: &'a Script, key: &LockKey) -> ScriptCall<'a> {
         let keys = PermitKeys::new(&self.prefix, key);
-        let mut invocation = script.prepare_invoke();
-        for name in keys.in_script_order() {
-            invocation.key(name);
-        }
-        invocation.arg(keys.wake()).arg(ttl_millis(self.reservation));
-        invocation
+        let mut call = ScriptCall::new(script, keys.in_script_order());
+        call.arg(keys.wake()).arg(ttl_millis(self.reservation));
+        call
     }
 
     /// After a script reserved permits and dropped waiters: logs the dropped, wakes the
@@ -92,17 +90,21 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         holders: Holders,
     ) -> Option<u64> {
         let keys = PermitKeys::new(&self.prefix, key);
-        let taken: Result<i64, _> = PERMIT_ACQUIRE_FREE
-            .key(keys.permits())
-            .key(keys.fences())
-            .key(keys.fence())
-            .key(keys.waiters())
-            .key(keys.limit())
-            .arg(HolderName(token, holders))
-            .arg(ttl_millis(ttl))
-            .arg(holders.limit())
-            .invoke_async(&mut self.conn.clone())
-            .await;
+        let taken: Result<i64, _> = ScriptCall::new(
+            &PERMIT_ACQUIRE_FREE,
+            [
+                keys.permits(),
+                keys.fences(),
+                keys.fence(),
+                keys.waiters(),
+                keys.limit(),
+            ],
+        )
+        .arg(HolderName(token, holders))
+        .arg(ttl_millis(ttl))
+        .arg(holders.limit())
+        .invoke(&mut self.conn.clone())
+        .await;
         match taken {
             Ok(fence) => u64::try_from(fence).ok(),
             Err(error) => {
@@ -133,7 +135,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             .arg(ttl_millis(ttl))
             .arg(permits)
             .arg(waiter.map_or("", Waiter::as_str))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         self.permits_handed(key, permits, handed, dropped).await;
         match status {
@@ -198,7 +200,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             .permit_script(&PERMIT_EXTEND, key)
             .arg(HolderName(token, holders))
             .arg(ttl_millis(ttl))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(extended)
     }
@@ -226,7 +228,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             .arg(HolderName(token, holders))
             .arg(held_ms)
             .arg(permits)
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         self.permits_handed(key, permits, handed, dropped).await;
         Ok(released)
@@ -248,7 +250,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             .arg(max)
             .arg(overflow)
             .arg(if holders.writes() { "1" } else { "" })
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         if refused == 1 {
             return Ok(LineJoin::Full { waiting: ahead });
@@ -298,7 +300,7 @@ impl<Conn: RedisConnection> HandOver for PermitLine<'_, Conn> {
             .permit_script(&PERMIT_LEAVE, key)
             .arg(waiter.as_str())
             .arg(self.permits)
-            .invoke_async(&mut self.store.conn.clone())
+            .invoke(&mut self.store.conn.clone())
             .await?;
         Ok(waiters(handed).collect())
     }

@@ -13,6 +13,7 @@ use crate::store::RedisStore;
 use crate::store::list_locks::LockInfo;
 use crate::store::redis::keys::ThrottleKeys;
 use crate::store::redis::locks::key_name;
+use crate::store::redis::script_call::ScriptCall;
 use crate::store::redis::scripts::{THROTTLE, THROTTLE_CLOSE, THROTTLE_REOPEN};
 use crate::time::millis;
 
@@ -33,15 +34,13 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         waiter: Option<&Waiter>,
     ) -> Result<ThrottleReply, StoreError> {
         let keys = ThrottleKeys::new(&self.prefix, key);
-        let reply = THROTTLE
-            .key(&keys.state)
-            .key(&keys.bookings)
+        let reply = ScriptCall::new(&THROTTLE, [keys.state.as_str(), keys.bookings.as_str()])
             .arg(u64::try_from(rate.interval().as_micros()).unwrap_or(u64::MAX))
             .arg(u64::try_from(rate.tolerance().as_micros()).unwrap_or(u64::MAX))
             .arg(if book { "1" } else { "0" })
             .arg(waiter.map_or("", Waiter::as_str))
             .arg(millis(BOOKING_RETENTION))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(reply)
     }
@@ -81,13 +80,11 @@ impl<Conn: RedisConnection> ThrottleStore for RedisStore<Conn> {
     async fn close_for(&self, key: &LockKey, rate: Rate, duration: Duration) -> Result<Duration, StoreError> {
         self.prepare().await?;
         let keys = ThrottleKeys::new(&self.prefix, key);
-        let opens_in: i64 = THROTTLE_CLOSE
-            .key(&keys.state)
-            .key(&keys.closed)
+        let opens_in: i64 = ScriptCall::new(&THROTTLE_CLOSE, [keys.state.as_str(), keys.closed.as_str()])
             .arg(u64::try_from(rate.interval().as_micros()).unwrap_or(u64::MAX))
             .arg(u64::try_from(rate.tolerance().as_micros()).unwrap_or(u64::MAX))
             .arg(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(micros(opens_in))
     }
@@ -95,13 +92,13 @@ impl<Conn: RedisConnection> ThrottleStore for RedisStore<Conn> {
     async fn reopen(&self, key: &LockKey) -> Result<Option<Duration>, StoreError> {
         self.prepare().await?;
         let keys = ThrottleKeys::new(&self.prefix, key);
-        let opens_in: i64 = THROTTLE_REOPEN
-            .key(&keys.state)
-            .key(&keys.closed)
-            .key(&keys.bookings)
-            .arg(MAX_REOPENED_WAITERS)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let opens_in: i64 = ScriptCall::new(
+            &THROTTLE_REOPEN,
+            [keys.state.as_str(), keys.closed.as_str(), keys.bookings.as_str()],
+        )
+        .arg(MAX_REOPENED_WAITERS)
+        .invoke(&mut self.conn.clone())
+        .await?;
         Ok((opens_in >= 0).then(|| micros(opens_in)))
     }
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::RedisStore;
 use super::keys::QueueKeys;
+use super::queue::queue_call;
 use super::scripts::REQUEST_RECORD;
 use crate::error::StoreError;
 use crate::idempotency::{Begun, IdempotencyStore, Seen};
@@ -24,14 +25,13 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         ms: u64,
     ) -> Result<String, StoreError> {
         self.prepare().await?;
-        Ok(self
-            .queue_script(&REQUEST_RECORD, queue)
-            .key(QueueKeys::request(&self.prefix, queue, id))
+        let (keys, record) = (self.keys(queue), QueueKeys::request(&self.prefix, queue, id));
+        Ok(queue_call(&REQUEST_RECORD, &keys, [record.as_str()])
             .arg(id.as_str())
             .arg(mode)
             .arg(ms)
             .arg(request)
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?)
     }
 }

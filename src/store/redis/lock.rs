@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use redis::{Script, ScriptInvocation, ToRedisArgs};
+use redis::{Script, ToRedisArgs};
 
 use super::RedisStore;
 use super::keys::{LockKeys, LockName};
@@ -68,14 +68,11 @@ pub(crate) fn duration(ms: i64) -> Option<Duration> {
 impl<Conn: RedisConnection> RedisStore<Conn> {
     /// A call of a lock script on `key`: every lock script takes the same keys, in the order
     /// the prelude names them, then the announcement channel and the reservation time.
-    fn lock_script<'a>(&self, script: &'a Script, key: &LockKey) -> ScriptInvocation<'a> {
+    fn lock_script<'a>(&self, script: &'a Script, key: &LockKey) -> ScriptCall<'a> {
         let keys = LockKeys::new(&self.prefix, key);
-        let mut invocation = script.prepare_invoke();
-        for name in keys.in_script_order() {
-            invocation.key(name);
-        }
-        invocation.arg(keys.wake()).arg(ttl_millis(self.reservation));
-        invocation
+        let mut call = ScriptCall::new(script, keys.in_script_order());
+        call.arg(keys.wake()).arg(ttl_millis(self.reservation));
+        call
     }
 
     /// The common acquire, of a caller not in line: plain commands in one round trip, no
@@ -164,13 +161,10 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             [LockName::Lock, LockName::Fence, LockName::Waiters],
         );
         let [lock, counter, waiters] = names.get();
-        let fence: i64 = LOCK_ACQUIRE_NEW
-            .key(lock)
-            .key(counter)
-            .key(waiters)
+        let fence: i64 = ScriptCall::new(&LOCK_ACQUIRE_NEW, [lock, counter, waiters])
             .arg(token)
             .arg(ttl_millis(ttl))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         if fence < 0 {
             return Ok(None);
@@ -215,7 +209,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             .arg(token)
             .arg(ttl_millis(ttl))
             .arg(waiter.map_or("", Waiter::as_str))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         let (status, first, second, held) = acquire_reply(reply)?;
         match (status, held) {
@@ -256,12 +250,17 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         holds: &str,
         held_for: Option<Duration>,
     ) -> Result<Option<bool>, StoreError> {
-        let release = match held_for {
-            None => ScriptCall::new(script, keys).arg(holder),
-            Some(held) => ScriptCall::new(script, &[keys, &[holds]].concat())
-                .arg(holder)
-                .arg(millis(held).to_string()),
-        };
+        let reported = held_for.map(|held| (holds, millis(held).to_string()));
+        let mut release = ScriptCall::new(
+            script,
+            keys.iter()
+                .copied()
+                .chain(reported.as_ref().map(|(holds, _)| *holds)),
+        );
+        release.arg(holder);
+        if let Some((_, held)) = &reported {
+            release.arg(held);
+        }
         let alone: i64 = release.invoke(&mut self.conn.clone()).await?;
         Ok(match alone {
             1 => Some(true),
@@ -337,7 +336,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             .lock_script(&LOCK_EXTEND, key)
             .arg(token)
             .arg(ttl_millis(ttl))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(extended)
     }
@@ -376,7 +375,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             .lock_script(&LOCK_RELEASE, key)
             .arg(token)
             .arg(held_ms)
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         let (handed, runner_up) = (Waiter::from_stored(handed), Waiter::from_stored(runner_up));
         hand_over_with_runner_up(self, key, handed, runner_up, self.reservation).await;
@@ -395,7 +394,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             .arg(request.replacing.map_or("", Waiter::as_str))
             .arg(max)
             .arg(overflow)
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         if refused == 1 {
             return Ok(LineJoin::Full { waiting: ahead });
@@ -425,7 +424,7 @@ impl<Conn: RedisConnection> HandOver for RedisStore<Conn> {
             .queue_script(&QUEUE_PROMOTE, queue)
             .arg(id.as_str())
             .arg(millis(after))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(match found {
             1 => Promotion::Promoted,
@@ -438,7 +437,7 @@ impl<Conn: RedisConnection> HandOver for RedisStore<Conn> {
         let handed: String = self
             .lock_script(&LOCK_LEAVE, key)
             .arg(waiter.as_str())
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(Waiter::from_stored(handed).into_iter().collect())
     }

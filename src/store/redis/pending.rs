@@ -46,7 +46,7 @@ impl<Conn: RedisConnection> PendingStore for RedisStore<Conn> {
             .arg(rules.counters.as_arg())
             .arg(millis(rules.arrived_ago))
             .arg(stored_group(group))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         let job = || {
             JobId::new(job.clone())

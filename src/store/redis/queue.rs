@@ -2,11 +2,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use redis::{Script, ScriptInvocation};
+use redis::Script;
 use tokio::sync::watch;
 
 use super::RedisStore;
 use super::keys::{self, QueueKeys};
+use super::script_call::ScriptCall;
 use super::scripts::{
     QUEUE_ACK, QUEUE_BURY, QUEUE_BURY_WAITING, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_PUSH_MANY,
     QUEUE_RETRY,
@@ -48,41 +49,36 @@ impl<Conn> RedisStore<Conn> {
             .arg(reason)
             .arg(envelope.unwrap_or_default())
             .arg(counters.as_arg())
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(buried)
     }
 
     /// A call of a queue script on `queue`: every queue script takes the same keys, in the
     /// order the prelude names them, and the wake channel as its first argument.
-    pub(super) fn queue_script<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptInvocation<'a> {
-        invocation(script, &self.keys(queue))
+    pub(super) fn queue_script<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptCall<'a> {
+        queue_call(script, &self.keys(queue), [])
     }
 
     /// A call of a queue script that ends jobs' waits (claim, cancel, burial of a waiting job,
     /// purge): the queue's keys, then its coalesce records (`KEYS[19]`, `KEYS[20]`), which
     /// the script forgets for the jobs that no longer wait. The names are built once.
-    pub(super) fn waits_ending_script<'a>(
-        &self,
-        script: &'a Script,
-        queue: &QueueName,
-    ) -> ScriptInvocation<'a> {
+    pub(super) fn waits_ending_script<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptCall<'a> {
         let keys = self.keys(queue);
-        let mut invocation = invocation(script, &keys);
-        invocation.key(&keys.pending).key(&keys.pending_jobs);
-        invocation
+        queue_call(script, &keys, [keys.pending.as_str(), keys.pending_jobs.as_str()])
     }
 }
 
 /// A call of `script` on the queue of `keys`: its keys in the order the prelude names them,
-/// and the wake channel as its first argument.
-fn invocation<'a>(script: &'a Script, keys: &QueueKeys) -> ScriptInvocation<'a> {
-    let mut invocation = script.prepare_invoke();
-    for key in keys.in_script_order() {
-        invocation.key(key);
-    }
-    invocation.arg(&keys.wake);
-    invocation
+/// then the script's own `more`, and the wake channel as its first argument.
+pub(super) fn queue_call<'a, 'k>(
+    script: &'a Script,
+    keys: &'k QueueKeys,
+    more: impl IntoIterator<Item = &'k str, IntoIter: Clone>,
+) -> ScriptCall<'a> {
+    let mut call = ScriptCall::new(script, keys.in_script_order().into_iter().chain(more));
+    call.arg(&keys.wake);
+    call
 }
 
 /// A job's group as the scripts store it (`GROUPS`), `''` for none.
@@ -158,7 +154,7 @@ impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
         for (id, envelope) in jobs.iter().take(MAX_PAGE) {
             invocation.arg(id.as_str()).arg(envelope.as_slice());
         }
-        let (due_ms, stored): (i64, Vec<bool>) = invocation.invoke_async(&mut self.conn.clone()).await?;
+        let (due_ms, stored): (i64, Vec<bool>) = invocation.invoke(&mut self.conn.clone()).await?;
         Ok((from_epoch_ms(due_ms), stored))
     }
 
@@ -184,7 +180,7 @@ impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
             .arg(max_envelope)
             .arg(max_expiries)
             .arg(counters.as_arg())
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         let claimed = claimed_jobs(claimed)?;
         // The claim's first job has the claim's first fence: the others follow it, one apart.
@@ -244,7 +240,7 @@ impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
             invocation.arg(id.as_str()).arg(&name).arg(hold.position());
             named = Some((*hold, name));
         }
-        let acked: Vec<bool> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        let acked: Vec<bool> = invocation.invoke(&mut self.conn.clone()).await?;
         Ok(acked)
     }
 
@@ -265,7 +261,7 @@ impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
             .arg(envelope.unwrap_or_default())
             .arg(millis(delay))
             .arg(counters.as_arg())
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok((due >= 0).then(|| from_epoch_ms(due)))
     }
@@ -296,7 +292,7 @@ impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
             .arg(id.as_str())
             .arg(reason)
             .arg(counters.as_arg())
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(buried)
     }
@@ -314,7 +310,7 @@ impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
             .arg(lease_name(hold))
             .arg(hold.position())
             .arg(ttl_millis(lease))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(extended)
     }
@@ -323,7 +319,7 @@ impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
         let cancelled: i64 = self
             .waits_ending_script(&QUEUE_CANCEL, queue)
             .arg(id.as_str())
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         match cancelled {
             1 => Ok(Cancelled::Deleted),

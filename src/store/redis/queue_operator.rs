@@ -21,7 +21,7 @@ impl<Conn: RedisConnection> InspectQueue for RedisStore<Conn> {
         let (state, at, envelope, reason): (String, i64, Option<Vec<u8>>, Option<String>) = self
             .queue_script(&QUEUE_INSPECT, queue)
             .arg(id.as_str())
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         let at = from_epoch_ms(at);
         let state = match state.as_str() {
@@ -41,7 +41,7 @@ impl<Conn: RedisConnection> InspectQueue for RedisStore<Conn> {
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
         let (waiting, due, in_flight, dead, done, paused): (u64, u64, u64, u64, u64, bool) = self
             .queue_script(&QUEUE_STATS, queue)
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(QueueStats {
             waiting,
@@ -57,7 +57,7 @@ impl<Conn: RedisConnection> InspectQueue for RedisStore<Conn> {
         let (groups, largest): (u64, Vec<(String, u64)>) = self
             .queue_script(&QUEUE_GROUPS, queue)
             .arg(most.min(MAX_PAGE))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         let largest = largest
             .into_iter()
@@ -81,7 +81,7 @@ impl<Conn: RedisConnection> InspectQueue for RedisStore<Conn> {
             .arg(after_ms)
             .arg(after_id)
             .arg(limit.min(MAX_PAGE))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(page
             .into_iter()
@@ -120,7 +120,7 @@ impl<Conn: RedisConnection> ControlQueue for RedisStore<Conn> {
         let was: bool = self
             .queue_script(&QUEUE_PAUSE, queue)
             .arg(if paused { "1" } else { "0" })
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(was)
     }
@@ -129,7 +129,7 @@ impl<Conn: RedisConnection> ControlQueue for RedisStore<Conn> {
         let moved: bool = self
             .queue_script(&QUEUE_RUN_NOW, queue)
             .arg(id.as_str())
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(moved)
     }
@@ -142,7 +142,7 @@ impl<Conn: RedisConnection> ControlQueue for RedisStore<Conn> {
         for id in ids.iter().take(MAX_PAGE) {
             invocation.arg(id.as_str());
         }
-        let moved: usize = invocation.invoke_async(&mut self.conn.clone()).await?;
+        let moved: usize = invocation.invoke(&mut self.conn.clone()).await?;
         Ok(moved)
     }
 
@@ -151,7 +151,7 @@ impl<Conn: RedisConnection> ControlQueue for RedisStore<Conn> {
             .waits_ending_script(&QUEUE_PURGE, queue)
             .arg(QueueKeys::set_name(set))
             .arg(limit.clamp(1, MAX_PAGE))
-            .invoke_async(&mut self.conn.clone())
+            .invoke(&mut self.conn.clone())
             .await?;
         Ok(purged)
     }

@@ -1,7 +1,7 @@
-//! A script's call written as one `EVALSHA` command, for the call every request makes (the
-//! short release). redis's `ScriptInvocation` keeps each key and argument in a buffer of its
-//! own and copies them into the command it sends: six allocations for a release of one key
-//! and one argument, where this makes two.
+//! A script's call written as one `EVALSHA` command: how every script of the store is called.
+//! redis's `ScriptInvocation` keeps each key and argument in a buffer of its own and copies
+//! them into the command it sends (six allocations for a release of one key and one argument,
+//! three more per job for an ack); this writes them into the command once.
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
@@ -13,20 +13,27 @@ pub(crate) struct ScriptCall<'a> {
 }
 
 impl<'a> ScriptCall<'a> {
-    /// A call of `script` on `keys`; its arguments follow, by [`arg`](Self::arg).
-    pub(crate) fn new(script: &'a Script, keys: &[&str]) -> Self {
-        let names: usize = keys.iter().map(|key| key.len()).sum();
+    /// A call of `script` on `keys` (`KEYS`, in order); its arguments follow, by
+    /// [`arg`](Self::arg).
+    pub(crate) fn new<'k>(
+        script: &'a Script,
+        keys: impl IntoIterator<Item = &'k str, IntoIter: Clone>,
+    ) -> Self {
+        let keys = keys.into_iter();
+        let (count, names) = keys
+            .clone()
+            .fold((0, 0), |(count, names), key| (count + 1, names + key.len()));
         // The command, the hash, the key count, the keys, and room for two short arguments.
-        let mut command = Cmd::with_capacity(5 + keys.len(), 128 + names);
-        command.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+        let mut command = Cmd::with_capacity(5 + count, 128 + names);
+        command.arg("EVALSHA").arg(script.get_hash()).arg(count);
         for key in keys {
-            command.arg(*key);
+            command.arg(key);
         }
         ScriptCall { script, command }
     }
 
     /// Adds an argument (`ARGV`).
-    pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
         self.command.arg(arg);
         self
     }
