@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::key::{LockKey, Prefix, decode_tag};
 use crate::queue::{ACTIVITY_MINUTES, DelayQueue, Envelope, JobId, Json, MinuteActivity, QueueName};
 use crate::store::MemoryStore;
+use crate::store::redis::claim_reply::packed_jobs;
 use crate::store::redis_keys::{self, QueueKeys};
 use crate::trace_context::{TraceContext, TraceParent};
 
@@ -167,4 +168,30 @@ pub fn activity_decoding(data: &[u8]) {
                 .is_none_or(|lag| lag.as_millis() <= u128::from(minute.lag_total_ms))
         );
     }
+}
+
+/// A claim's reply as the claim script packs its jobs (a MessagePack array of due time, id and
+/// envelope per job): reading it never panics, and what reads packs again to the same jobs.
+pub fn claim_reply_decoding(data: &[u8]) {
+    let Ok(jobs) = packed_jobs(data) else {
+        return;
+    };
+    let mut again = Vec::new();
+    let entries = u32::try_from(3 * jobs.len()).expect("a reply read holds few jobs");
+    if !jobs.is_empty() {
+        rmp::encode::write_array_len(&mut again, entries).expect("writes to a Vec");
+    }
+    for job in &jobs {
+        rmp::encode::write_sint(&mut again, job.due_ms).expect("writes to a Vec");
+        for bytes in [job.id, job.envelope] {
+            let len = u32::try_from(bytes.len()).expect("a string read fits its length");
+            rmp::encode::write_str_len(&mut again, len).expect("writes to a Vec");
+            again.extend_from_slice(bytes);
+        }
+    }
+    assert_eq!(
+        packed_jobs(&again),
+        Ok(jobs),
+        "the jobs read pack again to the same jobs"
+    );
 }

@@ -47,6 +47,13 @@ fn activity_decoding_corpus() {
         .for_each(|input| fuzz::activity_decoding(input));
 }
 
+#[test]
+fn claim_reply_decoding_corpus() {
+    corpus("claim_reply_decoding")
+        .iter()
+        .for_each(|input| fuzz::claim_reply_decoding(input));
+}
+
 /// JSON-ish text, so that generated inputs get past the first byte of the parsers.
 fn json_like() -> impl Strategy<Value = Vec<u8>> {
     "[{}\\[\\]\",:0-9a-z_ .-]{0,200}".prop_map(String::into_bytes)
@@ -70,7 +77,46 @@ fn activity_like() -> impl Strategy<Value = Vec<u8>> {
     .prop_map(|lines| lines.join("\n").into_bytes())
 }
 
+/// A claim's reply as the script packs it, cut short or with a byte changed at times.
+fn claim_reply_like() -> impl Strategy<Value = Vec<u8>> {
+    let job = (
+        any::<i64>(),
+        proptest::collection::vec(any::<u8>(), 0..40),
+        proptest::collection::vec(any::<u8>(), 0..300),
+    );
+    (
+        proptest::collection::vec(job, 0..8),
+        any::<usize>(),
+        any::<(usize, u8)>(),
+    )
+        .prop_map(|(jobs, cut, (at, byte))| {
+            let mut reply = Vec::new();
+            rmp::encode::write_array_len(&mut reply, 3 * jobs.len() as u32).unwrap();
+            for (due, id, envelope) in jobs {
+                rmp::encode::write_sint(&mut reply, due).unwrap();
+                rmp::encode::write_str_len(&mut reply, id.len() as u32).unwrap();
+                reply.extend(id);
+                rmp::encode::write_str_len(&mut reply, envelope.len() as u32).unwrap();
+                reply.extend(envelope);
+            }
+            match cut % 4 {
+                0 => reply.truncate(cut % (reply.len() + 1)),
+                1 => {
+                    let at = at % reply.len();
+                    reply[at] = byte;
+                }
+                _ => {}
+            }
+            reply
+        })
+}
+
 proptest! {
+    #[test]
+    fn claim_reply_decoding_bytes(data in prop_oneof![any::<Vec<u8>>(), claim_reply_like()]) {
+        fuzz::claim_reply_decoding(&data);
+    }
+
     #[test]
     fn activity_decoding_bytes(data in prop_oneof![any::<Vec<u8>>(), activity_like()]) {
         fuzz::activity_decoding(&data);

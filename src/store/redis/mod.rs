@@ -1,6 +1,7 @@
 //! The Redis store: Lua scripts over any async redis-rs connection, single node or cluster.
 
 mod announcements;
+pub(crate) mod claim_reply;
 mod conditional;
 mod connection;
 mod counted;

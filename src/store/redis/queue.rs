@@ -6,6 +6,7 @@ use redis::Script;
 use tokio::sync::watch;
 
 use super::RedisStore;
+use super::claim_reply::{PackedJob, packed_jobs};
 use super::keys::{self, QueueKeys};
 use super::script_call::ScriptCall;
 use super::scripts::{
@@ -105,38 +106,11 @@ fn lease_name(hold: Hold) -> Vec<u8> {
     name
 }
 
-/// One job of the claim script's reply: id bytes, due ms, envelope, job fencing token.
-type ClaimReply = (Vec<u8>, i64, Vec<u8>, u64);
-
-/// The claimed jobs of a claim's reply, four values each, flat (`queue_claim.lua`).
-fn claimed_jobs(flat: Vec<redis::Value>) -> Result<Vec<ClaimReply>, StoreError> {
-    if !flat.len().is_multiple_of(4) {
-        return Err(StoreError::Protocol(format!(
-            "a claim answered {} values, not four per job",
-            flat.len()
-        )));
-    }
-    let parse = |error: redis::ParsingError| StoreError::Redis(error.into());
-    let mut values = flat.into_iter();
-    let mut jobs = Vec::with_capacity(values.len() / 4);
-    while let (Some(id), Some(due), Some(envelope), Some(fence)) =
-        (values.next(), values.next(), values.next(), values.next())
-    {
-        jobs.push((
-            redis::from_redis_value(id).map_err(parse)?,
-            redis::from_redis_value(due).map_err(parse)?,
-            redis::from_redis_value(envelope).map_err(parse)?,
-            redis::from_redis_value(fence).map_err(parse)?,
-        ));
-    }
-    Ok(jobs)
-}
-
 /// A job id read back from a claim, or its bytes when no job of ours can have it (another
 /// client wrote the entry): the claim script leaves that check to us.
-fn job_id(id: Vec<u8>) -> Result<JobId, Vec<u8>> {
-    let id = String::from_utf8(id).map_err(|error| error.into_bytes())?;
-    JobId::from_stored(id).map_err(String::into_bytes)
+fn job_id(id: &[u8]) -> Result<JobId, &[u8]> {
+    let text = std::str::from_utf8(id).map_err(|_| id)?;
+    JobId::from_stored(text.to_string()).map_err(|_| id)
 }
 
 impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
@@ -172,7 +146,7 @@ impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
             max_envelope,
             max_expiries,
         } = limits;
-        let (wait_ms, claimed): (i64, Vec<redis::Value>) = self
+        let (wait_ms, first_fence, packed): (i64, u64, Vec<u8>) = self
             .waits_ending_script(&QUEUE_CLAIM, queue)
             .arg(max)
             .arg(ttl_millis(lease))
@@ -182,25 +156,25 @@ impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
             .arg(counters.as_arg())
             .invoke(&mut self.conn.clone())
             .await?;
-        let claimed = claimed_jobs(claimed)?;
         // The claim's first job has the claim's first fence: the others follow it, one apart.
-        let claim = claimed.first().map_or(0, |&(_, _, _, fence)| fence);
-        let mut jobs = Vec::with_capacity(claimed.len());
-        for (id, due, envelope, fence) in claimed {
+        let claim = first_fence;
+        let mut jobs = Vec::new();
+        let claimed = packed_jobs(&packed).map_err(StoreError::Protocol)?;
+        for (fence, PackedJob { due_ms, id, envelope }) in (first_fence..).zip(claimed) {
             let hold = Hold { token, claim, fence };
             match job_id(id) {
                 Ok(id) => jobs.push(RawClaim {
                     id,
-                    due: from_epoch_ms(due),
-                    envelope,
+                    due: from_epoch_ms(due_ms),
+                    envelope: envelope.to_vec(),
                     fence,
                     claim,
                 }),
                 // Never fail the batch for one entry: the others are in flight under our token.
                 Err(found) => {
-                    tracing::error!(queue = %queue, job_id = %String::from_utf8_lossy(&found), "not a job id: burying the entry");
+                    tracing::error!(queue = %queue, job_id = %String::from_utf8_lossy(found), "not a job id: burying the entry");
                     if let Err(error) = self
-                        .bury_found(queue, &found, hold, NOT_A_JOB_ID, None, counters)
+                        .bury_found(queue, found, hold, NOT_A_JOB_ID, None, counters)
                         .await
                     {
                         tracing::warn!(%error, "cannot bury it now; it returns after its lease");
@@ -240,8 +214,18 @@ impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
             invocation.arg(id.as_str()).arg(&name).arg(hold.position());
             named = Some((*hold, name));
         }
-        let acked: Vec<bool> = invocation.invoke(&mut self.conn.clone()).await?;
-        Ok(acked)
+        let acked: Vec<u8> = invocation.invoke(&mut self.conn.clone()).await?;
+        acked
+            .iter()
+            .map(|flag| match flag {
+                b'1' => Ok(true),
+                b'0' => Ok(false),
+                _ => Err(StoreError::Protocol(format!(
+                    "an ack answered {:?}, not a 1 or 0 per job",
+                    String::from_utf8_lossy(&acked)
+                ))),
+            })
+            .collect()
     }
 
     async fn retry(

@@ -7,8 +7,9 @@
 -- jobs; the claim's reply says both, queue_claim.lua).
 -- A finished job that is kept moves its envelope to FINISHED and its id to DONE; the oldest
 -- beyond the count or the age are forgotten, a bounded number per call.
--- Returns one 1 or 0 per job: deleted, or the lease does not hold it (it ran out and the job
--- moved on, or the job was settled before: a job given twice is deleted once).
+-- Returns one string of a '1' or '0' per job, in order: deleted, or the lease does not hold it
+-- (it ran out and the job moved on, or the job was settled before: a job given twice is
+-- deleted once). One string, not a value per job: each value of a reply costs the client.
 local keep, keep_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 -- Each lease's flags are read once, as bytes, changed, and written once at the end.
 local flags_of, settled, leases = {}, {}, {}
@@ -27,9 +28,9 @@ for i = 5, math.min(#ARGV, 4 + 3 * MAX_PAGE), 3 do
     end
     settled[lease][at] = true
     done[#done + 1] = ARGV[i]
-    acked[#acked + 1] = 1
+    acked[#acked + 1] = '1'
   else
-    acked[#acked + 1] = 0
+    acked[#acked + 1] = '0'
   end
 end
 if #done > 0 then
@@ -75,4 +76,4 @@ if #done > 0 then
   end
   record(ARGV[4], now, {'done', #done})
 end
-return acked
+return table.concat(acked)

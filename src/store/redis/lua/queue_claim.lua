@@ -15,14 +15,17 @@
 -- Each claimed job gets a job fencing token from FENCE, higher than any handed out before on
 -- this queue: a downstream store can refuse the writes of an older run of the same job.
 -- Returns {ms until the next job is due or lease runs out (-1: none, 0: more are due now),
---          {id, due ms, envelope, fencing token, id, due ms, ...}}: the claim's lease is
+--          the first job's fencing token (0: no job), the jobs packed in one string}: the
+--          jobs' fencing tokens follow the first's, one apart, in order; the claim's lease is
 --          `<token>:<first job's fencing token>`, and a job's position in it its fencing token
---          less the first's, plus 1.
+--          less the first's, plus 1. The jobs are packed by cmsgpack: an array of their due
+--          time in ms, id and envelope, three entries per job; '' for none
+--          (src/store/redis/claim_reply.rs reads them).
 local now = now_ms()
 -- A paused queue hands out nothing, not even the jobs whose lease ran out: resuming wakes the
 -- schedulers (queue_pause.lua).
 if redis.call('EXISTS', PAUSED) == 1 then
-  return {-1, {}}
+  return {-1, 0, ''}
 end
 local max = math.max(0, math.min(tonumber(ARGV[2]), MAX_PAGE))
 local max_bytes = tonumber(ARGV[5])
@@ -84,9 +87,16 @@ if #expired > 0 then
   next_deadline = tonumber(redis.call('ZRANGE', INFLIGHT, 0, 0, 'WITHSCORES')[2])
 end
 
--- Flat, four entries per claimed job (id, due ms, envelope, fencing token): a table per job
--- cost the script an allocation each, and the reply a nested array each.
-local claimed, taken = {}, 0
+-- The claimed jobs' parts, flat (a table per job cost the script an allocation each), packed
+-- into one string at the end: a reply of several values per job cost the client more to read
+-- than the jobs' own decoding.
+local claimed, taken, first_fence = {}, 0, 0
+local function packed(parts)
+  if #parts == 0 then
+    return ''
+  end
+  return cmsgpack.pack(parts)
+end
 -- The jobs to take, in order, with their due times; and whether more are due.
 local ids, dues, more_due = {}, {}, false
 if grouped() then
@@ -153,10 +163,12 @@ if count > 0 then
     else
       taken = taken + 1
       held[taken] = id
-      local at = math.floor(tonumber(dues[i]) or now)
-      claimed[4 * taken - 3] = id
-      claimed[4 * taken - 2] = at
-      claimed[4 * taken - 1] = envelope
+      -- A due job's time is at most now; one written before the epoch (by another client) is
+      -- read as the epoch, so that it packs as an integer.
+      local at = math.max(0, math.floor(tonumber(dues[i]) or now))
+      claimed[3 * taken - 2] = at
+      claimed[3 * taken - 1] = id
+      claimed[3 * taken] = envelope
       local late = now - at
       if late > 0 then
         lag = lag + late
@@ -166,9 +178,7 @@ if count > 0 then
   end
   if taken > 0 then
     local first = next_fences(FENCE, taken) - taken
-    for k = 1, taken do
-      claimed[4 * k] = first + k
-    end
+    first_fence = first + 1
     local deadline = now + lease_ms(ARGV[3])
     if next_deadline == nil or deadline < next_deadline then
       next_deadline = deadline
@@ -194,7 +204,7 @@ if #dead > 0 then
 end
 
 if more_due then
-  return {0, claimed}
+  return {0, first_fence, packed(claimed)}
 end
 local wait = -1
 local next_at = nil
@@ -206,4 +216,4 @@ end
 if next_at ~= nil then
   wait = math.max(0, math.floor(next_at - now))
 end
-return {wait, claimed}
+return {wait, first_fence, packed(claimed)}
