@@ -144,6 +144,39 @@ async fn entries_written_by_other_clients_are_buried_with_a_reason_and_the_rest_
     assert!(info.envelope.unwrap().is_err());
 }
 
+/// Another client moved jobs' due times before the epoch (`-inf`, a negative ms, a fraction):
+/// they are due, and run, as jobs due at the epoch. (A claim's reply packs due times as
+/// integers: one it could not pack stopped every claim of the queue.)
+async fn jobs_due_before_the_epoch_run(kind: Server) {
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    let delayed = format!("{}:q:{{charges}}:delayed", store.prefix().as_str());
+    for (order, score) in [(1, "-inf"), (2, "-5"), (3, "0.5")] {
+        let pushed = queue
+            .push(&Charge { order }, Duration::from_secs(3600))
+            .await
+            .unwrap();
+        let _: i64 = server
+            .cmd(
+                ::redis::cmd("ZADD")
+                    .arg(&delayed)
+                    .arg("XX")
+                    .arg(score)
+                    .arg(pushed.id.as_str()),
+            )
+            .await;
+    }
+    let (scheduler, handled) = recording_scheduler(store, &queue, quick());
+    eventually(Duration::from_secs(10), "every job handled", || async {
+        (handled.lock().unwrap().len() == 3).then_some(())
+    })
+    .await;
+    let report = scheduler.shutdown().await;
+    assert_eq!(report.acked, 3);
+    assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
+}
+
 async fn keys_of_the_wrong_type_are_store_errors_and_touch_nothing_else(kind: Server) {
     use redefer::{LockKey, LockToken, StoreError};
 
@@ -782,4 +815,5 @@ for_each_server!(
     in_flight_entries_of_redefer_0_2_and_foreign_claim_lists_are_handled,
     jobs_a_0_3_scheduler_left_in_flight_are_recovered,
     a_broken_count_of_held_jobs_stops_no_claim,
+    jobs_due_before_the_epoch_run,
 );
