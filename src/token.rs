@@ -20,16 +20,21 @@ impl LockToken {
 
     /// The token as 32 lowercase hex digits, as stored in Redis.
     pub fn to_hex(self) -> [u8; 32] {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        // A byte at a time: written on every acquire and release, where shifting the whole
-        // 128 bits for each digit cost twice as many steps.
-        let mut out = [0u8; 32];
-        for (digits, byte) in out.chunks_exact_mut(2).zip(self.0.to_be_bytes()) {
-            digits[0] = DIGITS[usize::from(byte >> 4)];
-            digits[1] = DIGITS[usize::from(byte & 0xf)];
-        }
-        out
+        hex(self.0)
     }
+}
+
+/// `bits` as 32 lowercase hex digits.
+pub(crate) fn hex(bits: u128) -> [u8; 32] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    // A byte at a time: written on every acquire and release, where shifting the whole 128
+    // bits for each digit cost twice as many steps.
+    let mut out = [0u8; 32];
+    for (digits, byte) in out.chunks_exact_mut(2).zip(bits.to_be_bytes()) {
+        digits[0] = DIGITS[usize::from(byte >> 4)];
+        digits[1] = DIGITS[usize::from(byte & 0xf)];
+    }
+    out
 }
 
 impl fmt::Debug for LockToken {

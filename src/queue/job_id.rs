@@ -1,12 +1,15 @@
 //! The identity of a job in a delay queue.
 
 use std::fmt;
+use std::sync::Arc;
 
 use rand::RngExt;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::rules::{MAX_JOB_ID_LEN, is_job_id_byte};
 use crate::error::KeyError;
+use crate::token;
 
 /// A job's identity, kept across re-deferrals and retries: 32 random hex digits, or an id of
 /// the caller's of up to 128 ASCII letters, digits, `_`, `.` and `-`.
@@ -21,30 +24,32 @@ use crate::error::KeyError;
 /// assert!(JobId::new("order-42.refund").is_ok());
 /// assert!(JobId::new("order 42").is_err());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct JobId(String);
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(
+    // Shared, not copied: a job's id goes with it to its run, its lease's renewal and its ack.
+    Arc<str>,
+);
 
 impl JobId {
     /// A fresh random id (128 bits).
     pub fn random() -> Self {
-        JobId(format!("{:032x}", rand::rng().random::<u128>()))
+        let hex = token::hex(rand::rng().random());
+        match std::str::from_utf8(&hex) {
+            Ok(id) => JobId(Arc::from(id)),
+            Err(_) => unreachable!("hex digits are ASCII"),
+        }
     }
 
     /// Validates an id of the caller's.
     pub fn new(id: impl Into<String>) -> Result<Self, KeyError> {
         let id = id.into();
         Self::check(&id)?;
-        Ok(JobId(id))
+        Ok(JobId(Arc::from(id)))
     }
 
-    /// An id read from a store, or the text back when it is not a job id (another client wrote
-    /// it): a claim keeps the text to bury the entry, without copying every valid id first.
-    pub(crate) fn from_stored(id: String) -> Result<Self, String> {
-        match Self::check(&id) {
-            Ok(()) => Ok(JobId(id)),
-            Err(_) => Err(id),
-        }
+    /// An id read from a store; `None` when it is not a job id (another client wrote it).
+    pub(crate) fn from_stored(id: &str) -> Option<Self> {
+        Self::check(id).ok().map(|()| JobId(Arc::from(id)))
     }
 
     /// The rules of a job id.
@@ -112,6 +117,40 @@ impl TryFrom<String> for JobId {
 
 impl From<JobId> for String {
     fn from(id: JobId) -> String {
-        id.0
+        String::from(&*id.0)
+    }
+}
+
+impl Serialize for JobId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for JobId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(JobIdVisitor)
+    }
+}
+
+/// Reads a job id from the text a codec found, checked, into its shared form at once (an
+/// envelope's id is read for every claimed job).
+struct JobIdVisitor;
+
+impl Visitor<'_> for JobIdVisitor {
+    type Value = JobId;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a job id")
+    }
+
+    fn visit_str<E: de::Error>(self, id: &str) -> Result<JobId, E> {
+        JobId::check(id).map_err(E::custom)?;
+        Ok(JobId(Arc::from(id)))
+    }
+
+    fn visit_bytes<E: de::Error>(self, id: &[u8]) -> Result<JobId, E> {
+        let id = std::str::from_utf8(id).map_err(E::custom)?;
+        self.visit_str(id)
     }
 }
