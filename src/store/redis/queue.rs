@@ -109,7 +109,10 @@ fn lease_name(hold: Hold) -> Vec<u8> {
 /// A job id read back from a claim, or its bytes when no job of ours can have it (another
 /// client wrote the entry): the claim script leaves that check to us.
 fn job_id(id: &[u8]) -> Result<JobId, &[u8]> {
-    std::str::from_utf8(id).ok().and_then(JobId::from_stored).ok_or(id)
+    std::str::from_utf8(id)
+        .ok()
+        .and_then(JobId::from_stored)
+        .ok_or(id)
 }
 
 impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
