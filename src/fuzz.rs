@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::key::{LockKey, Prefix, decode_tag};
 use crate::queue::{ACTIVITY_MINUTES, DelayQueue, Envelope, JobId, Json, MinuteActivity, QueueName};
 use crate::store::MemoryStore;
-use crate::store::redis::claim_reply::packed_jobs;
+use crate::store::redis::claim_reply::{pack, packed_jobs};
 use crate::store::redis_keys::{self, QueueKeys};
 use crate::trace_context::{TraceContext, TraceParent};
 
@@ -176,19 +176,7 @@ pub fn claim_reply_decoding(data: &[u8]) {
     let Ok(jobs) = packed_jobs(data) else {
         return;
     };
-    let mut again = Vec::new();
-    let entries = u32::try_from(3 * jobs.len()).expect("a reply read holds few jobs");
-    if !jobs.is_empty() {
-        rmp::encode::write_array_len(&mut again, entries).expect("writes to a Vec");
-    }
-    for job in &jobs {
-        rmp::encode::write_sint(&mut again, job.due_ms).expect("writes to a Vec");
-        for bytes in [job.id, job.envelope] {
-            let len = u32::try_from(bytes.len()).expect("a string read fits its length");
-            rmp::encode::write_str_len(&mut again, len).expect("writes to a Vec");
-            again.extend_from_slice(bytes);
-        }
-    }
+    let again = pack(&jobs);
     assert_eq!(
         packed_jobs(&again),
         Ok(jobs),

@@ -45,6 +45,25 @@ pub(crate) fn packed_jobs(reply: &[u8]) -> Result<Vec<PackedJob<'_>>, String> {
     Ok(jobs)
 }
 
+/// `jobs` packed as the claim script packs them (the fuzz target's round trip, the tests).
+pub(crate) fn pack(jobs: &[PackedJob<'_>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    if jobs.is_empty() {
+        return out;
+    }
+    let length = |len: usize| u32::try_from(len).unwrap_or(u32::MAX);
+    // Writes to a Vec do not fail.
+    let _ = rmp::encode::write_array_len(&mut out, length(3 * jobs.len()));
+    for job in jobs {
+        let _ = rmp::encode::write_sint(&mut out, job.due_ms);
+        for bytes in [job.id, job.envelope] {
+            let _ = rmp::encode::write_str_len(&mut out, length(bytes.len()));
+            out.extend_from_slice(bytes);
+        }
+    }
+    out
+}
+
 /// A MessagePack string's bytes, `rest` moved past them.
 fn string<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], String> {
     let len = rmp::decode::read_str_len(rest).map_err(|error| malformed(&error))? as usize;
@@ -64,23 +83,8 @@ fn malformed(error: &dyn std::fmt::Display) -> String {
 mod tests {
     use super::*;
 
-    /// The reply of `jobs` as the script packs it.
-    fn packed(jobs: &[(i64, &[u8], &[u8])]) -> Vec<u8> {
-        let mut out = Vec::new();
-        rmp::encode::write_array_len(&mut out, 3 * jobs.len() as u32).unwrap();
-        for (due, id, envelope) in jobs {
-            rmp::encode::write_sint(&mut out, *due).unwrap();
-            rmp::encode::write_str_len(&mut out, id.len() as u32).unwrap();
-            out.extend_from_slice(id);
-            rmp::encode::write_str_len(&mut out, envelope.len() as u32).unwrap();
-            out.extend_from_slice(envelope);
-        }
-        out
-    }
-
     #[test]
     fn jobs_read_back_in_order() {
-        let reply = packed(&[(1_700_000_000_000, b"job", b"{\"a\":1}"), (5, b"x", b"")]);
         let expected = [
             PackedJob {
                 due_ms: 1_700_000_000_000,
@@ -93,13 +97,18 @@ mod tests {
                 envelope: b"",
             },
         ];
+        let reply = pack(&expected);
         assert_eq!(packed_jobs(&reply).unwrap(), expected);
         assert_eq!(packed_jobs(b"").unwrap(), []);
     }
 
     #[test]
     fn a_reply_cut_short_or_malformed_is_an_error() {
-        let reply = packed(&[(17, b"job", b"{\"a\":1}")]);
+        let reply = pack(&[PackedJob {
+            due_ms: 17,
+            id: b"job",
+            envelope: b"{\"a\":1}",
+        }]);
         for cut in 1..reply.len() {
             assert!(packed_jobs(&reply[..cut]).is_err(), "cut at {cut}");
         }
