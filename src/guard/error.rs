@@ -9,16 +9,16 @@ use crate::key::LockKey;
 use crate::queue::JobId;
 use crate::renewal::LossReason;
 
-/// What a job whose run ended in an [`Error`] asks of its queue: the scheduler settles the job
-/// by it, and needs to know no guard kind.
+/// What a job whose run ended in an [`Error`] (or a panic, or its time limit) asks of its
+/// queue: the scheduler settles the job by it, and needs to know no guard kind.
 pub(crate) enum JobAfterError {
     /// The key is held, or closed: the job waits in the key's line, using no attempt.
-    /// `retry_after` is the strategy's estimate; `held` says that the key has a holder whose
-    /// remaining time tells more (a closed key has none).
+    /// `retry_after` is the strategy's estimate; `lock_remaining`, how long the lock the run
+    /// met was still held for (a closed key has no holder).
     WaitsInLine {
         key: LockKey,
         retry_after: Option<Duration>,
-        held: bool,
+        lock_remaining: Option<Duration>,
     },
     /// The key is over its rate: the job waits for its slot, using no attempt.
     WaitsForSlot { key: LockKey, opens_in: Duration },
@@ -161,19 +161,20 @@ impl<E> Error<E> {
 }
 
 impl<E: std::fmt::Display> Error<E> {
-    /// What a job whose run ended in this error asks of its queue.
-    pub(crate) fn for_job(self) -> JobAfterError {
+    /// What a job whose run ended in this error asks of its queue; `lock_remaining`: how long
+    /// the lock the run met was still held for, as the run learned it.
+    pub(crate) fn for_job(self, lock_remaining: Option<Duration>) -> JobAfterError {
         match self {
             Error::Locked { key, retry_after } => JobAfterError::WaitsInLine {
                 key,
                 retry_after,
-                held: true,
+                lock_remaining,
             },
             // A closed key is waited for, as a held one is: its fallback, no attempt.
             Error::Closed { key } => JobAfterError::WaitsInLine {
                 key,
                 retry_after: None,
-                held: false,
+                lock_remaining: None,
             },
             Error::Throttled { key, retry_after } => JobAfterError::WaitsForSlot {
                 key,

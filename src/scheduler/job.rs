@@ -19,7 +19,6 @@ use super::report::JobEnd;
 use crate::backoff::Backoff;
 use crate::guard::{CurrentJob, JobSlot, RunSignals, run_for_job};
 use crate::guard::{Error, JobAfterError, Outcome};
-use crate::key::LockKey;
 use crate::metric_names::QueueMetrics;
 use crate::queue::QueueStore;
 use crate::queue::{AfterFailure, ClaimedJob, Codec, DelayQueue, JobId, Lease, QueueError, RawJobState};
@@ -27,24 +26,12 @@ use crate::renewal::{Renewal, while_valid};
 
 /// How a run of the service ended, before settling.
 enum Ran {
+    /// Handled, or deferred to another queue: the job is acknowledged.
     Done,
-    /// A failed attempt: counted, retried with the queue's backoff or buried after the last.
-    Failed(String),
-    /// The store failed (Redis unreachable, out of memory, ...): not the job's fault, so it
-    /// goes back to wait without using an attempt, and is never buried for it.
-    StoreFailed(String),
-    /// The lock is held: the job waits in the key's line, without using an attempt.
-    Waiting {
-        key: LockKey,
-        retry_after: Option<Duration>,
-        lock_remaining: Option<Duration>,
-    },
-    /// The key is over its rate: the job waits for its slot (booked by `Defer`), without
-    /// using an attempt.
-    WaitingForSlot {
-        key: LockKey,
-        opens_in: Duration,
-    },
+    /// An error, a panic or the time limit: what that asks of the queue. A failed attempt is
+    /// counted, and retried with the queue's backoff or buried after the last; a store that
+    /// failed, a held or closed key and a slot not yet open use no attempt.
+    Erred(JobAfterError),
 }
 
 /// The services a scheduler runs jobs through: a [`LockService`](crate::LockService) stack, whose
@@ -210,28 +197,19 @@ where
                         tracing::debug!(moved_to = %deferred.job_id, "request deferred elsewhere");
                         Ran::Done
                     }
-                    Ok(Err(error)) => match error.for_job() {
-                        JobAfterError::WaitsInLine { key, retry_after, held } => Ran::Waiting {
-                            key,
-                            retry_after,
-                            lock_remaining: if held { signals.lock_remaining() } else { None },
-                        },
-                        JobAfterError::WaitsForSlot { key, opens_in } => Ran::WaitingForSlot { key, opens_in },
-                        JobAfterError::StoreFailed(error) => Ran::StoreFailed(error),
-                        JobAfterError::Failed(error) => Ran::Failed(error),
-                    },
-                    Err(panic) => Ran::Failed(format!("handler panicked: {}", panic_message(&*panic))),
+                    Ok(Err(error)) => Ran::Erred(error.for_job(signals.lock_remaining())),
+                    Err(panic) => Ran::Erred(JobAfterError::Failed(format!("handler panicked: {}", panic_message(&*panic)))),
                     },
                 },
                 () = timed_out => {
-                    Ran::Failed(format!("timed out after {}", humantime::format_duration(time_limit)))
+                    Ran::Erred(JobAfterError::Failed(format!("timed out after {}", humantime::format_duration(time_limit))))
                 }
                 () = abandoned => return Box::pin(hand_back(queue, &lease)).await,
             };
             // The handler is done: another job may run while this one is settled.
             signals.free_slot();
             match &ran {
-                Ran::StoreFailed(error) => {
+                Ran::Erred(JobAfterError::StoreFailed(error)) => {
                     metrics.store_errors.increment(1);
                     tracing::error!(%error, "the store failed under the job; it goes back without using an attempt");
                 }
@@ -252,7 +230,7 @@ where
                         Err(lease) => lease,
                     }
                 }
-                Ran::Failed(_) | Ran::StoreFailed(_) | Ran::Waiting { .. } | Ran::WaitingForSlot { .. } => lease,
+                Ran::Erred(_) => lease,
             };
             let postpone_by = error_backoff.delay(store_failures.fetch_add(1, Ordering::Relaxed), &mut rand::rng());
             let end = Box::pin(settle(queue, &lease, ran, postpone_by, claimed_at + lease_ttl, error_backoff)).await;
@@ -328,17 +306,17 @@ where
                 .ack(lease)
                 .await
                 .map(|acked| if acked { JobEnd::Acked } else { JobEnd::LeaseLost }),
-            Ran::Failed(reason) => queue.fail(lease, reason).await.map(|after| {
+            Ran::Erred(JobAfterError::Failed(reason)) => queue.fail(lease, reason).await.map(|after| {
                 if let AfterFailure::Retrying { attempt, .. } = after {
                     tracing::debug!(%reason, next_attempt = attempt, "job failed; retrying");
                 }
                 end_after(after, JobEnd::Retrying)
             }),
-            Ran::Waiting {
+            Ran::Erred(JobAfterError::WaitsInLine {
                 key,
                 retry_after,
                 lock_remaining,
-            } => queue
+            }) => queue
                 .wait_for_lock(lease, key, *retry_after, *lock_remaining)
                 .await
                 .map(|after| {
@@ -347,7 +325,7 @@ where
                     }
                     end_after(after, JobEnd::Waiting)
                 }),
-            Ran::WaitingForSlot { key, opens_in } => {
+            Ran::Erred(JobAfterError::WaitsForSlot { key, opens_in }) => {
                 queue.wait_for_slot(lease, key, *opens_in).await.map(|after| {
                     if let AfterFailure::Retrying { due, .. } = after {
                         tracing::debug!(%key, ?due, "over the rate: the job waits for its slot");
@@ -355,13 +333,15 @@ where
                     end_after(after, JobEnd::Waiting)
                 })
             }
-            Ran::StoreFailed(_) => queue.postpone(lease, postpone_by).await.map(|back| {
-                if back {
-                    JobEnd::Postponed
-                } else {
-                    JobEnd::LeaseLost
-                }
-            }),
+            Ran::Erred(JobAfterError::StoreFailed(_)) => {
+                queue.postpone(lease, postpone_by).await.map(|back| {
+                    if back {
+                        JobEnd::Postponed
+                    } else {
+                        JobEnd::LeaseLost
+                    }
+                })
+            }
         };
         match settled {
             Ok(end) => {
