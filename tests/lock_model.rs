@@ -457,3 +457,62 @@ fn a_waiter_that_takes_a_free_key_ends_its_old_handoff() {
         });
     }
 }
+
+/// A set's waiter that left its lines, and joins again after another caller took one of its
+/// keys and gave it back, is not dropped as a waiter whose reservation ran out: the key is
+/// handed to it. Found by the sequences above in a CI run: the short release (nobody in line)
+/// left the key's last handoff to the waiter in Redis, where the model's release forgot it,
+/// and the join dropped the waiter in Redis only.
+#[test]
+fn a_waiter_back_in_line_after_another_took_the_key_is_not_dropped() {
+    use Op::*;
+    let ops = [
+        JoinSet {
+            client: 0,
+            set: 0,
+            capped: false,
+        },
+        Expire { key: 0 },
+        JoinSet {
+            client: 0,
+            set: 1,
+            capped: false,
+        },
+        LeaveSet { client: 0, set: 0 },
+        Acquire {
+            client: 0,
+            key: 1,
+            in_line: false,
+        },
+        Acquire {
+            client: 1,
+            key: 0,
+            in_line: false,
+        },
+        Release {
+            client: 1,
+            key: 0,
+            held_ms: None,
+        },
+        JoinSet {
+            client: 0,
+            set: 0,
+            capped: false,
+        },
+    ];
+    for server in [Server::Redis, Server::Valkey] {
+        if !server.available() {
+            continue;
+        }
+        let redis = RedisServer::start_of(server);
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        runtime.block_on(async {
+            let mut run = Run::start(&redis).await;
+            for op in &ops {
+                if let Err(disagreement) = run.step(op).await {
+                    panic!("{server:?}: {disagreement}");
+                }
+            }
+        });
+    }
+}

@@ -39,11 +39,17 @@ impl Waiters {
     }
 
     /// Puts `waiter` at the end of the line, or in the place of `replacing`; already in line,
-    /// it keeps its place.
+    /// it keeps its place. One that comes back to the line starts afresh: the key's handoff to
+    /// it, if it was the last (its reservation ran out, or another caller took the key and gave
+    /// it back since), is forgotten, so that it is not dropped as a waiter whose reservation
+    /// ran out unused (`forget_old_handoff` in `lock_prelude.lua`).
     pub(crate) fn join(&mut self, waiter: &Waiter, replacing: Option<&Waiter>) {
         let taken = replacing.and_then(|replaced| self.remove(replaced));
         if self.place.contains_key(waiter) {
             return;
+        }
+        if self.handed.as_ref() == Some(waiter) {
+            self.handed = None;
         }
         let place = taken.unwrap_or_else(|| self.order.keys().next_back().map_or(1, |last| last + 1));
         self.order.insert(place, waiter.clone());

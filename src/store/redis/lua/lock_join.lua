@@ -15,6 +15,7 @@ end)
 if refused then
   return {'', '', waiting, 1, {}}
 end
+forget_old_handoff(waiter)
 take_place(waiter, replacing)
 local reserved, dropped = '', ''
 local current = redis.call('GET', LOCK)

@@ -10,7 +10,8 @@ local LOCK, FENCE, WAITERS, HANDOFF, HOLDS =
 -- FENCE    counter: the last fencing token handed out (expires IDLE_MS after it was raised)
 -- WAITERS  zset: waiter -> arrival order; the line, first come first served (expires IDLE_MS
 --          after the last join: a waiter comes back within its fallback, 10 s at most)
--- HANDOFF  string: the waiter the key was last reserved for, until it takes it (PX IDLE_MS)
+-- HANDOFF  string: the waiter the key was last reserved for, until it takes it, or leaves the
+--          line and joins it again (PX IDLE_MS)
 -- HOLDS    string: the key's last hold in ms (expires IDLE_MS after the last release)
 
 -- The pub/sub channel that tells the line who the key was handed to, and how long a
@@ -51,6 +52,16 @@ local function hand_to_head(drop_expired)
   redis.call('SET', HANDOFF, head, 'PX', IDLE_MS)
   redis.call('PUBLISH', WAKE, head)
   return head, dropped
+end
+
+-- A waiter that comes back to a line it left starts afresh: the key's last handoff, if it was
+-- to this waiter, is forgotten (its reservation ran out, or another holder took the key and
+-- gave it back by the short release, which leaves HANDOFF as it was), so that the hand-over
+-- does not drop it as a waiter whose reservation ran out unused (Waiters::join in the model).
+local function forget_old_handoff(waiter)
+  if not redis.call('ZSCORE', WAITERS, waiter) and redis.call('GET', HANDOFF) == waiter then
+    redis.call('DEL', HANDOFF)
+  end
 end
 
 -- Takes the key for `token` for `ttl` ms as `waiter` ('' when not in line), which leaves the

@@ -34,6 +34,7 @@ end
 -- release hands the key over, or handing a free key to the head of its line (the selected key
 -- is the set's `i`-th).
 local function join_selected(i, waiter, replacing)
+  forget_old_handoff(waiter)
   take_place(waiter, replacing)
   local current = redis.call('GET', LOCK)
   if not current then
