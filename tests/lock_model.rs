@@ -441,21 +441,7 @@ fn a_waiter_that_takes_a_free_key_ends_its_old_handoff() {
             in_line: true,
         },
     ];
-    for server in [Server::Redis, Server::Valkey] {
-        if !server.available() {
-            continue;
-        }
-        let redis = RedisServer::start_of(server);
-        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-        runtime.block_on(async {
-            let mut run = Run::start(&redis).await;
-            for op in &ops {
-                if let Err(disagreement) = run.step(op).await {
-                    panic!("{server:?}: {disagreement}");
-                }
-            }
-        });
-    }
+    replay(&ops);
 }
 
 /// A set's waiter that left its lines, and joins again after another caller took one of its
@@ -500,6 +486,11 @@ fn a_waiter_back_in_line_after_another_took_the_key_is_not_dropped() {
             capped: false,
         },
     ];
+    replay(&ops);
+}
+
+/// Runs `ops` on the model and on each server, as the generated sequences run.
+fn replay(ops: &[Op]) {
     for server in [Server::Redis, Server::Valkey] {
         if !server.available() {
             continue;
@@ -508,7 +499,7 @@ fn a_waiter_back_in_line_after_another_took_the_key_is_not_dropped() {
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
         runtime.block_on(async {
             let mut run = Run::start(&redis).await;
-            for op in &ops {
+            for op in ops {
                 if let Err(disagreement) = run.step(op).await {
                     panic!("{server:?}: {disagreement}");
                 }
