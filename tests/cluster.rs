@@ -262,12 +262,27 @@ async fn a_scheduler_carries_on_through_a_master_failover(kind: Server) {
     ));
     cluster.kill(victim);
     cluster.wait_until_ok(Duration::from_secs(30));
-    eventually(
-        Duration::from_secs(60),
-        "every job handled, at least once, after the failover",
-        || async { (handled.lock().unwrap().len() as u64 == JOBS).then_some(()) },
-    )
-    .await;
+    let every_job = async {
+        while handled.lock().unwrap().len() as u64 != JOBS {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(60), every_job)
+        .await
+        .is_err()
+    {
+        // What a failure needs to be understood: which jobs, where the queue holds them, what
+        // the scheduler met.
+        let missing: Vec<u64> = (0..JOBS)
+            .filter(|job| !handled.lock().unwrap().contains(job))
+            .collect();
+        let stats = queue.operator().stats().await;
+        let report = scheduler.shutdown().await;
+        panic!(
+            "not within 60s: every job handled, at least once, after the failover; {} missing: {missing:?}; the queue: {stats:?}; the scheduler: {report:?}",
+            missing.len()
+        );
+    }
     scheduler.shutdown().await;
 }
 
