@@ -297,7 +297,7 @@ for_each_store!(
 #[test]
 fn a_first_conflict_pushed_later_is_the_latest_though_the_clock_stepped_back() {
     use redefer::queue::model::QueueModel;
-    use redefer::queue::{Counters, JobId, PendingPush, PendingRules};
+    use redefer::queue::{Counters, JobId, PendingJob, PendingPush, PendingRules};
 
     let mut model = QueueModel::default();
     let key = LockKey::new("account:1").unwrap();
@@ -310,10 +310,17 @@ fn a_first_conflict_pushed_later_is_the_latest_though_the_clock_stepped_back() {
     };
     let now = 1_800_000_000_000;
     let due = now + 60_000;
-    let first = model.push_pending(&key, &job, b"1".to_vec(), due, None, rules, now);
+    let push = |envelope: &[u8], rules| PendingJob {
+        key: &key,
+        id: &job,
+        envelope: envelope.to_vec(),
+        group: None,
+        rules,
+    };
+    let first = model.push_pending(push(b"1", rules), due, now);
     assert!(matches!(first, PendingPush::Stored { .. }), "{first:?}");
     // The clock stepped back 5 ms before the next request's push.
-    let second = model.push_pending(&key, &job, b"2".to_vec(), due, None, rules, now - 5);
+    let second = model.push_pending(push(b"2", rules), due, now - 5);
     assert!(
         matches!(second, PendingPush::Joined { revision: 2, .. }),
         "{second:?}"
@@ -323,6 +330,6 @@ fn a_first_conflict_pushed_later_is_the_latest_though_the_clock_stepped_back() {
         arrived_ago: Duration::from_millis(10),
         ..rules
     };
-    let older = model.push_pending(&key, &job, b"3".to_vec(), due, None, waited, now);
+    let older = model.push_pending(push(b"3", waited), due, now);
     assert!(matches!(older, PendingPush::Newer { .. }), "{older:?}");
 }

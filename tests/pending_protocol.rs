@@ -41,7 +41,9 @@ use explore::Protocol;
 use redefer::LockKey;
 use redefer::lock::LockToken;
 use redefer::queue::model::QueueModel;
-use redefer::queue::{ClaimLimits, Counters, Hold, JobId, JobSet, Keep, PendingPush, PendingRules};
+use redefer::queue::{
+    ClaimLimits, Counters, Hold, JobId, JobSet, Keep, PendingJob, PendingPush, PendingRules,
+};
 
 /// The model's clock at the start: every job is due at once, and the clock moves only past
 /// every lease.
@@ -256,25 +258,29 @@ impl Protocol for Config {
                 };
                 let envelope = vec![u8::try_from(r).map_err(|error| error.to_string())?];
                 let pushes = pushes + 1;
-                let carried_by =
-                    match state
-                        .model
-                        .push_pending(&key(), &id, envelope, state.now, None, rules, state.now)
-                    {
-                        PendingPush::Stored { .. } => id,
-                        PendingPush::Joined { id, .. } | PendingPush::Newer { id, .. } => id,
-                        PendingPush::EncodeFor(pending) => {
-                            state.requests[r] = Request::Pushing { id: pending, pushes };
-                            return Ok(());
-                        }
-                        PendingPush::Moved => {
-                            state.requests[r] = Request::Pushing {
-                                id: fresh_id(r, pushes),
-                                pushes,
-                            };
-                            return Ok(());
-                        }
-                    };
+                let pending_key = key();
+                let job = PendingJob {
+                    key: &pending_key,
+                    id: &id,
+                    envelope,
+                    group: None,
+                    rules,
+                };
+                let carried_by = match state.model.push_pending(job, state.now, state.now) {
+                    PendingPush::Stored { .. } => id,
+                    PendingPush::Joined { id, .. } | PendingPush::Newer { id, .. } => id,
+                    PendingPush::EncodeFor(pending) => {
+                        state.requests[r] = Request::Pushing { id: pending, pushes };
+                        return Ok(());
+                    }
+                    PendingPush::Moved => {
+                        state.requests[r] = Request::Pushing {
+                            id: fresh_id(r, pushes),
+                            pushes,
+                        };
+                        return Ok(());
+                    }
+                };
                 if !matches!(state.model.locate(&carried_by), Some((JobSet::Waiting, ..))) {
                     return Err(format!(
                         "request {r} ended carried by {carried_by}, which does not wait"

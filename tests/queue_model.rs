@@ -43,8 +43,8 @@ use redefer::lock::{Acquisition, Fencing, Holders, LockStore, LockToken};
 use redefer::queue::model::{Promotion, QueueModel};
 use redefer::queue::{
     Cancelled, ClaimLimits, ControlQueue, Counters, Due, Hold, InspectQueue, JobGroup, JobId, JobSet, Keep,
-    PendingPush, PendingRules, PendingStore, QueueCore, QueueGroups, QueueName, QueueStats, RawJobState,
-    Retention,
+    PendingJob, PendingPush, PendingRules, PendingStore, QueueCore, QueueGroups, QueueName, QueueStats,
+    RawJobState, Retention,
 };
 use redis::aio::ConnectionManager;
 
@@ -380,20 +380,17 @@ impl Sequence for Run {
                     counters: Counters::Off,
                     arrived_ago: if older { 2 * HOUR } else { Duration::ZERO },
                 };
-                let model = self
-                    .model
-                    .push_pending(key, id, envelope(job), due, group, rules, now);
+                let pushed = PendingJob {
+                    key,
+                    id,
+                    envelope: envelope(job),
+                    group,
+                    rules,
+                };
+                let model = self.model.push_pending(pushed.clone(), due, now);
                 let redis = self
                     .store
-                    .push_pending_in_group(
-                        &self.queue,
-                        key,
-                        id,
-                        envelope(job),
-                        Due::At(at_epoch_ms(due)),
-                        group,
-                        rules,
-                    )
+                    .push_pending(&self.queue, pushed, Due::At(at_epoch_ms(due)))
                     .await
                     .map_err(fail)?;
                 let (model_due, redis_due) = (pending_due(&model), pending_due(&redis));

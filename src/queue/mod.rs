@@ -46,7 +46,7 @@ pub use self::operator::{
 };
 pub use self::operator::{ListedJob, RawJob};
 pub(crate) use self::pending::Joining;
-pub use self::pending::{Coalesced, Keep, PendingPush, PendingRules, PendingStore};
+pub use self::pending::{Coalesced, Keep, PendingJob, PendingPush, PendingRules, PendingStore};
 pub use self::policy::RetryPolicy;
 pub use self::produce::Scheduled;
 pub(crate) use self::produce::push_error;

@@ -101,33 +101,30 @@ pub enum PendingPush {
 ///
 /// Sealed, like [`QueueStore`]: the crate's two stores implement it.
 pub trait PendingStore: QueueStore {
-    /// Stores `envelope` as job `id`, due at `due`, as `key`'s pending job on `queue`, unless
-    /// the key's pending job waits there: then joins it as `rules` say.
+    /// Stores `job` as a new job due at `due` on `queue`, the key's pending job, unless the
+    /// key's pending job waits there: then `job` joins it as its rules say.
     fn push_pending(
         &self,
         queue: &QueueName,
-        key: &LockKey,
-        id: &JobId,
-        envelope: Vec<u8>,
+        job: PendingJob<'_>,
         due: Due,
-        rules: PendingRules,
-    ) -> impl Future<Output = Result<PendingPush, StoreError>> + Send {
-        self.push_pending_in_group(queue, key, id, envelope, due, None, rules)
-    }
-
-    /// [`push_pending`](Self::push_pending), a new job in `group` when one is given (a job
-    /// joined keeps its own; see [`JobGroup`]).
-    #[allow(clippy::too_many_arguments)]
-    fn push_pending_in_group(
-        &self,
-        queue: &QueueName,
-        key: &LockKey,
-        id: &JobId,
-        envelope: Vec<u8>,
-        due: Due,
-        group: Option<&JobGroup>,
-        rules: PendingRules,
     ) -> impl Future<Output = Result<PendingPush, StoreError>> + Send;
+}
+
+/// A request pushed as its key's pending job, as a [`PendingStore`] (and the queue's model)
+/// receives it: what it stores as a new job, and how it joins a waiting one.
+#[derive(Debug, Clone)]
+pub struct PendingJob<'a> {
+    /// The key whose pending job it is.
+    pub key: &'a LockKey,
+    /// The id a new job gets.
+    pub id: &'a JobId,
+    /// The new job's envelope, encoded for `id`.
+    pub envelope: Vec<u8>,
+    /// The group a new job goes in; a job joined keeps its own (see [`JobGroup`]).
+    pub group: Option<&'a JobGroup>,
+    /// How it joins the key's waiting job.
+    pub rules: PendingRules,
 }
 
 /// A request pushed as its key's pending job ([`DelayQueue::push_pending`]).
@@ -222,9 +219,16 @@ where
         let mut id = fresh;
         for _ in 0..MAX_PENDING_TRIES {
             let (_, envelope) = encode(&id)?;
+            let job = PendingJob {
+                key,
+                id: &id,
+                envelope,
+                group: self.group.as_deref(),
+                rules,
+            };
             let pushed = self
                 .store()
-                .push_pending_in_group(&shard, key, &id, envelope, due, self.group.as_deref(), rules)
+                .push_pending(&shard, job, due)
                 .await
                 .map_err(super::push_error)?;
             let coalesced = |id, due, revision, joined, superseded| Coalesced {

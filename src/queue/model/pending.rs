@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::QueueModel;
 use crate::key::LockKey;
-use crate::queue::{JobGroup, JobId, Keep, PendingPush, PendingRules};
+use crate::queue::{JobId, Keep, PendingJob, PendingPush};
 use crate::time::{after_epoch_ms, from_epoch_ms};
 
 /// The keys' pending jobs of one queue, as the `PENDING` and `PENDING_JOBS` hashes of
@@ -61,21 +61,17 @@ impl QueueModel {
             .map(|record| (&record.job, record.revision))
     }
 
-    /// Pushes the job `id` as `key`'s pending job: a new job due at `due` (ms since the epoch)
-    /// when the key has none waiting, else the waiting one carries the request as `rules` say
+    /// Pushes `job` as its key's pending job: a new job due at `due` (ms since the epoch) when
+    /// the key has none waiting, else the waiting one carries the request as its rules say
     /// (`queue_pending.lua`).
-    // The arguments of `PendingStore::push_pending_in_group`, whose steps these are.
-    #[allow(clippy::too_many_arguments)]
-    pub fn push_pending(
-        &mut self,
-        key: &LockKey,
-        id: &JobId,
-        envelope: Vec<u8>,
-        due: i64,
-        group: Option<&JobGroup>,
-        rules: PendingRules,
-        now: i64,
-    ) -> PendingPush {
+    pub fn push_pending(&mut self, job: PendingJob<'_>, due: i64, now: i64) -> PendingPush {
+        let PendingJob {
+            key,
+            id,
+            envelope,
+            group,
+            rules,
+        } = job;
         let ago = i64::try_from(rules.arrived_ago.as_millis()).unwrap_or(i64::MAX);
         let arrived = now.saturating_sub(ago);
         if let Some(record) = self.pending.records.get(key).cloned() {

@@ -4,25 +4,20 @@
 use super::MemoryStore;
 use super::queue::{due_ms, now_ms};
 use crate::error::StoreError;
-use crate::key::LockKey;
-use crate::queue::{Due, JobGroup, JobId, PendingPush, PendingRules, PendingStore, QueueName};
+use crate::queue::{Due, PendingJob, PendingPush, PendingStore, QueueName};
 
 impl PendingStore for MemoryStore {
-    async fn push_pending_in_group(
+    async fn push_pending(
         &self,
         queue: &QueueName,
-        key: &LockKey,
-        id: &JobId,
-        envelope: Vec<u8>,
+        job: PendingJob<'_>,
         due: Due,
-        group: Option<&JobGroup>,
-        rules: PendingRules,
     ) -> Result<PendingPush, StoreError> {
         // The clock is read under the queue's mutex: requests are decided in the order of their
         // times.
         Ok(self.with_queue(queue, |q| {
             let (due, now) = (due_ms(due), now_ms());
-            q.model.push_pending(key, id, envelope, due, group, rules, now)
+            q.model.push_pending(job, due, now)
         }))
     }
 }

@@ -5,8 +5,7 @@ use super::keys::QueueKeys;
 use super::queue::{due_args, stored_group};
 use super::scripts::QUEUE_PENDING;
 use crate::error::StoreError;
-use crate::key::LockKey;
-use crate::queue::{Due, JobGroup, JobId, PendingPush, PendingRules, PendingStore, QueueName};
+use crate::queue::{Due, JobId, PendingJob, PendingPush, PendingStore, QueueName};
 use crate::store::RedisConnection;
 use crate::time::{from_epoch_ms, millis};
 
@@ -14,17 +13,14 @@ use crate::time::{from_epoch_ms, millis};
 type PendingReply = (i64, String, u64, i64);
 
 impl<Conn: RedisConnection> PendingStore for RedisStore<Conn> {
-    async fn push_pending_in_group(
+    async fn push_pending(
         &self,
         queue: &QueueName,
-        key: &LockKey,
-        id: &JobId,
-        envelope: Vec<u8>,
+        job: PendingJob<'_>,
         due: Due,
-        group: Option<&JobGroup>,
-        rules: PendingRules,
     ) -> Result<PendingPush, StoreError> {
         self.prepare().await?;
+        let rules = job.rules;
         let (mode, at) = due_args(due);
         let (period, max_wait) = match rules.debounce {
             Some(debounce) => (
@@ -33,38 +29,38 @@ impl<Conn: RedisConnection> PendingStore for RedisStore<Conn> {
             ),
             None => (String::new(), String::new()),
         };
-        let (status, job, revision, due_ms): PendingReply = self
+        let (status, pending, revision, due_ms): PendingReply = self
             .waits_ending_script(&QUEUE_PENDING, queue)
-            .arg(id.as_str())
-            .arg(envelope)
+            .arg(job.id.as_str())
+            .arg(job.envelope)
             .arg(mode)
             .arg(at)
             .arg(rules.keep.as_str())
-            .arg(QueueKeys::pending_field(key))
+            .arg(QueueKeys::pending_field(job.key))
             .arg(period)
             .arg(max_wait)
             .arg(rules.counters.as_arg())
             .arg(millis(rules.arrived_ago))
-            .arg(stored_group(group))
+            .arg(stored_group(job.group))
             .invoke(&mut self.conn.clone())
             .await?;
-        let job = || {
-            JobId::new(job.clone())
+        let pending = || {
+            JobId::new(pending.clone())
                 .map_err(|error| StoreError::Protocol(format!("a pending job's id is not one: {error}")))
         };
         Ok(match status {
             0 => PendingPush::Moved,
             1 => PendingPush::Joined {
-                id: job()?,
+                id: pending()?,
                 revision,
                 due: from_epoch_ms(due_ms),
             },
-            2 => PendingPush::EncodeFor(job()?),
+            2 => PendingPush::EncodeFor(pending()?),
             3 => PendingPush::Stored {
                 due: from_epoch_ms(due_ms),
             },
             4 => PendingPush::Newer {
-                id: job()?,
+                id: pending()?,
                 revision,
                 due: from_epoch_ms(due_ms),
             },
