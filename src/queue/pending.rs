@@ -113,6 +113,28 @@ pub trait PendingStore: QueueStore {
 
 /// A request pushed as its key's pending job, as a [`PendingStore`] (and the queue's model)
 /// receives it: what it stores as a new job, and how it joins a waiting one.
+///
+/// ```
+/// use std::time::Duration;
+/// use redefer::queue::{
+///     Counters, Due, JobId, Keep, PendingJob, PendingPush, PendingRules, PendingStore, QueueName,
+/// };
+/// use redefer::{LockKey, MemoryStore};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let (store, queue) = (MemoryStore::new(), QueueName::new("syncs")?);
+/// let (key, id) = (LockKey::new("account:7")?, JobId::new("sync-1")?);
+/// let rules = PendingRules {
+///     keep: Keep::Latest,
+///     debounce: None,
+///     counters: Counters::Off,
+///     arrived_ago: Duration::ZERO,
+/// };
+/// let job = PendingJob { key: &key, id: &id, envelope: b"{}".to_vec(), group: None, rules };
+/// let pushed = store.push_pending(&queue, job, Due::In(Duration::from_secs(1))).await?;
+/// assert!(matches!(pushed, PendingPush::Stored { .. }));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct PendingJob<'a> {
     /// The key whose pending job it is.
