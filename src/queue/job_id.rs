@@ -42,23 +42,21 @@ impl JobId {
 
     /// Validates an id of the caller's.
     pub fn new(id: impl Into<String>) -> Result<Self, KeyError> {
-        let id = id.into();
-        Self::check(&id)?;
-        Ok(JobId(Arc::from(id)))
+        Self::checked(&id.into())
     }
 
     /// An id read from a store; `None` when it is not a job id (another client wrote it).
     pub(crate) fn from_stored(id: &str) -> Option<Self> {
-        Self::check(id).ok().map(|()| JobId(Arc::from(id)))
+        Self::checked(id).ok()
     }
 
-    /// The rules of a job id.
-    fn check(id: &str) -> Result<(), KeyError> {
+    /// `id` as a job id, if it follows the rules of one.
+    fn checked(id: &str) -> Result<Self, KeyError> {
         crate::key::validate_name("job id", id, MAX_JOB_ID_LEN)?;
         if !id.bytes().all(is_job_id_byte) {
             return Err(KeyError::InvalidJobId { id: id.to_string() });
         }
-        Ok(())
+        Ok(JobId(Arc::from(id)))
     }
 
     /// The job id of a key of the caller's, any UTF-8 text (a webhook's delivery id, an
@@ -145,8 +143,7 @@ impl Visitor<'_> for JobIdVisitor {
     }
 
     fn visit_str<E: de::Error>(self, id: &str) -> Result<JobId, E> {
-        JobId::check(id).map_err(E::custom)?;
-        Ok(JobId(Arc::from(id)))
+        JobId::checked(id).map_err(E::custom)
     }
 
     fn visit_bytes<E: de::Error>(self, id: &[u8]) -> Result<JobId, E> {
