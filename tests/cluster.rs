@@ -2,6 +2,8 @@
 //! by the harness: no CROSSSLOT errors, sharded queues spread over the masters, exactly-once
 //! claiming, deferral end to end, and a scheduler that carries on through a failover.
 
+#[path = "support/client_log.rs"]
+mod client_log;
 mod support;
 
 use crate::support::Shorthand;
@@ -212,6 +214,7 @@ async fn concurrent_claimers_on_a_sharded_cluster_queue_receive_each_job_once(ki
 
 async fn a_scheduler_carries_on_through_a_master_failover(kind: Server) {
     const JOBS: u64 = 300;
+    client_log::keep();
     let mut cluster = RedisCluster::start_of(kind, 3, 1);
     let store = cluster_store(&cluster).await;
     let queue = DelayQueue::<Charge, _>::new(store.clone(), "failover")
@@ -261,7 +264,10 @@ async fn a_scheduler_carries_on_through_a_master_failover(kind: Server) {
         queue.shard_names()[0]
     ));
     cluster.kill(victim);
-    cluster.wait_until_ok(Duration::from_secs(30));
+    log::info!(target: "redis_failover_test", "killed the master on port {victim}");
+    // Polls the nodes with redis-cli for a second or two: off the runtime's workers' queue.
+    tokio::task::block_in_place(|| cluster.wait_until_failed_over(victim, Duration::from_secs(30)));
+    log::info!(target: "redis_failover_test", "the cluster has failed the master over");
     let every_job = async {
         while handled.lock().unwrap().len() as u64 != JOBS {
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -279,8 +285,9 @@ async fn a_scheduler_carries_on_through_a_master_failover(kind: Server) {
         let stats = queue.operator().stats().await;
         let report = scheduler.shutdown().await;
         panic!(
-            "not within 60s: every job handled, at least once, after the failover; {} missing: {missing:?}; the queue: {stats:?}; the scheduler: {report:?}",
-            missing.len()
+            "not within 60s: every job handled, at least once, after the failover; {} missing: {missing:?}; the queue: {stats:?}; the scheduler: {report:?}; what the cluster client logged last (both servers' tests in this process):\n{}",
+            missing.len(),
+            client_log::latest()
         );
     }
     scheduler.shutdown().await;

@@ -332,6 +332,34 @@ impl RedisCluster {
         }
     }
 
+    /// Waits until every live node has failed the node on `dead` over: it is marked `fail`
+    /// (not only suspected) and serves no slots, a replica having taken them; then until the
+    /// cluster is ok. (`cluster_state` alone stays ok until the nodes agree the master failed.)
+    pub fn wait_until_failed_over(&self, dead: u16, within: Duration) {
+        let deadline = Instant::now() + within;
+        let address = format!("127.0.0.1:{dead}@");
+        for node in self.nodes.iter().filter(|node| node.child.is_some()) {
+            loop {
+                let nodes = redis_cli(node.port(), &["CLUSTER", "NODES"]);
+                let failed_over = nodes.lines().any(|line| {
+                    let fields: Vec<&str> = line.split(' ').collect();
+                    fields.len() == 8
+                        && fields[1].starts_with(&address)
+                        && fields[2].split(',').any(|flag| flag == "fail")
+                });
+                if failed_over {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "not failed over within {within:?}: {nodes}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        self.wait_until_ok(deadline.saturating_duration_since(Instant::now()));
+    }
+
     /// The port of the master that serves `key` now.
     pub fn master_of(&self, key: &str) -> u16 {
         let node = self
