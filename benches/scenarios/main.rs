@@ -82,6 +82,9 @@ const SCENARIOS: [&str; 18] = [
     "deferred_sets",
 ];
 
+/// The flags a run takes: `--smoke`, and the `--bench` that `cargo bench` passes.
+const FLAGS: [&str; 2] = ["--smoke", "--bench"];
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // The bench binary re-executed as a process of a scenario.
@@ -90,6 +93,18 @@ fn main() {
         Some(peer::WORKER_COMMAND) => return peer::run_worker(&args[1..]),
         Some(peer::STEADY_COMMAND) => return peer::run_steady_producer(&args[1..]),
         _ => {}
+    }
+    // A misspelt name ran every scenario for many minutes (and redrew every chart): what is
+    // not a scenario nor a flag of ours is refused, with the names there are.
+    if let Some(unknown) = args
+        .iter()
+        .find(|arg| !SCENARIOS.contains(&arg.as_str()) && !FLAGS.contains(&arg.as_str()))
+    {
+        eprintln!(
+            "unknown scenario or flag {unknown:?}\nusage: cargo bench --bench scenarios -- [--smoke] [SCENARIO...]\nscenarios: {}",
+            SCENARIOS.join(" ")
+        );
+        std::process::exit(2);
     }
     let size = Size {
         smoke: args.iter().any(|arg| arg == "--smoke"),
