@@ -21,10 +21,11 @@
 //! takes the script once more; a key mistaken for another (two 32-bit hashes equal) goes by
 //! plain commands, within the 250 ms the other key's raise gives it.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::releasing::KeyHasher;
 use crate::key::LockKey;
 
 /// How many keys the table remembers at most: 64 KiB per store (its clones share it).
@@ -41,7 +42,7 @@ const FRESH: Duration = crate::token::FENCE_RAISE_FRESH;
 /// raised (milliseconds since the table was made, wrapping after 49 days: a hint may err once
 /// then).
 #[derive(Debug)]
-pub(crate) struct CountedKeys<S = RandomState> {
+pub(crate) struct CountedKeys<S = KeyHasher> {
     hasher: S,
     made: Instant,
     slots: Box<[AtomicU64]>,
@@ -49,7 +50,7 @@ pub(crate) struct CountedKeys<S = RandomState> {
 
 impl Default for CountedKeys {
     fn default() -> Self {
-        CountedKeys::with_hasher(RandomState::new())
+        CountedKeys::with_hasher(KeyHasher::default())
     }
 }
 

@@ -76,6 +76,9 @@ pub struct RedisStore<Conn = ConnectionManager> {
     /// The lock keys seen with a raised fencing counter, shared by the store's clones: their
     /// fenced acquires go by plain commands, the others' by the acquire script.
     pub(crate) counted: Arc<CountedKeys>,
+    /// Which store this is ([`Sealed::instance`](crate::store::Sealed::instance)): every call
+    /// asks, so it is worked out when the store or its prefix is made, not per call.
+    instance: u64,
 }
 
 impl<Conn> std::fmt::Debug for RedisStore<Conn> {
@@ -108,16 +111,19 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
     /// commands the server has, as [`connect`](RedisStore::connect) does, so that every later
     /// call is one request (a release keeps its place on the connection only as one request).
     pub fn new(conn: Conn) -> Self {
+        let counted = Arc::default();
+        let prefix = Prefix::default();
         RedisStore {
             conn,
-            prefix: Prefix::default(),
+            instance: instance_of(&counted, &prefix),
+            prefix,
             pubsub: None,
             replication: None,
             reservation: DEFAULT_RESERVATION,
             announcements: Arc::default(),
             prepared: Arc::default(),
             releasing: Arc::default(),
-            counted: Arc::default(),
+            counted,
         }
     }
 
@@ -209,7 +215,11 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
 
     /// The same store under another key prefix.
     pub fn with_prefix(self, prefix: Prefix) -> Self {
-        RedisStore { prefix, ..self }
+        RedisStore {
+            instance: instance_of(&self.counted, &prefix),
+            prefix,
+            ..self
+        }
     }
 
     /// Lets schedulers on this store wake as soon as a job is pushed with an earlier due time,
@@ -272,17 +282,26 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
 
 impl<Conn> crate::store::Sealed for RedisStore<Conn> {
     fn under_prefix(self, prefix: Prefix) -> Self {
-        RedisStore { prefix, ..self }
+        RedisStore {
+            instance: instance_of(&self.counted, &prefix),
+            prefix,
+            ..self
+        }
     }
 
     fn instance(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        // The clones share `counted`; the prefix tells a store under another prefix apart.
-        let mut hasher = std::hash::DefaultHasher::new();
-        (Arc::as_ptr(&self.counted) as usize).hash(&mut hasher);
-        self.prefix.as_str().hash(&mut hasher);
-        hasher.finish()
+        self.instance
     }
+}
+
+/// Which store has `counted` (its clones share it) under `prefix` (which tells a store under
+/// another prefix apart).
+fn instance_of(counted: &Arc<CountedKeys>, prefix: &Prefix) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    (Arc::as_ptr(counted) as usize).hash(&mut hasher);
+    prefix.as_str().hash(&mut hasher);
+    hasher.finish()
 }
 
 /// How many commands the connection queues for its writer (redis-rs's default is 50). A

@@ -13,13 +13,18 @@
 //! instructions. Two keys that share a slot only make an acquire that found its key held wait
 //! for the other key's release too before it tries again: a round trip, never a wrong answer.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use tokio::sync::Notify;
 
 use crate::key::LockKey;
+
+/// How the store's tables of keys hash a key: seeded per table, so whoever picks the keys
+/// cannot pick ones that share a slot; and fast, as each request hashes its key two or three
+/// times.
+pub(crate) type KeyHasher = foldhash::quality::RandomState;
 
 /// How many counters the table has (16 KiB per store; its clones share it): far more than the
 /// releases a process has on their way at once.
@@ -28,7 +33,7 @@ const SLOTS: usize = 4096;
 /// The releases of one store (and its clones) that were sent and not yet answered.
 #[derive(Debug)]
 pub(crate) struct Releasing {
-    hasher: RandomState,
+    hasher: KeyHasher,
     /// Releases on their way, by the slot of their key.
     on_their_way: Box<[AtomicU32]>,
     /// Acquires waiting for a slot to empty: a release that empties one tells them only if
@@ -40,7 +45,7 @@ pub(crate) struct Releasing {
 impl Default for Releasing {
     fn default() -> Self {
         Releasing {
-            hasher: RandomState::new(),
+            hasher: KeyHasher::default(),
             on_their_way: (0..SLOTS).map(|_| AtomicU32::new(0)).collect(),
             waiting: AtomicUsize::new(0),
             settled: Notify::new(),
