@@ -37,22 +37,28 @@ impl<const N: usize> TaggedNames<N> {
     /// Every name of `kinds` with the tag written from its `parts`: no string is built for the
     /// tag alone.
     fn new(prefix: &Prefix, kinds: &[&str; N], parts: [&str; 3]) -> Self {
+        Self::with_suffixes(prefix, &kinds.map(|kind| (kind, "")), parts)
+    }
+
+    /// Every name `<prefix>:<kind>:<parts><suffix>` of `names`, each a kind and a suffix.
+    fn with_suffixes(prefix: &Prefix, names: &[(&str, &str); N], parts: [&str; 3]) -> Self {
         let prefix = prefix.as_str();
         let tag: usize = parts.iter().map(|part| part.len()).sum();
-        let kind_lengths: usize = kinds.iter().map(|kind| kind.len()).sum();
-        let mut names = String::with_capacity(N * (prefix.len() + tag + 2) + kind_lengths);
+        let own: usize = names.iter().map(|(kind, suffix)| kind.len() + suffix.len()).sum();
+        let mut buffer = String::with_capacity(N * (prefix.len() + tag + 2) + own);
         let mut ends = [0; N];
-        for (kind, end) in kinds.iter().zip(&mut ends) {
-            names.push_str(prefix);
-            names.push(':');
-            names.push_str(kind);
-            names.push(':');
+        for ((kind, suffix), end) in names.iter().zip(&mut ends) {
+            buffer.push_str(prefix);
+            buffer.push(':');
+            buffer.push_str(kind);
+            buffer.push(':');
             for part in parts {
-                names.push_str(part);
+                buffer.push_str(part);
             }
-            *end = names.len();
+            buffer.push_str(suffix);
+            *end = buffer.len();
         }
-        TaggedNames { names, ends }
+        TaggedNames { names: buffer, ends }
     }
 
     /// The tag's parts for a lock key: `{<encoded name>}`.
@@ -333,116 +339,104 @@ pub(crate) fn permit_waiters_namespace(prefix: &Prefix) -> String {
 }
 
 /// The keys of one queue, in the order every queue script receives them in `KEYS`: the shared
-/// Lua prelude (`lua/queue_prelude.lua`) names them in this order.
+/// Lua prelude (`lua/queue_prelude.lua`) names them in this order. Built for every claim and
+/// ack batch: one buffer, where a `String` per name took twenty-one allocations.
 #[derive(Debug, Clone)]
-pub(crate) struct QueueKeys {
-    /// zset: job id -> due time (ms since the epoch, server clock).
-    pub(crate) delayed: String,
-    /// zset: lease -> its deadline (ms): a claim's lease (`<token>:<first fence>`, holding the
-    /// jobs it took); 0.3 also wrote leases of one job's own, named by the job's id.
-    pub(crate) inflight: String,
-    /// hash: job id -> envelope bytes.
-    pub(crate) jobs: String,
-    /// hash: job id in flight -> its holder, as 0.3 wrote it (nothing writes it now: read to
-    /// recover the jobs a 0.3 scheduler left in flight).
-    pub(crate) leases: String,
-    /// zset: job id -> time buried (ms).
-    pub(crate) dead: String,
-    /// hash: job id -> why it was buried.
-    pub(crate) errors: String,
-    /// hash: job id -> how many of its leases ran out.
-    pub(crate) expiries: String,
-    /// counter: the last job fencing token a claim handed out.
-    pub(crate) fence: String,
-    /// hash: job id -> 1, when its lock was handed to it while it was in flight.
-    pub(crate) handed: String,
-    /// zset: job id -> time finished (ms), the finished jobs a retention keeps.
-    pub(crate) done: String,
-    /// hash: job id -> envelope bytes of a job in `done`.
-    pub(crate) finished: String,
-    /// hash: `<minute>:<counter>` -> count, the last hour's activity.
-    pub(crate) activity: String,
-    /// string: present while the queue is paused.
-    pub(crate) paused: String,
-    /// hash: a claim's lease -> the ids it claimed (MessagePack), `<lease>@` -> a flag per id,
-    /// `1` while the lease holds it; `held` -> how many jobs the leases hold.
-    pub(crate) claims: String,
-    /// zset: job id -> its start tag, of the due jobs of a queue with groups (fair order).
-    pub(crate) ready: String,
-    /// zset: job id -> due time (ms), of the jobs in `ready`.
-    pub(crate) ready_due: String,
-    /// hash: job id -> `<weight> <group>`, of a grouped job.
-    pub(crate) groups: String,
-    /// zset: `<weight> <group>` -> the start tag of its next ready job.
-    pub(crate) group_tags: String,
-    /// hash: a lock key's [`pending_field`](Self::pending_field) -> the record of its waiting
-    /// job (`Coalesce`, `DebounceLayer`): `KEYS[19]` of the scripts that end jobs' waits.
-    pub(crate) pending: String,
-    /// hash: a waiting job's id -> its lock key's field in `pending`: `KEYS[20]` of those.
-    pub(crate) pending_jobs: String,
-    /// pub/sub channel: a job became the first due. Not a key: scripts get it in `ARGV[1]`.
-    pub(crate) wake: String,
-}
+pub(crate) struct QueueKeys(TaggedNames<{ QUEUE_SUFFIXES.len() }>);
+
+/// The names of a queue, `<prefix>:q:{<encoded name>}<suffix>`: the scripts' `KEYS` in order,
+/// then the two keys of the scripts that end jobs' waits, then the channel.
+const QUEUE_SUFFIXES: [&str; 21] = [
+    // zset: job id -> due time (ms since the epoch, server clock).
+    ":delayed",
+    // zset: lease -> its deadline (ms): a claim's lease (`<token>:<first fence>`, holding the
+    // jobs it took); 0.3 also wrote leases of one job's own, named by the job's id.
+    ":inflight",
+    // hash: job id -> envelope bytes.
+    ":jobs",
+    // hash: job id in flight -> its holder, as 0.3 wrote it (nothing writes it now: read to
+    // recover the jobs a 0.3 scheduler left in flight).
+    ":leases",
+    // zset: job id -> time buried (ms).
+    ":dead",
+    // hash: job id -> why it was buried.
+    ":errors",
+    // hash: job id -> how many of its leases ran out.
+    ":expiries",
+    // counter: the last job fencing token a claim handed out.
+    ":fence",
+    // hash: job id -> 1, when its lock was handed to it while it was in flight.
+    ":handed",
+    // zset: job id -> time finished (ms), the finished jobs a retention keeps.
+    ":done",
+    // hash: job id -> envelope bytes of a job in `done`.
+    ":finished",
+    // hash: `<minute>:<counter>` -> count, the last hour's activity.
+    ":activity",
+    // string: present while the queue is paused.
+    ":paused",
+    // hash: a claim's lease -> the ids it claimed (MessagePack), `<lease>@` -> a flag per id,
+    // `1` while the lease holds it; `held` -> how many jobs the leases hold.
+    ":claims",
+    // zset: job id -> its start tag, of the due jobs of a queue with groups (fair order).
+    ":ready",
+    // zset: job id -> due time (ms), of the jobs in `ready`.
+    ":ready-due",
+    // hash: job id -> `<weight> <group>`, of a grouped job.
+    ":groups",
+    // zset: `<weight> <group>` -> the start tag of its next ready job.
+    ":group-tags",
+    // hash: a lock key's `pending_field` -> the record of its waiting job (`Coalesce`,
+    // `DebounceLayer`): `KEYS[19]` of the scripts that end jobs' waits.
+    ":pending",
+    // hash: a waiting job's id -> its lock key's field in `pending`: `KEYS[20]` of those.
+    ":pending-jobs",
+    // pub/sub channel: a job became the first due. Not a key: scripts get it in `ARGV[1]`.
+    ":wake",
+];
+
+/// How many of a queue's names are the `KEYS` of every queue script.
+const QUEUE_SCRIPT_KEYS: usize = 18;
 
 impl QueueKeys {
+    /// Where the names read on their own are in [`QUEUE_SUFFIXES`] (`keys/tests.rs` checks).
+    const ACTIVITY: usize = 11;
+    const PENDING: usize = QUEUE_SCRIPT_KEYS;
+    const WAKE: usize = QUEUE_SCRIPT_KEYS + 2;
+
     pub(crate) fn new(prefix: &Prefix, name: &QueueName) -> Self {
-        let key = |suffix| tagged(prefix, "q", name.as_str(), suffix);
-        QueueKeys {
-            delayed: key(":delayed"),
-            inflight: key(":inflight"),
-            jobs: key(":jobs"),
-            leases: key(":leases"),
-            dead: key(":dead"),
-            errors: key(":errors"),
-            expiries: key(":expiries"),
-            fence: key(":fence"),
-            handed: key(":handed"),
-            done: key(":done"),
-            finished: key(":finished"),
-            activity: key(":activity"),
-            paused: key(":paused"),
-            claims: key(":claims"),
-            ready: key(":ready"),
-            ready_due: key(":ready-due"),
-            groups: key(":groups"),
-            group_tags: key(":group-tags"),
-            pending: key(":pending"),
-            pending_jobs: key(":pending-jobs"),
-            wake: key(":wake"),
-        }
+        let tag = hash_tag(name.as_str());
+        QueueKeys(TaggedNames::with_suffixes(
+            prefix,
+            &QUEUE_SUFFIXES.map(|suffix| ("q", suffix)),
+            ["{", &tag, "}"],
+        ))
     }
 
     /// The keys in the order of the scripts' `KEYS`.
-    pub(crate) fn in_script_order(&self) -> [&str; 18] {
-        [
-            &self.delayed,
-            &self.inflight,
-            &self.jobs,
-            &self.leases,
-            &self.dead,
-            &self.errors,
-            &self.expiries,
-            &self.fence,
-            &self.handed,
-            &self.done,
-            &self.finished,
-            &self.activity,
-            &self.paused,
-            &self.claims,
-            &self.ready,
-            &self.ready_due,
-            &self.groups,
-            &self.group_tags,
-        ]
+    pub(crate) fn in_script_order(&self) -> [&str; QUEUE_SCRIPT_KEYS] {
+        std::array::from_fn(|index| self.0.name(index))
+    }
+
+    /// hash: `<minute>:<counter>` -> count, the last hour's activity.
+    pub(crate) fn activity(&self) -> &str {
+        self.0.name(Self::ACTIVITY)
+    }
+
+    /// The two keys after the scripts' own of the scripts that end jobs' waits: `pending`
+    /// and `pending-jobs`.
+    pub(crate) fn pending(&self) -> [&str; 2] {
+        [self.0.name(Self::PENDING), self.0.name(Self::PENDING + 1)]
+    }
+
+    /// pub/sub channel: a job became the first due.
+    pub(crate) fn wake(&self) -> &str {
+        self.0.name(Self::WAKE)
     }
 
     /// Every name of the queue: its keys, then its channel.
     pub(crate) fn all(&self) -> impl Iterator<Item = &str> {
-        self.in_script_order().into_iter().chain([
-            self.pending.as_str(),
-            self.pending_jobs.as_str(),
-            self.wake.as_str(),
-        ])
+        self.0.all()
     }
 
     /// string: the record of request `id` on this queue shard (`running` or `finished`, with

@@ -66,7 +66,7 @@ impl<Conn> RedisStore<Conn> {
     /// the script forgets for the jobs that no longer wait. The names are built once.
     pub(super) fn waits_ending_script<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptCall<'a> {
         let keys = self.keys(queue);
-        queue_call(script, &keys, [keys.pending.as_str(), keys.pending_jobs.as_str()])
+        queue_call(script, &keys, keys.pending())
     }
 }
 
@@ -78,7 +78,7 @@ pub(super) fn queue_call<'a, 'k>(
     more: impl IntoIterator<Item = &'k str, IntoIter: Clone>,
 ) -> ScriptCall<'a> {
     let mut call = ScriptCall::new(script, keys.in_script_order().into_iter().chain(more));
-    call.arg(&keys.wake);
+    call.arg(keys.wake());
     call
 }
 
@@ -338,10 +338,13 @@ impl<Conn: RedisConnection> QueueCore for RedisStore<Conn> {
 
     fn wakeups(&self, queue: &QueueName) -> Wakeups {
         let (signal, receiver) = watch::channel(0);
-        let subscription = self
-            .pubsub
-            .clone()
-            .map(|clients| tokio::spawn(forward_wakeups(clients, self.keys(queue).wake, signal)));
+        let subscription = self.pubsub.clone().map(|clients| {
+            tokio::spawn(forward_wakeups(
+                clients,
+                self.keys(queue).wake().to_string(),
+                signal,
+            ))
+        });
         Wakeups::new(receiver, subscription)
     }
 }

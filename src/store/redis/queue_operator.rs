@@ -98,7 +98,7 @@ impl<Conn: RedisConnection> InspectQueue for RedisStore<Conn> {
         // A plain read of one key: the hash is small (an hour of counters) and its own
         // `minute` field says which minute the counters run up to.
         let fields: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
-            .arg(&self.keys(queue).activity)
+            .arg(self.keys(queue).activity())
             .query_async(&mut self.conn.clone())
             .await?;
         // Bytes another client wrote need not be UTF-8: such a field parses as no minute.

@@ -18,7 +18,16 @@ fn braces_stay_inside_one_hash_tag() {
 #[test]
 fn every_key_of_a_queue_shares_one_hash_tag() {
     let keys = QueueKeys::new(&Prefix::default(), &QueueName::new("or{d}ers").unwrap());
-    assert_eq!(keys.delayed, "redefer:q:{or%7Bd%7Ders}:delayed");
+    assert_eq!(keys.in_script_order()[0], "redefer:q:{or%7Bd%7Ders}:delayed");
+    assert_eq!(keys.activity(), "redefer:q:{or%7Bd%7Ders}:activity");
+    assert_eq!(
+        keys.pending(),
+        [
+            "redefer:q:{or%7Bd%7Ders}:pending",
+            "redefer:q:{or%7Bd%7Ders}:pending-jobs"
+        ]
+    );
+    assert_eq!(keys.wake(), "redefer:q:{or%7Bd%7Ders}:wake");
     for key in keys.all() {
         assert!(key.starts_with("redefer:q:{or%7Bd%7Ders}:"), "{key}");
     }
