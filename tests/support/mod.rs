@@ -316,20 +316,12 @@ impl RedisCluster {
 
     /// Waits until every live node reports `cluster_state:ok` with all slots served.
     pub fn wait_until_ok(&self, within: Duration) {
-        let deadline = Instant::now() + within;
-        for node in self.nodes.iter().filter(|node| node.child.is_some()) {
-            loop {
-                let info = redis_cli(node.port(), &["CLUSTER", "INFO"]);
-                if info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384") {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "cluster not ok within {within:?}: {info}"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
+        self.wait_on_every_live_node(
+            Instant::now() + within,
+            "cluster ok",
+            &["CLUSTER", "INFO"],
+            |info| info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384"),
+        );
     }
 
     /// Waits until every live node has failed the node on `dead` over: it is marked `fail`
@@ -338,26 +330,36 @@ impl RedisCluster {
     pub fn wait_until_failed_over(&self, dead: u16, within: Duration) {
         let deadline = Instant::now() + within;
         let address = format!("127.0.0.1:{dead}@");
+        self.wait_on_every_live_node(deadline, "failed over", &["CLUSTER", "NODES"], |nodes| {
+            nodes.lines().any(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                fields.len() == 8
+                    && fields[1].starts_with(&address)
+                    && fields[2].split(',').any(|flag| flag == "fail")
+            })
+        });
+        self.wait_until_ok(deadline.saturating_duration_since(Instant::now()));
+    }
+
+    /// Asks every live node `command` until its answer is `done`, each until `deadline`; fails
+    /// the test with the last answer, as not `what` in time.
+    fn wait_on_every_live_node(
+        &self,
+        deadline: Instant,
+        what: &str,
+        command: &[&str],
+        done: impl Fn(&str) -> bool,
+    ) {
         for node in self.nodes.iter().filter(|node| node.child.is_some()) {
             loop {
-                let nodes = redis_cli(node.port(), &["CLUSTER", "NODES"]);
-                let failed_over = nodes.lines().any(|line| {
-                    let fields: Vec<&str> = line.split(' ').collect();
-                    fields.len() == 8
-                        && fields[1].starts_with(&address)
-                        && fields[2].split(',').any(|flag| flag == "fail")
-                });
-                if failed_over {
+                let answer = redis_cli(node.port(), command);
+                if done(&answer) {
                     break;
                 }
-                assert!(
-                    Instant::now() < deadline,
-                    "not failed over within {within:?}: {nodes}"
-                );
+                assert!(Instant::now() < deadline, "not {what} in time: {answer}");
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        self.wait_until_ok(deadline.saturating_duration_since(Instant::now()));
     }
 
     /// The port of the master that serves `key` now.
