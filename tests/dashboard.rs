@@ -571,6 +571,34 @@ async fn the_dashboard_serves_the_in_memory_store_too() {
     );
 }
 
+/// A key with a value no redefer process writes (here its fencing counter) is listed with
+/// what could be read and what could not, beside the others: it failed the whole page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_locks_page_lists_a_key_it_cannot_read_in_full() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    for tag in ["order:1", "order:2"] {
+        store
+            .try_acquire(
+                &LockKey::new(tag).unwrap(),
+                LockToken::random(),
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+    }
+    let counter = format!("{prefix}:fence:{{order:2}}");
+    let _: () = server.cmd(::redis::cmd("SET").arg(&counter).arg("zzz")).await;
+    let url = serve(Dashboard::new(store, DashboardOptions::default())).await;
+    let locks = body(&reqwest::Client::new(), format!("{url}/locks")).await;
+    assert!(locks.contains("order:1") && locks.contains("order:2"), "{locks}");
+    assert!(
+        locks.contains("unreadable: its fencing counter holds &quot;zzz&quot;"),
+        "{locks}"
+    );
+}
+
 /// The waiting jobs per group: the JSON API and the queue's page list them, the largest first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_jobs_per_group_are_shown_largest_first() {

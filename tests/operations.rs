@@ -432,3 +432,98 @@ async fn keys_with_waiters_and_no_holder_are_listed_on_redis() {
     let store = server.store().await.with_reservation(Duration::from_millis(50));
     keys_with_waiters_and_no_holder_are_listed(store).await;
 }
+
+/// Values no redefer process writes (another tool's keys under the prefix, a damaged value):
+/// each key that holds one is listed with what could be read and says what could not, and
+/// every other key is listed as it is. One such key failed the whole listing (`redefer
+/// locks` and the dashboard's locks page) with a raw type error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_reads_around_values_it_cannot_read() {
+    use redefer::store::ListLocks;
+
+    let server = support::RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let key = |kind: &str, tag: &str| format!("{prefix}:{kind}:{{{tag}}}");
+    let held = |tag: &str| {
+        ::redis::cmd("SET")
+            .arg(key("lock", tag))
+            .arg("0123456789abcdef0123456789abcdef")
+            .arg("PX")
+            .arg(60_000)
+            .clone()
+    };
+    let far = u64::MAX >> 12;
+    let commands = [
+        held("good"),
+        ::redis::cmd("SET").arg(key("fence", "good")).arg(7).clone(),
+        held("bad-fence"),
+        ::redis::cmd("SET")
+            .arg(key("fence", "bad-fence"))
+            .arg("zzz")
+            .clone(),
+        held("bad-line"),
+        ::redis::cmd("SET")
+            .arg(key("waiters", "bad-line"))
+            .arg("a string")
+            .clone(),
+        ::redis::cmd("ZADD")
+            .arg(key("permits", "bad-limit"))
+            .arg(far)
+            .arg("holder")
+            .clone(),
+        ::redis::cmd("PEXPIRE")
+            .arg(key("permits", "bad-limit"))
+            .arg(60_000)
+            .clone(),
+        ::redis::cmd("HSET")
+            .arg(key("permit-fences", "bad-limit"))
+            .arg("holder")
+            .arg(5)
+            .clone(),
+        ::redis::cmd("SET")
+            .arg(key("permit-limit", "bad-limit"))
+            .arg("abc")
+            .clone(),
+        ::redis::cmd("SET")
+            .arg(key("throttle", "bad-schedule"))
+            .arg("soon")
+            .arg("PX")
+            .arg(60_000)
+            .clone(),
+    ];
+    for command in &commands {
+        let _: ::redis::Value = server.cmd(command).await;
+    }
+    let locks = store
+        .list_locks(100)
+        .await
+        .expect("a listing despite the values it cannot read");
+    let listed = |name: &str| {
+        locks
+            .iter()
+            .find(|info| info.key == name)
+            .unwrap_or_else(|| panic!("{name} is listed: {locks:?}"))
+    };
+    let good = listed("good");
+    assert_eq!(
+        (good.fence, good.holders, &good.unreadable),
+        (7, 1, &None::<String>)
+    );
+    let bad_fence = listed("bad-fence");
+    assert_eq!((bad_fence.fence, bad_fence.holders), (0, 1), "{bad_fence:?}");
+    for (name, part) in [
+        ("bad-fence", "fencing counter"),
+        ("bad-line", "line"),
+        ("bad-limit", "limit"),
+        ("bad-schedule", "schedule"),
+    ] {
+        let unreadable = listed(name).unreadable.clone().unwrap_or_default();
+        assert!(unreadable.contains(part), "{name}: {unreadable:?}");
+    }
+    assert_eq!(listed("bad-limit").holders, 1);
+    assert!(
+        listed("bad-schedule").next_slot.is_some(),
+        "listed as a throttled key"
+    );
+}

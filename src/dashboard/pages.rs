@@ -536,9 +536,13 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
             0 => lock.waiters.to_string(),
             writers => format!("{} ({writers} to write)", lock.waiters),
         };
+        // A key with a value no redefer process writes: listed with what could be read.
+        let unreadable = lock.unreadable.as_deref().map_or(String::new(), |why| {
+            format!(" <span class=bad>unreadable: {}</span>", escape(why))
+        });
         let _ = write!(
             body,
-            "<tr><td><code>{}</code></td><td class=num>{}</td><td class=num>{}</td><td class=num>{held}</td>\
+            "<tr><td><code>{}</code>{unreadable}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{held}</td>\
              <td class=num>{waiters}</td><td class=num>{next_slot}</td><td>{}</td></tr>",
             escape(&lock.key),
             lock.remaining

@@ -146,6 +146,7 @@ impl MemoryStore {
                         .count() as u64,
                     next_slot: None,
                     closed_for: None,
+                    unreadable: None,
                 })
             })
             .take(limit)

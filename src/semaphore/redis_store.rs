@@ -16,6 +16,7 @@ use crate::store::RedisStore;
 use crate::store::handover::{HandOver, hand_over, reservation_expired};
 use crate::store::list_locks::LockInfo;
 use crate::store::redis::keys::PermitKeys;
+use crate::store::redis::listed_replies::ListedReplies;
 use crate::store::redis::lock::{JoinReply, cap_args};
 use crate::store::redis::locks::key_name;
 use crate::store::redis::script_call::ScriptCall;
@@ -318,24 +319,25 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         tag: &str,
     ) -> Result<Option<LockInfo>, StoreError> {
         let found = PermitKeys::of_found_tag(&self.prefix, tag);
-        let (pttl, fence, waiters, holders, limit, entries, writers_waiting): (
-            i64,
-            Option<u64>,
-            u64,
-            u64,
-            Option<u64>,
-            Vec<String>,
-            u64,
-        ) = redis::pipe()
-            .pttl(key)
-            .get(found.fence())
-            .zcard(found.waiters())
-            .hlen(found.fences())
-            .get(found.limit())
-            .zrange(key, 0, MAX_RESERVATIONS_SHOWN)
-            .scard(found.writers())
-            .query_async(&mut self.conn.clone())
-            .await?;
+        let mut replies = ListedReplies::query(
+            redis::pipe()
+                .pttl(key)
+                .get(found.fence())
+                .zcard(found.waiters())
+                .hlen(found.fences())
+                .get(found.limit())
+                .zrange(key, 0, MAX_RESERVATIONS_SHOWN)
+                .scard(found.writers()),
+            &mut self.conn.clone(),
+        )
+        .await?;
+        let pttl: i64 = replies.next("its TTL").unwrap_or(-1);
+        let fence: Option<u64> = replies.next("its fencing counter").flatten();
+        let waiters: u64 = replies.next("its line").unwrap_or(0);
+        let holders: u64 = replies.next("its permits' fencing tokens").unwrap_or(0);
+        let limit: Option<u64> = replies.next("its limit").flatten();
+        let entries: Vec<String> = replies.next("its permits").unwrap_or_default();
+        let writers_waiting: u64 = replies.next("its writers in line").unwrap_or(0);
         if pttl == -2 && waiters == 0 {
             return Ok(None);
         }
@@ -356,6 +358,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             writers_waiting,
             next_slot: None,
             closed_for: None,
+            unreadable: replies.unreadable(),
         }))
     }
 }

@@ -43,6 +43,11 @@ pub struct LockInfo {
     /// closed. In JSON, `closed_ms`.
     #[serde(rename = "closed_ms", serialize_with = "crate::time::serialize_opt_millis")]
     pub closed_for: Option<Duration>,
+    /// What of the key's records could not be read, and why: a value no redefer process
+    /// writes there (another tool's key under the prefix, a damaged value). The fields it
+    /// would have filled are listed as when the record is missing (0, `None`). `None` when
+    /// every record was read.
+    pub unreadable: Option<String>,
 }
 
 impl LockInfo {
@@ -69,6 +74,7 @@ impl LockInfo {
             writers_waiting: 0,
             next_slot: None,
             closed_for: None,
+            unreadable: None,
         }
     }
 
@@ -93,6 +99,7 @@ impl LockInfo {
             writers_waiting: 0,
             next_slot: Some(next_slot),
             closed_for,
+            unreadable: None,
         }
     }
 }

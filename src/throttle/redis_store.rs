@@ -12,6 +12,7 @@ use crate::store::RedisConnection;
 use crate::store::RedisStore;
 use crate::store::list_locks::LockInfo;
 use crate::store::redis::keys::ThrottleKeys;
+use crate::store::redis::listed_replies::{ListedReplies, excerpt};
 use crate::store::redis::locks::key_name;
 use crate::store::redis::script_call::ScriptCall;
 use crate::store::redis::scripts::{THROTTLE, THROTTLE_CLOSE, THROTTLE_REOPEN};
@@ -112,37 +113,53 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         tag: &str,
     ) -> Result<Option<LockInfo>, StoreError> {
         let found = ThrottleKeys::of_found_tag(&self.prefix, tag);
-        let (pttl, state, booked, closing, time): (i64, Option<String>, u64, Option<String>, (u64, u64)) =
+        let mut replies = ListedReplies::query(
             redis::pipe()
                 .pttl(key)
                 .get(key)
                 .zcard(&found.bookings)
                 .get(&found.closed)
-                .cmd("TIME")
-                .query_async(&mut self.conn.clone())
-                .await?;
-        let Some(state) = state else {
+                .cmd("TIME"),
+            &mut self.conn.clone(),
+        )
+        .await?;
+        let pttl: i64 = replies.next("its TTL").unwrap_or(-1);
+        // `None`: not a string; `Some(None)`: gone since the scan.
+        let state: Option<Option<Vec<u8>>> = replies.next("its schedule");
+        let booked: u64 = replies.next("its bookings").unwrap_or(0);
+        let closing: Option<String> = replies.next("its closing").flatten();
+        let time: (u64, u64) = replies
+            .next("the server's clock")
+            .ok_or_else(|| StoreError::Protocol(format!("no TIME beside {key}")))?;
+        if state == Some(None) {
             return Ok(None);
-        };
+        }
         let now = time.0.saturating_mul(1_000_000).saturating_add(time.1);
         // `<free_at>`, or `<free_at> <run_free_at>`: the next slot opens when both have come.
-        let opens_at = state
-            .split(' ')
-            .map(|part| part.parse::<u64>())
-            .collect::<Result<Vec<u64>, _>>()
-            .ok()
-            .and_then(|times| times.into_iter().max())
-            .ok_or_else(|| StoreError::Protocol(format!("throttle state {state:?} at {key}")))?;
-        Ok(Some(LockInfo::throttled(
+        let opens_at = state.flatten().and_then(|state| {
+            let times = std::str::from_utf8(&state).ok().and_then(|text| {
+                text.split(' ')
+                    .map(|part| part.parse::<u64>().ok())
+                    .collect::<Option<Vec<u64>>>()
+            });
+            let opens_at = times.and_then(|times| times.into_iter().max());
+            if opens_at.is_none() {
+                replies.note(format!("its schedule holds {:?}", excerpt(&state)));
+            }
+            opens_at
+        });
+        let mut info = LockInfo::throttled(
             key_name(key, tag),
             u64::try_from(pttl).ok().map(Duration::from_millis),
             booked,
-            Duration::from_micros(opens_at.saturating_sub(now)),
+            Duration::from_micros(opens_at.unwrap_or(now).saturating_sub(now)),
             // `<until> <free_at> <run_free_at>` (lua/throttle_close.lua; 0.4 kept `<until>`).
             closing
                 .and_then(|closing| closing.split(' ').next()?.parse::<u64>().ok())
                 .filter(|until| *until > now)
                 .map(|until| Duration::from_micros(until - now)),
-        )))
+        );
+        info.unreadable = replies.unreadable();
+        Ok(Some(info))
     }
 }

@@ -8,6 +8,7 @@ use std::future::Future;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
+use super::listed_replies::ListedReplies;
 use super::{RedisStore, keys};
 use crate::error::StoreError;
 use crate::key::decode_tag;
@@ -124,27 +125,35 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
     /// The mutex at `key`, whose hash tag is `tag`; `None` once released.
     async fn describe_mutex(&self, key: &str, tag: &str) -> Result<Option<LockInfo>, StoreError> {
         let found = keys::LockKeys::of_found_tag(&self.prefix, tag);
-        let (pttl, fence, waiters, holder): (i64, Option<u64>, u64, Option<String>) = redis::pipe()
-            .pttl(key)
-            .get(found.fence())
-            .zcard(found.waiters())
-            .get(key)
-            .query_async(&mut self.conn.clone())
-            .await?;
+        let mut replies = ListedReplies::query(
+            redis::pipe()
+                .pttl(key)
+                .get(found.fence())
+                .zcard(found.waiters())
+                .get(key),
+            &mut self.conn.clone(),
+        )
+        .await?;
+        let pttl: i64 = replies.next("its TTL").unwrap_or(-1);
+        let fence: Option<u64> = replies.next("its fencing counter").flatten();
+        let waiters: u64 = replies.next("its line").unwrap_or(0);
+        let holder: Option<String> = replies.next("its holder").flatten();
         if pttl == -2 && waiters == 0 {
             return Ok(None); // released since the scan
         }
         let reserved_for = holder.and_then(|holder| holder.strip_prefix('@').map(str::to_string));
         // No holder, but a line (a reservation ran out unused): listed with its waiters.
         let held = pttl != -2 && reserved_for.is_none();
-        Ok(Some(LockInfo::mutex(
+        let mut info = LockInfo::mutex(
             key_name(key, tag),
             u64::try_from(pttl).ok().map(Duration::from_millis),
             fence.unwrap_or(0),
             waiters,
             held,
             reserved_for,
-        )))
+        );
+        info.unreadable = replies.unreadable();
+        Ok(Some(info))
     }
 }
 

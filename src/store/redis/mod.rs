@@ -9,6 +9,7 @@ mod eviction;
 mod footprint;
 mod idempotency;
 pub(crate) mod keys;
+pub(crate) mod listed_replies;
 pub(crate) mod lock;
 mod lock_store;
 pub(crate) mod locks;
