@@ -69,9 +69,14 @@ fn scheduler_options() -> SchedulerOptions {
 }
 
 /// 70 deliveries, each delivered twice at once, on 10 orders (so some run directly, some wait
-/// as jobs): each runs exactly once, and of each pair one is told it is a duplicate.
+/// as jobs): each runs exactly once, and of each pair one is told it is a duplicate. The queue
+/// keeps finished jobs: 140 tasks start over some milliseconds on a busy machine, and a twin
+/// that comes once the first's run ended is a duplicate only while the id is remembered (it
+/// is new again without a retention, as `without_retention_a_finished_id_is_new_again` pins).
 async fn twins_delivered_at_once_run_once<S: Store>(store: S) {
-    let queue = DelayQueue::<Hook, _>::new(store.clone(), "hooks").unwrap();
+    let queue = DelayQueue::<Hook, _>::new(store.clone(), "hooks")
+        .unwrap()
+        .retain_finished(Retention::default());
     let runs: Runs = Arc::default();
     let service = stack(&store, &queue, &runs);
     let scheduler = Scheduler::new(queue.clone(), service.clone())
@@ -97,8 +102,9 @@ async fn twins_delivered_at_once_run_once<S: Store>(store: S) {
     }
     assert_eq!(duplicates, 70, "one of each pair is a duplicate");
     eventually(Duration::from_secs(20), "every delivery ran", || async {
-        (runs.lock().unwrap().len() == 70 && queue.operator().stats().await.unwrap() == QueueStats::default())
-            .then_some(())
+        let stats = queue.operator().stats().await.unwrap();
+        let settled = QueueStats { done: 0, ..stats } == QueueStats::default();
+        (runs.lock().unwrap().len() == 70 && settled).then_some(())
     })
     .await;
     scheduler.shutdown().await;
