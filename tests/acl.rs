@@ -2,7 +2,7 @@
 //! lock layer (mutex and semaphore), the throttle, the policies for what waits (coalescing, line caps, debouncing,
 //! superseding), the queue, the scheduler (wake-ups included) and the command's `locks`.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::time::Duration;

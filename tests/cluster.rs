@@ -4,7 +4,7 @@
 
 #[path = "support/client_log.rs"]
 mod client_log;
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::collections::HashSet;

@@ -1,7 +1,7 @@
 //! Coalescing: a key keeps one waiting job, the latest request's or the first's, on every store
 //! and behind every guard (a lock, a throttle).
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! burst's newest payload: once, or (when a kill lands between its start and its ack) again
 //! after its lease runs out, never with an older payload, never lost.
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::collections::BTreeMap;
@@ -79,7 +79,7 @@ async fn coalesce_worker_process() {
 
 fn start_worker(url: &str, prefix: &str) -> WorkerProcess {
     WorkerProcess::start(
-        "coalesce_worker_process",
+        &support::test_name(module_path!(), "coalesce_worker_process"),
         &[
             ("REDEFER_COALESCE_WORKER", url),
             ("REDEFER_COALESCE_PREFIX", prefix),

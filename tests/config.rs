@@ -1,6 +1,6 @@
 //! A `Config` cannot be misused: its prefix reaches every store, queue and layer built from it.
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::convert::Infallible;

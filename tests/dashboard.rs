@@ -5,7 +5,7 @@
 //! `REDEFER_UPDATE_SCREENSHOTS` is set). Without chromedriver the browser test is skipped,
 //! unless `REDEFER_REQUIRE_BROWSER` is set (CI sets it).
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::path::PathBuf;

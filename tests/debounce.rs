@@ -1,7 +1,7 @@
 //! Debouncing by key: a burst runs once per period of quiet (at the latest once per max_wait),
 //! at its deadline, with the latest payload; on every store.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

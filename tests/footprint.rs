@@ -4,7 +4,7 @@
 //! number of keys that live on (the queues' and the registry's) that does not depend on how
 //! many keys it touched. Counted by `RedisStore::footprint`, the command operators run.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Handoff: at release, a contended key goes to the requests waiting for it, in arrival order,
 //! on every store.
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::sync::{Arc, Mutex};

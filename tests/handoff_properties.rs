@@ -6,7 +6,7 @@
 //!
 //! `PROPTEST_CASES` raises the number of cases for long runs (the defaults fit CI).
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

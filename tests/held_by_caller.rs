@@ -4,7 +4,7 @@
 //! (`HeldLock::scope`), for the mutex and the semaphore alike; a call for another key, through
 //! another store, or under a holding that has ended is not the caller's and runs.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, OnceLock};

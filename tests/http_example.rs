@@ -3,7 +3,7 @@
 //! requests, 202 with a job id for `Prefer: respond-async`, the deferred change applied later,
 //! and the metrics page.
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::io::{BufRead, BufReader};

@@ -2,7 +2,7 @@
 //! once; a redelivery while the first waits, runs, or is kept as done is a duplicate; once the
 //! record is forgotten the id is new; ids are any text. Both stores and Valkey.
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::collections::HashMap;

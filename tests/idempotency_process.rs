@@ -2,7 +2,7 @@
 //! request in progress is renewed while it runs (so a long run stays a duplicate for
 //! redeliveries), and runs out when its process dies (so a redelivery after the crash runs).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -89,7 +89,7 @@ async fn a_run_that_died_with_its_process_frees_its_id_within_a_hold(server: Ser
     let store = store_at(&redis.url(), &prefix).await;
     let url = redis.url();
     let mut worker = WorkerProcess::start(
-        "idempotency_worker_process",
+        &support::test_name(module_path!(), "idempotency_worker_process"),
         &[("REDEFER_HOOK_WORKER", &url), ("REDEFER_HOOK_PREFIX", &prefix)],
     );
     let service = stack(&store, |_: Hook| async { Ok(()) });

@@ -15,8 +15,7 @@
 //! the retention), a renewal that takes a finished record for a running one (the retention
 //! cut short: run again).
 
-#[path = "support/explore.rs"]
-mod explore;
+use crate::explore;
 
 use std::time::Duration;
 

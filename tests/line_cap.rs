@@ -2,7 +2,7 @@
 //! newest refused with a typed error, or the oldest dropped to the dead-letter set with the
 //! reason; on a lock and on a semaphore, on every store.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,7 +1,7 @@
 //! Conformance of `LockLayer` over every store: mutual exclusion, fencing, release on every exit
 //! path, renewal, and the built-in conflict strategies.
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::convert::Infallible;

@@ -27,9 +27,7 @@
 //! waiter not in line), a reservation that ran out and never drops its waiter (a crashed
 //! waiter blocks the others for good).
 
-#[path = "support/explore.rs"]
-mod explore;
-mod support;
+use crate::explore;
 
 use std::time::Duration;
 

@@ -8,10 +8,7 @@
 /// test binary).
 #[path = "lock_set/process_faults.rs"]
 mod process_faults;
-/// The storm of SIGKILLs the process-fault module runs in.
-#[path = "support/storm.rs"]
-mod storm;
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::collections::HashMap;

@@ -1,6 +1,6 @@
 //! Conformance of the lock operations of every store: the semantics `LockStore` documents.
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::time::Duration;

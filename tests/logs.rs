@@ -2,7 +2,7 @@
 //! failed release after a cancellation, and a job whose record is gone is not said to belong to
 //! another claimer. The crate's log lines are captured by a subscriber of this test binary.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -1,7 +1,7 @@
 //! Conformance of what operators do to a queue, over every store: pause and resume, run now,
 //! the status of a job after the fact (retention), listing page by page, per-minute activity.
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::collections::HashSet;

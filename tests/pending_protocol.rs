@@ -32,8 +32,7 @@
 //! the payload, a push under the id of a job in flight storing it anew (its run's ack
 //! refused).
 
-#[path = "support/explore.rs"]
-mod explore;
+use crate::explore;
 
 use std::time::Duration;
 

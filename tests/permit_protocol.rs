@@ -24,8 +24,7 @@
 //! reservation, a reservation that ran out and keeps its waiter in line (a crashed waiter
 //! blocks the line for good).
 
-#[path = "support/explore.rs"]
-mod explore;
+use crate::explore;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Faults of whole OS processes: a worker SIGKILLed while it holds leases, and a lock holder
 //! SIGSTOPped past its TTL. Both use real processes and a real Redis.
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::collections::HashSet;
@@ -170,7 +170,8 @@ async fn a_holder_paused_past_its_ttl_cannot_touch_the_next_holders_lock() {
     let server = RedisServer::start();
     let prefix = unique_prefix();
     let mut holder = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "holder_process", "--nocapture", "--test-threads", "1"])
+        .args(["--exact", &support::test_name(module_path!(), "holder_process")])
+        .args(["--nocapture", "--test-threads", "1"])
         .env("REDEFER_HOLDER_URL", server.url())
         .env("REDEFER_HOLDER_PREFIX", &prefix)
         .stdout(Stdio::piped())

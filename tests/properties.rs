@@ -8,7 +8,7 @@
 //!
 //! `PROPTEST_CASES` raises the number of cases for long runs (the defaults fit CI).
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::collections::{HashMap, HashSet};

@@ -3,7 +3,7 @@
 /// Fair shares across groups (a module, so that it shares this test binary).
 #[path = "queue/fair_shares.rs"]
 mod fair_shares;
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::sync::Arc;

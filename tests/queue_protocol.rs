@@ -23,8 +23,7 @@
 //! claim only (claimed again while the claim's lease runs), an ack of a job held by another
 //! claim.
 
-#[path = "support/explore.rs"]
-mod explore;
+use crate::explore;
 
 use std::time::Duration;
 

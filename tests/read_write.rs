@@ -4,9 +4,6 @@
 //! is above every earlier holder's; every strategy; the listing shows the mode, the readers and
 //! the waiting writers.
 
-/// Holdings seen from outside, and the checks on them (for the property module).
-#[path = "support/holdings.rs"]
-mod holdings;
 /// Worker processes SIGKILLed at random while they read and write (a module, so that it
 /// shares this test binary).
 #[path = "read_write/process_faults.rs"]
@@ -15,10 +12,7 @@ mod process_faults;
 /// test binary).
 #[path = "read_write/properties.rs"]
 mod properties;
-/// The storm of SIGKILLs the process-fault module runs in.
-#[path = "support/storm.rs"]
-mod storm;
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! What the lock layer does when Redis misbehaves: unreachable, killed and restarted, a lock
 //! deleted by an operator. Each test runs its own `redis-server`.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::sync::Arc;

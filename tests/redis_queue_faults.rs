@@ -1,7 +1,7 @@
 //! The delay queue and scheduler against a misbehaving Redis: bytes written by other clients,
 //! a server killed and restarted, and the cost of an idle scheduler.
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::collections::HashSet;

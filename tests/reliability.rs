@@ -2,7 +2,7 @@
 //! claimer, a handler that never returns, job fencing tokens. Those that need a server of
 //! their own are in `reliability_faults.rs`.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! entry in a claim batch, a full server behind locks, an in-flight entry that never expires,
 //! a shutdown racing a finished handler, a push whose reply is lost, an evicting server.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

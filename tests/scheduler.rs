@@ -1,7 +1,7 @@
 //! The scheduler over every store: deferred requests re-injected through the lock layer,
 //! retries and burial, several schedulers on one queue, wake-up and shutdown.
 
-mod support;
+use crate::support;
 
 use crate::support::Shorthand;
 use std::collections::{HashMap, HashSet};

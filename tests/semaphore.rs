@@ -1,7 +1,7 @@
 //! Conformance of the semaphore operations of every store (the semantics `LockStore`
 //! documents), and the lock layer with N permits per key end to end.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! handler checks that itself, against Redis), and the permits of the dead came free and went
 //! to the jobs waiting in line.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -118,7 +118,7 @@ fn report_handled(worker: &WorkerProcess, handled: &mut BTreeSet<String>) {
 
 fn start_worker(url: &str, prefix: &str) -> WorkerProcess {
     WorkerProcess::start(
-        "semaphore_worker_process",
+        &support::test_name(module_path!(), "semaphore_worker_process"),
         &[
             ("REDEFER_SEMAPHORE_WORKER", url),
             ("REDEFER_SEMAPHORE_PREFIX", prefix),

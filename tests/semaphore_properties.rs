@@ -6,10 +6,8 @@
 //!
 //! `PROPTEST_CASES` raises the number of cases for long runs (the defaults fit CI).
 
-/// Holdings seen from outside, and the checks on them.
-#[path = "support/holdings.rs"]
-mod holdings;
-mod support;
+use crate::holdings;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! takes the key as soon as it is let go; holders under a layer that does not supersede hear
 //! nothing, and the wait is bounded.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! stop; the holder hears it at once, the newer request gets the key as soon as the holder
 //! lets go, with a higher fencing token.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -95,7 +95,7 @@ async fn a_holder_in_another_process_hears_it_and_lets_the_newer_run(server: Ser
     let queue = DelayQueue::<u64, _>::new(store.clone(), "holds").unwrap();
     let url = redis.url();
     let mut worker = WorkerProcess::start(
-        "supersede_worker_process",
+        &support::test_name(module_path!(), "supersede_worker_process"),
         &[
             ("REDEFER_SUPERSEDE_WORKER", &url),
             ("REDEFER_SUPERSEDE_PREFIX", &prefix),

@@ -5,7 +5,7 @@
 /// Keys closed by their handlers (a module, so that it shares this test binary).
 #[path = "throttle/closing.rs"]
 mod closing;
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -15,9 +15,8 @@
 //!
 //! `PROPTEST_CASES` raises the number of sequences per server (the default fits CI).
 
-#[path = "support/differential.rs"]
-mod differential;
-mod support;
+use crate::differential;
+use crate::support;
 
 use std::time::Duration;
 

@@ -18,8 +18,7 @@
 //! reopening that forgets the schedule its closing found (a burst spent just before the
 //! closing spent again just after the reopening).
 
-#[path = "support/explore.rs"]
-mod explore;
+use crate::explore;
 
 use std::time::Duration;
 

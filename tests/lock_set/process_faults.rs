@@ -137,7 +137,7 @@ async fn lock_set_worker_process() {
 async fn sigkilled_set_holders_never_overlap_and_every_request_ends(server: Server) {
     let storm = storm::run(
         server,
-        "process_faults::lock_set_worker_process",
+        &crate::support::test_name(module_path!(), "lock_set_worker_process"),
         "transfers",
         Sets,
         random_set,

@@ -141,7 +141,7 @@ async fn read_write_worker_process() {
 async fn sigkilled_readers_and_writers_never_meet_and_every_request_ends(server: Server) {
     let storm = storm::run(
         server,
-        "process_faults::read_write_worker_process",
+        &crate::support::test_name(module_path!(), "read_write_worker_process"),
         "documents",
         Documents,
         random_request,

@@ -14,7 +14,7 @@ use redefer::lock::Acquisition;
 use redefer::queue::{DelayQueue, Due, JobId};
 use redis::aio::ConnectionManager;
 
-use super::{RedisServer, Server};
+use crate::support::{RedisServer, Server};
 
 /// How much less than the model Redis may report as a TTL's rest: the time a sequence takes
 /// (the model's clock stands still).

@@ -430,9 +430,19 @@ pub fn example_binary(name: &str) -> std::path::PathBuf {
     binary
 }
 
-/// This test binary re-run as a worker process: only the test `test` (which does its work when
-/// `env` is set, and returns at once otherwise), its stdout lines on `lines`. Started once the
-/// worker printed "worker ready".
+/// The name libtest gives the test `test` of the module `module_path` (the caller's
+/// `module_path!()`): the path without the test binary's own name, e.g.
+/// `process_faults::holder_process`, which `--exact` selects.
+pub fn test_name(module_path: &str, test: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_binary, module)) => format!("{module}::{test}"),
+        None => test.to_owned(),
+    }
+}
+
+/// This test binary re-run as a worker process: only the test `test` (its full name, see
+/// [`test_name`]; it does its work when `env` is set, and returns at once otherwise), its
+/// stdout lines on `lines`. Started once the worker printed "worker ready".
 pub struct WorkerProcess {
     pub child: Child,
     pub lines: std::sync::mpsc::Receiver<String>,
