@@ -2,6 +2,8 @@
 //!
 //! The middleware's own error, which wraps these, lives in [`crate::guard::Error`].
 
+use std::fmt;
+
 use thiserror::Error;
 
 /// A boxed error, as tower uses for errors whose type a layer does not know.
@@ -16,7 +18,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[non_exhaustive]
 pub enum StoreError {
     /// Redis returned an error or the connection failed (refused, dropped, timed out).
-    #[error("redis: {0}")]
+    #[error("redis: {}", RedisErrorText(.0))]
     Redis(#[from] redis::RedisError),
     /// Fewer replicas than asked acknowledged a new lock in time (see
     /// [`RedisStore::wait_for_replicas`](crate::RedisStore::wait_for_replicas)); the lock was
@@ -93,6 +95,32 @@ impl StoreError {
                 !e.is_connection_refusal() && (e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
             }
             _ => false,
+        }
+    }
+}
+
+/// A Redis error as an operator should read it. The server's `WRONGTYPE` means a key redefer
+/// reads holds another type than redefer keeps there: another tool's key under the prefix, or
+/// one written by hand. The client words it by where it came from (`... script: <sha>, on
+/// @user_script:545.`, or `Pipeline failure: [(Index 0, error: ...)]`), which says nothing to
+/// the person at the terminal; every other error is the client's own text.
+struct RedisErrorText<'a>(&'a redis::RedisError);
+
+impl fmt::Display for RedisErrorText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let wrong_type = self
+            .0
+            .clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, error)| error.code() == "WRONGTYPE"));
+        if wrong_type {
+            f.write_str(
+                "a key under the prefix holds another type of value than redefer keeps there \
+                 (another tool's key, or one written by hand): WRONGTYPE Operation against a key \
+                 holding the wrong kind of value",
+            )
+        } else {
+            self.0.fmt(f)
         }
     }
 }

@@ -527,3 +527,42 @@ async fn a_listing_reads_around_values_it_cannot_read() {
         "listed as a throttled key"
     );
 }
+
+/// A key of the queue or of the registry that holds another type than redefer keeps there
+/// (another tool's key under the prefix) fails the operator's read with an error that says so,
+/// not with the client's words for where it came from (a script's sha and line, a pipeline's
+/// index), which is what `redefer stats` and `redefer queues` printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_named_as_such_not_by_the_script_that_read_it() {
+    use redefer::queue::QueueRegistry;
+
+    let server = support::RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<u32, _>::new(store.clone(), "orders").unwrap();
+    queue.push(&1, Duration::ZERO).await.unwrap();
+    let overwrite = |key: String| ::redis::cmd("SET").arg(key).arg("another tool's").clone();
+    let _: ::redis::Value = server
+        .cmd(&overwrite(format!("{prefix}:q:{{orders}}:dead")))
+        .await;
+    let _: ::redis::Value = server.cmd(&overwrite(format!("{prefix}:queue-shards"))).await;
+    let stats = queue
+        .operator()
+        .stats()
+        .await
+        .expect_err("the dead set is a string");
+    let registered = store
+        .registered()
+        .await
+        .expect_err("the shard counts are a string");
+    for error in [stats.to_string(), registered.to_string()] {
+        assert!(
+            error.contains("holds another type of value than redefer keeps there"),
+            "{error}"
+        );
+        assert!(
+            !error.contains("script") && !error.contains("Pipeline"),
+            "{error}"
+        );
+    }
+}

@@ -267,6 +267,33 @@ async fn an_unknown_queue_is_an_error_and_queues_lists_the_known_ones() {
     assert_eq!(json(&server, &prefix, &["stats"])["waiting"], 1);
 }
 
+/// A queue key another tool overwrote: `redefer stats` says what is wrong with it, where it
+/// printed the client's text (`WRONGTYPE ... script: <sha>, on @user_script:545.`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_said_to_be_one() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    queue
+        .push(&serde_json::json!({ "order": 1 }), Duration::ZERO)
+        .await
+        .unwrap();
+    let _: redis::Value = server
+        .cmd(
+            redis::cmd("SET")
+                .arg(format!("{prefix}:q:{{orders}}:dead"))
+                .arg("x"),
+        )
+        .await;
+    let stderr = redefer(&server, &prefix, &["stats"]).expect_err("stats cannot count a string");
+    assert!(
+        stderr.contains("a key under the prefix holds another type of value than redefer keeps there"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("script"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_config_file_names_the_prefix_queue_and_shards() {
     let server = RedisServer::start();
