@@ -2,11 +2,9 @@
 //! policies built on them (coalesce, debounce, supersede, idempotency), Redis and process
 //! faults under them, the operators' tools, metrics, logs, Cluster (see `tests/README.md`).
 //!
-//! Each file of `tests/` is a module of one of two test binaries (this one and
-//! `tests/guards.rs`): a binary compiles the shared harness (`support`) and the library's
-//! generic code once and links once, where one binary per file did both some fifty times,
-//! most of a clean `cargo test`'s build; two build side by side on two cores. `cargo test --test deferral
-//! queue::` runs one suite.
+//! One of the two test binaries every file of `tests/` is a module of (the other is
+//! `tests/guards.rs`); why two, not one per file: `tests/README.md`.
+//! `cargo test --test deferral queue::` runs one suite.
 
 mod support;
 

@@ -1,11 +1,9 @@
 //! The guards' suites: the lock, its handoff and fencing, the semaphore, the read-write lock,
 //! sets of keys, the throttle, their models, protocols and faults (see `tests/README.md`).
 //!
-//! Each file of `tests/` is a module of one of two test binaries (this one and
-//! `tests/deferral.rs`): a binary compiles the shared harness (`support`) and the library's
-//! generic code once and links once, where one binary per file did both some fifty times,
-//! most of a clean `cargo test`'s build; two build side by side on two cores. `cargo test --test guards
-//! lock_layer::` runs one suite.
+//! One of the two test binaries every file of `tests/` is a module of (the other is
+//! `tests/deferral.rs`); why two, not one per file: `tests/README.md`.
+//! `cargo test --test guards lock_layer::` runs one suite.
 
 mod support;
 
