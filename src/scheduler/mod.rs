@@ -15,6 +15,7 @@ mod job;
 mod options;
 mod report;
 mod run;
+mod settle;
 
 pub use self::handle::SchedulerHandle;
 pub use self::job::JobService;

@@ -17,8 +17,9 @@ use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
 use super::acker::Acker;
-use super::job::{JobRun, JobService, hand_back};
+use super::job::{JobRun, JobService};
 use super::report::{JobEnd, SchedulerReport};
+use super::settle::hand_back;
 use super::{Scheduler, SchedulerOptions};
 use crate::guard::JobSlot;
 use crate::metric_names::QueueMetrics;
