@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use super::acker::Acker;
 use super::report::JobEnd;
-use super::settle::{Ran, finish, hand_back, say_why_the_lease_was_lost, settle};
+use super::settle::{Ran, finish, hand_back, settle};
 use crate::backoff::Backoff;
 use crate::guard::{CurrentJob, JobSlot, RunSignals, run_for_job};
 use crate::guard::{Error, JobAfterError, Outcome};
@@ -88,7 +88,7 @@ where
         job: ClaimedJob<T>,
         claimed_at: Instant,
         slot: JobSlot,
-    ) -> impl Future<Output = JobEnd> + Send + use<S, T, St, Enc> {
+    ) -> impl Future<Output = Option<JobEnd>> + Send + use<S, T, St, Enc> {
         let ClaimedJob { envelope, due, lease } = job;
         let span = tracing::info_span!(
             "redefer.job",
@@ -167,18 +167,18 @@ where
                 biased;
                 _ = renewal => {
                     tracing::warn!("job lease lost while the handler ran; the handler was stopped");
-                    return JobEnd::LeaseLost;
+                    return Some(JobEnd::LeaseLost);
                 }
                 result = call => match result {
                     Err(_lost) => {
                         tracing::warn!("job lease ran out while the process was paused; the handler was stopped");
-                        return JobEnd::LeaseLost;
+                        return Some(JobEnd::LeaseLost);
                     }
                     // The handler blocked its thread and returned after the renewal gave up:
                     // another claimer may run the job now.
                     Ok(_) if valid.lost().is_some() => {
                         tracing::warn!("job lease lost while the handler blocked its thread");
-                        return JobEnd::LeaseLost;
+                        return Some(JobEnd::LeaseLost);
                     }
                     Ok(result) => match result {
                     // A duplicate of a request already taken: nothing more to do for this job.
@@ -195,7 +195,7 @@ where
                 () = timed_out => {
                     Ran::Erred(JobAfterError::Failed(format!("timed out after {}", humantime::format_duration(time_limit))))
                 }
-                () = abandoned => return Box::pin(hand_back(queue, &lease)).await,
+                () = abandoned => return Some(Box::pin(hand_back(queue, &lease)).await),
             };
             // The handler is done: another job may run while this one is settled.
             signals.free_slot();
@@ -206,26 +206,18 @@ where
                 }
                 _ => store_failures.store(0, Ordering::Relaxed),
             }
-            // A handled job is acknowledged in a batch with others; should the batch fail, and
-            // for failed jobs, the job is settled on its own, retried until its lease runs out.
+            // A handled job is acknowledged in a batch with others, by the acker, which counts
+            // how it ends; a failed job is settled here, retried until its lease runs out.
             let lease = match ran {
-                Ran::Done => {
-                    // The ack takes the lease; the id says why, should it be refused.
-                    let id = lease.id().clone();
-                    match acker.ack(lease).await {
-                        Ok(true) => return finish(metrics, JobEnd::Acked),
-                        Ok(false) => {
-                            Box::pin(say_why_the_lease_was_lost(queue, &id)).await;
-                            return finish(metrics, JobEnd::LeaseLost);
-                        }
-                        Err(lease) => lease,
-                    }
-                }
+                Ran::Done => match acker.ack(lease, claimed_at + lease_ttl) {
+                    Ok(()) => return None,
+                    Err(lease) => lease,
+                },
                 Ran::Erred(_) => lease,
             };
             let postpone_by = error_backoff.delay(store_failures.fetch_add(1, Ordering::Relaxed), &mut rand::rng());
             let end = Box::pin(settle(queue, &lease, ran, postpone_by, claimed_at + lease_ttl, error_backoff)).await;
-            finish(metrics, end)
+            Some(finish(metrics, end))
         }
         .instrument(span)
     }

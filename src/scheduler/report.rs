@@ -60,4 +60,26 @@ impl SchedulerReport {
         };
         *counter += 1;
     }
+
+    /// Adds the counts of `other` (the acker's, of the acks it settled).
+    pub(super) fn add(&mut self, other: SchedulerReport) {
+        let SchedulerReport {
+            acked,
+            retried,
+            buried,
+            returned,
+            postponed,
+            waited,
+            lease_lost,
+            unsettled,
+        } = other;
+        self.acked += acked;
+        self.retried += retried;
+        self.buried += buried;
+        self.returned += returned;
+        self.postponed += postponed;
+        self.waited += waited;
+        self.lease_lost += lease_lost;
+        self.unsettled += unsettled;
+    }
 }

@@ -54,7 +54,7 @@ where
             stats_every,
         } = options;
         let metrics = QueueMetrics::new(queue.name());
-        let (acker, acker_task) = Acker::start(queue.clone());
+        let (acker, acker_task) = Acker::start(queue.clone(), metrics.clone(), error_backoff);
         let mut stats_due = Instant::now();
         let mut registered_again = Instant::now() + REGISTER_EVERY;
         let slots = Arc::new(Semaphore::new(concurrency.clamp(1, Semaphore::MAX_PERMITS)));
@@ -88,7 +88,7 @@ where
         let gather = min_claim(concurrency, batch);
         loop {
             while let Some(ended) = running.try_join_next() {
-                report.record(job_end(ended));
+                record(&mut report, ended);
             }
             if !stats_every.is_zero() && Instant::now() >= stats_due {
                 stats_due = Instant::now() + stats_every;
@@ -167,19 +167,22 @@ where
         tracing::info!(queue = %queue.name(), running = running.len(), "scheduler stopping");
         let drain = async {
             while let Some(ended) = running.join_next().await {
-                report.record(job_end(ended));
+                record(&mut report, ended);
             }
         };
         if timeout(shutdown_grace, drain).await.is_err() {
             abandon.cancel();
             while let Some(ended) = running.join_next().await {
-                report.record(job_end(ended));
+                record(&mut report, ended);
             }
         }
         // Every job task is done, so the jobs' shared part holds the last sender: the acker
-        // finishes its batch and stops.
+        // finishes its batch and stops, with how the acks it was given ended.
         drop(jobs);
-        let _ = acker_task.await;
+        match acker_task.await {
+            Ok(acks) => report.add(acks),
+            Err(error) => tracing::warn!(%error, "the acker stopped before counting its acks"),
+        }
         tracing::info!(queue = %queue.name(), ?report, "scheduler stopped");
         report
     }
@@ -231,8 +234,11 @@ async fn free_slots(slots: &Arc<Semaphore>, gather: usize, batch: usize) -> Owne
     taken
 }
 
-/// A job task's end; a job task cannot panic (the handler's panics are caught inside it), so
-/// a join error means the runtime is shutting down, and the job returns after its lease.
-fn job_end(joined: Result<JobEnd, tokio::task::JoinError>) -> JobEnd {
-    joined.unwrap_or(JobEnd::Unsettled)
+/// Counts a job task's end, unless it handed its job to the acker (which counts it). A job task
+/// cannot panic (the handler's panics are caught inside it), so a join error means the runtime
+/// is shutting down, and the job returns after its lease.
+fn record(report: &mut SchedulerReport, joined: Result<Option<JobEnd>, tokio::task::JoinError>) {
+    if let Some(end) = joined.unwrap_or(Some(JobEnd::Unsettled)) {
+        report.record(end);
+    }
 }
