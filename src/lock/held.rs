@@ -94,7 +94,7 @@ impl HeldLock {
     /// Whether this holding is still its holder's: its handler has not returned and its
     /// renewal did not give up.
     fn is_live(&self) -> bool {
-        !self.lease.has_ended() && self.lease.lost().is_none()
+        self.lease.is_live()
     }
 
     /// Whether a newer request for the key asked this holder to stop (the

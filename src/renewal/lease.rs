@@ -68,19 +68,21 @@ impl Lease {
         self.valid_after_base.store(nanos, Ordering::Release);
     }
 
-    /// The renewal gave up: the holder is told, unless it already ended.
-    pub(crate) fn lose(&self, reason: LossReason) {
+    /// The renewal gave up: the holder is told, unless it already ended. Whether the lease
+    /// was live until then (a holder that ended meanwhile lost nothing).
+    pub(crate) fn lose(&self, reason: LossReason) -> bool {
         let lost = match reason {
             LossReason::Gone => LOST_GONE,
             LossReason::Unconfirmed => LOST_UNCONFIRMED,
         };
-        if self
+        let was_live = self
             .status
             .compare_exchange(LIVE, lost, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+            .is_ok();
+        if was_live {
             self.holder.wake();
         }
+        was_live
     }
 
     /// The holder is done: the renewal stops.
@@ -103,9 +105,9 @@ impl Lease {
         }
     }
 
-    /// Whether the holder is done.
-    pub(crate) fn has_ended(&self) -> bool {
-        self.status.load(Ordering::Acquire) == ENDED
+    /// Whether the holder still works and the renewal extends.
+    pub(crate) fn is_live(&self) -> bool {
+        self.status.load(Ordering::Acquire) == LIVE
     }
 
     /// Ready with the reason once the renewal gave up; wakes the holder's task then.
@@ -117,17 +119,15 @@ impl Lease {
         }
     }
 
-    /// Resolves once the lease is no longer live: the holder ended (or it was lost).
-    pub(crate) async fn ended(&self) {
-        std::future::poll_fn(|cx| {
-            self.renewal.register(cx.waker());
-            if self.status.load(Ordering::Acquire) == LIVE {
-                Poll::Pending
-            } else {
-                Poll::Ready(())
-            }
-        })
-        .await
+    /// Ready once the lease is no longer live: the holder ended (or it was lost); wakes the
+    /// renewal's task then.
+    pub(crate) fn poll_over(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.renewal.register(cx.waker());
+        if self.is_live() {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
     }
 }
 

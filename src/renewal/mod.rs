@@ -7,7 +7,8 @@
 //! a task of its own, started by the [`watchdog`] thread when the first extension is due (a
 //! third of the TTL): it does not depend on any worker driving the runtime's timers, and a
 //! handler that finishes before that costs one registration in the watchdog's map, no timer
-//! and no task. The holder runs its work under [`while_valid`], which stops the work once the
+//! and no task; the jobs of one claim share one registration
+//! ([`Renewal::start_together`]), each extended and lost on its own. The holder runs its work under [`while_valid`], which stops the work once the
 //! lease may have run out, and polls the [`Renewal`], which resolves when the renewal gave up.
 
 mod lease;

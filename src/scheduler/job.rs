@@ -22,7 +22,7 @@ use crate::guard::{CurrentJob, JobSlot, RunSignals, run_for_job};
 use crate::guard::{Error, JobAfterError, Outcome};
 use crate::metric_names::QueueMetrics;
 use crate::queue::QueueStore;
-use crate::queue::{ClaimedJob, Codec, DelayQueue};
+use crate::queue::{ClaimedJob, Codec, DelayQueue, Hold, JobId, QueueName};
 use crate::renewal::{Renewal, while_valid};
 
 /// The services a scheduler runs jobs through: a [`LockService`](crate::LockService) stack, whose
@@ -76,8 +76,30 @@ where
     St: QueueStore,
     Enc: Codec,
 {
-    /// Runs `job`, claimed by a request sent at `claimed_at`, through `service` to its end;
-    /// `slot` is freed as soon as the handler returns, before the job is settled.
+    /// The renewals of the leases of `jobs`, claimed by a request sent at `claimed_at`: armed
+    /// together (one registration with the watchdog for the claim), each job's extended and
+    /// lost on its own. A renewal needs the job's place and hold, not its envelope.
+    pub(super) fn renewals(&self, jobs: &[ClaimedJob<T>], claimed_at: Instant) -> Vec<Renewal> {
+        let places: Vec<(QueueName, JobId, Hold)> = jobs
+            .iter()
+            .map(|job| {
+                (
+                    job.lease.shard().clone(),
+                    job.lease.id().clone(),
+                    job.lease.hold(),
+                )
+            })
+            .collect();
+        let (store, lease_ttl) = (self.queue.store().clone(), self.lease_ttl);
+        Renewal::start_together("job lease", lease_ttl, claimed_at, places.len(), move |job| {
+            let (store, (shard, id, hold)) = (store.clone(), places[job].clone());
+            async move { store.extend_lease(&shard, &id, hold, lease_ttl).await }
+        })
+    }
+
+    /// Runs `job`, claimed by a request sent at `claimed_at`, through `service` to its end,
+    /// while `renewal` keeps its lease (see [`JobRun::renewals`]); `slot` is freed as soon as
+    /// the handler returns, before the job is settled.
     ///
     /// A function returning the run, not an `async fn`: the run's future is the job's task,
     /// and an `async fn` around it kept a second copy of its state. With the settling's rare
@@ -87,6 +109,7 @@ where
         mut service: S,
         job: ClaimedJob<T>,
         claimed_at: Instant,
+        renewal: Renewal,
         slot: JobSlot,
     ) -> impl Future<Output = Option<JobEnd>> + Send + use<S, T, St, Enc> {
         let ClaimedJob { envelope, due, lease } = job;
@@ -129,19 +152,6 @@ where
             metrics.reinjected.increment(1);
             metrics.lag.record(lag.as_secs_f64());
             let signals = RunSignals::in_slot(slot);
-            // The renewal needs the job's place and hold, not its envelope (a copy per job).
-            let renewal = Renewal::start("job lease", lease_ttl, claimed_at, {
-                let (store, shard, id, hold) = (
-                    queue.store().clone(),
-                    lease.shard().clone(),
-                    lease.id().clone(),
-                    lease.hold(),
-                );
-                move || {
-                    let (store, shard, id) = (store.clone(), shard.clone(), id.clone());
-                    async move { store.extend_lease(&shard, &id, hold, lease_ttl).await }
-                }
-            });
             let valid = renewal.lease();
             let call = while_valid(
                 &valid,

@@ -123,7 +123,8 @@ where
             let pause = match claimed {
                 Ok(claimed) => {
                     failures = 0;
-                    for job in claimed.jobs {
+                    let renewals = jobs.renewals(&claimed.jobs, claimed_at);
+                    for (job, renewal) in claimed.jobs.into_iter().zip(renewals) {
                         // A claim returns no more jobs than it was asked for; should a store
                         // ever return more, the extra jobs wait for slots like any other.
                         let slot = match taken.split(1) {
@@ -139,6 +140,7 @@ where
                             service.clone(),
                             job,
                             claimed_at,
+                            renewal,
                             JobSlot::new(slot, Arc::clone(&places), stop.clone()),
                         )));
                     }
