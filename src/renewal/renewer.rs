@@ -272,11 +272,12 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn leases_granted_together_are_each_extended_and_lost_on_their_own() {
         let (extended, mut extensions) = mpsc::unbounded_channel();
-        let renewals = Renewal::start_together("test", Duration::from_millis(300), Instant::now(), 3, move |i| {
-            let _ = extended.send(i);
-            // The store holds every lease but the second.
-            async move { Ok::<_, String>(i != 1) }
-        });
+        let renewals =
+            Renewal::start_together("test", Duration::from_millis(300), Instant::now(), 3, move |i| {
+                let _ = extended.send(i);
+                // The store holds every lease but the second.
+                async move { Ok::<_, String>(i != 1) }
+            });
         let [first, second, third]: [Renewal; 3] = renewals.try_into().ok().expect("three renewals");
         let within = Duration::from_secs(10);
         assert_eq!(timeout(within, second).await, Ok(LossReason::Gone));
@@ -285,7 +286,10 @@ mod tests {
         // Two more rounds of the other two, and never the lost one again.
         let mut seen = [0; 3];
         while seen[0] < 3 || seen[2] < 3 {
-            let i = timeout(within, extensions.recv()).await.expect("renewed").expect("running");
+            let i = timeout(within, extensions.recv())
+                .await
+                .expect("renewed")
+                .expect("running");
             seen[i] += 1;
         }
         assert_eq!(seen[1], 1, "the lost lease was extended again");
@@ -295,14 +299,22 @@ mod tests {
         drop(first);
         let mut after = Vec::new();
         while after.iter().filter(|&&i| i == 2).count() < 3 {
-            after.push(timeout(within, extensions.recv()).await.expect("renewed").expect("running"));
+            after.push(
+                timeout(within, extensions.recv())
+                    .await
+                    .expect("renewed")
+                    .expect("running"),
+            );
         }
         assert!(after.iter().filter(|&&i| i == 0).count() <= 1, "{after:?}");
         assert!(after.ends_with(&[2, 2]), "{after:?}");
 
         // Every holder is done: the renewal stops (and drops what extends).
         drop(third);
-        while let Some(i) = timeout(within, extensions.recv()).await.expect("the renewal stops") {
+        while let Some(i) = timeout(within, extensions.recv())
+            .await
+            .expect("the renewal stops")
+        {
             assert_ne!(i, 1);
         }
     }
