@@ -1,4 +1,5 @@
-//! One claimed job: re-inject it into the service stack with its lease renewed, then settle it.
+//! One claimed job: re-inject it into the service stack with its lease renewed; a handled job goes
+//! to the acker, a failed one is settled here.
 
 use std::fmt::Display;
 use std::panic::AssertUnwindSafe;
