@@ -18,3 +18,7 @@ pub trait Sealed: Sized {
 /// The seal of [`Guard`](crate::guard::Guard): only the crate's layers are guards, so that the
 /// call path can change without breaking anyone.
 pub trait SealedGuard {}
+
+/// The seal of [`SingleServerConnection`](crate::store::SingleServerConnection): only the
+/// connections known to reach one server are.
+pub trait SealedConnection {}

@@ -621,7 +621,9 @@ async fn a_store_over_a_connection_of_the_user_s_keeps_its_first_releases_in_ord
 
 /// Twenty calls, each followed at once by a command of the caller's own on the store's
 /// connection, then by an acquire through the store: both find the key released.
-async fn releases_are_on_the_connection_when_responses_return(store: redefer::RedisStore) {
+async fn releases_are_on_the_connection_when_responses_return<Conn: redefer::store::RedisConnection>(
+    store: redefer::RedisStore<Conn>,
+) {
     let service = LockLayer::new(store.clone(), by_order)
         .ttl(LONG)
         .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));

@@ -161,7 +161,7 @@ fn cap(capped: bool) -> Option<LineCap> {
 /// One sequence, run on the model and on a fresh prefix of the server.
 struct Run {
     model: LockModel,
-    store: RedisStore<ConnectionManager>,
+    store: RedisStore,
     redis: ConnectionManager,
     prefix: String,
     callers: Callers,

@@ -123,7 +123,7 @@ type Shows = (Vec<(usize, bool)>, Vec<String>, Vec<(String, bool)>);
 /// One sequence, run on the model and on a fresh prefix of the server.
 struct Run {
     model: PermitModel,
-    store: RedisStore<ConnectionManager>,
+    store: RedisStore,
     redis: ConnectionManager,
     prefix: String,
     tokens: [LockToken; CALLERS],

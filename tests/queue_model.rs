@@ -269,7 +269,7 @@ enum Reply {
 struct Run {
     model: QueueModel,
     requests: RequestModel,
-    store: RedisStore<ConnectionManager>,
+    store: RedisStore,
     redis: ConnectionManager,
     queue: QueueName,
     ids: Vec<JobId>,

@@ -5,7 +5,7 @@ use crate::support;
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redefer::semaphore::Permits;
@@ -190,6 +190,112 @@ async fn calls_fail_while_redis_is_down_and_succeed_once_it_is_back(kind: Server
     )
     .await;
     assert_eq!(response, "handled");
+}
+
+/// A TCP proxy in front of a server whose open connections can be made to go silent: they stay
+/// open but relay nothing either way, as when the server's host vanished without a reset or a
+/// firewall dropped the connection's state; connections opened later relay as usual.
+struct SilenceableProxy {
+    url: String,
+    /// How many times the open connections were silenced: a connection opened at 0 relays no
+    /// byte read once it is above 0.
+    silenced: Arc<AtomicU64>,
+    /// The connections it accepted.
+    connections: Arc<AtomicU64>,
+}
+
+impl SilenceableProxy {
+    async fn start(server_url: String) -> SilenceableProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("redis://{}", listener.local_addr().unwrap());
+        let server_address = server_url.trim_start_matches("redis://").to_string();
+        let silenced = Arc::new(AtomicU64::new(0));
+        let watched = silenced.clone();
+        let connections = Arc::new(AtomicU64::new(0));
+        let accepted = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let Ok(outbound) = tokio::net::TcpStream::connect(&server_address).await else {
+                    continue;
+                };
+                let opened_at = watched.load(Ordering::SeqCst);
+                let (from_client, to_client) = inbound.into_split();
+                let (from_server, to_server) = outbound.into_split();
+                tokio::spawn(Self::relay(from_client, to_server, watched.clone(), opened_at));
+                tokio::spawn(Self::relay(from_server, to_client, watched.clone(), opened_at));
+            }
+        });
+        SilenceableProxy {
+            url,
+            silenced,
+            connections,
+        }
+    }
+
+    /// Relays what `from` sends to `to` until the connection is silenced; then holds both
+    /// halves open and relays nothing.
+    async fn relay(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        silenced: Arc<AtomicU64>,
+        opened_at: u64,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buffer = vec![0; 64 * 1024];
+        loop {
+            let Ok(read @ 1..) = from.read(&mut buffer).await else {
+                return;
+            };
+            if silenced.load(Ordering::SeqCst) > opened_at {
+                let _held = (from, to);
+                return std::future::pending().await;
+            }
+            if to.write_all(&buffer[..read]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The connections open now go silent: nothing they send from now on arrives.
+    fn silence_open_connections(&self) {
+        self.silenced.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A connection whose server stopped answering on it (its host gone without a reset, its state
+/// dropped by a firewall) is given up after its commands time out, and the store goes on over a
+/// new one: it used to time out every command for as long as the operating system kept the
+/// dead connection open.
+async fn a_connection_gone_silent_is_replaced_by_a_new_one(kind: Server) {
+    let server = RedisServer::start_of(kind);
+    let proxy = SilenceableProxy::start(server.url()).await;
+    let store = RedisStore::builder()
+        .response_timeout(Duration::from_millis(200))
+        .connection_timeout(Duration::from_millis(200))
+        .connect(&proxy.url)
+        .await
+        .unwrap();
+    let service =
+        LockLayer::new(store, by_order).layer(service_fn(|_: u32| async { Ok::<_, Infallible>("handled") }));
+    assert_eq!(service.clone().oneshot(1).await.unwrap().done(), Some("handled"));
+
+    let connections_before = proxy.connections.load(Ordering::SeqCst);
+    proxy.silence_open_connections();
+    let response = eventually(
+        Duration::from_secs(10),
+        "the service works again over a new connection",
+        || {
+            let service = service.clone();
+            async move { service.oneshot(2).await.ok().and_then(|outcome| outcome.done()) }
+        },
+    )
+    .await;
+    assert_eq!(response, "handled");
+    assert!(
+        proxy.connections.load(Ordering::SeqCst) > connections_before,
+        "the store connected anew: the first connection relays nothing since it went silent"
+    );
 }
 
 // ------------------------------------------------- connection faults under a running stack
@@ -761,6 +867,7 @@ for_each_server!(
     an_unreachable_server_is_a_typed_error,
     a_prefix_with_braces_is_rejected,
     calls_fail_while_redis_is_down_and_succeed_once_it_is_back,
+    a_connection_gone_silent_is_replaced_by_a_new_one,
     killed_client_connections_surface_as_errors_and_both_loops_recover,
     a_server_timeout_that_drops_idle_connections_is_survived,
     a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers,

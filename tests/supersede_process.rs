@@ -22,7 +22,7 @@ fn account(_: &u64) -> Option<String> {
 }
 
 /// The server's clock in microseconds.
-async fn server_micros(conn: &mut ::redis::aio::ConnectionManager) -> u64 {
+async fn server_micros(conn: &mut redefer::store::ManagedConnection) -> u64 {
     let (secs, micros): (u64, u64) = ::redis::cmd("TIME").query_async(conn).await.unwrap();
     secs * 1_000_000 + micros
 }

@@ -142,7 +142,7 @@ fn key_of(task: usize, nth: usize) -> String {
 
 /// Requests done by the bare loop over `round`, and the time they took: on a multiplexed
 /// connection of its own (redis-rs's defaults), or on the connection of a store made by
-/// `RedisStore::connect` (a `ConnectionManager`, as the lock scenario's bare loop).
+/// `RedisStore::connect` (a `ManagedConnection` over redis-rs's `ConnectionManager`, as the lock scenario's bare loop).
 async fn bare(url: &str, round: Duration, on_store_connection: bool) -> (usize, Duration) {
     if on_store_connection {
         let store = RedisStore::connect(url).await.expect("a store");

@@ -283,9 +283,7 @@ fn assert_rate_kept(runs: &[Run], rate: Rate, stalled: &[Stall]) {
 }
 
 /// A server for a measurement: no snapshots (the writes of 2,000 jobs would start one midway).
-async fn quiet_server(
-    server: Server,
-) -> Option<(RedisServer, redefer::RedisStore<redis::aio::ConnectionManager>)> {
+async fn quiet_server(server: Server) -> Option<(RedisServer, redefer::RedisStore)> {
     if !server.available() {
         return None;
     }

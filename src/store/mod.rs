@@ -21,7 +21,10 @@ pub(crate) mod redis;
 pub use self::list_locks::{ListLocks, LockInfo};
 pub use self::memory::MemoryStore;
 pub(crate) use self::redis::keys as redis_keys;
-pub use self::redis::{RedisConnection, RedisStore, RedisStoreBuilder, without_password};
+pub use self::redis::{
+    ManagedConnection, RedisConnection, RedisStore, RedisStoreBuilder, SingleServerConnection,
+    without_password,
+};
 
 pub(crate) use crate::sealed::Sealed;
 

@@ -131,7 +131,7 @@ pub async fn store_with_a_job(
     server: &RedisServer,
     reservation: Duration,
     job: &JobId,
-) -> (String, RedisStore<ConnectionManager>, ConnectionManager) {
+) -> (String, RedisStore, ConnectionManager) {
     let prefix = crate::support::unique_prefix();
     let store = crate::support::store_at(&server.url(), &prefix)
         .await

@@ -188,18 +188,18 @@ impl RedisServer {
     }
 
     /// A store on this server with a prefix unique to the calling test.
-    pub async fn store(&self) -> RedisStore<ConnectionManager> {
+    pub async fn store(&self) -> RedisStore {
         store_at(&self.url(), &unique_prefix()).await
     }
 
     /// A store on this server under `prefix`: another process's view of the same keys.
-    pub async fn store_with_prefix(&self, prefix: &str) -> RedisStore<ConnectionManager> {
+    pub async fn store_with_prefix(&self, prefix: &str) -> RedisStore {
         store_at(&self.url(), prefix).await
     }
 
     /// Like [`store`](Self::store), with 300 ms timeouts: calls fail quickly while the server
     /// is down or stalled, which fault tests wait through.
-    pub async fn fast_failing_store(&self) -> RedisStore<ConnectionManager> {
+    pub async fn fast_failing_store(&self) -> RedisStore {
         RedisStore::builder()
             .prefix(unique_prefix())
             .expect("valid prefix")
@@ -239,13 +239,13 @@ impl TestRedis {
         }
     }
 
-    pub async fn store(&self) -> RedisStore<ConnectionManager> {
+    pub async fn store(&self) -> RedisStore {
         store_at(&self.url(), &unique_prefix()).await
     }
 }
 
 /// A store on the server at `url` under `prefix`.
-pub async fn store_at(url: &str, prefix: &str) -> RedisStore<ConnectionManager> {
+pub async fn store_at(url: &str, prefix: &str) -> RedisStore {
     RedisStore::builder()
         .prefix(prefix)
         .expect("valid prefix")
@@ -622,7 +622,7 @@ impl StoreClock for redefer::MemoryStore {
     }
 }
 
-impl StoreClock for RedisStore<ConnectionManager> {
+impl StoreClock for RedisStore {
     async fn now(&self) -> std::time::SystemTime {
         let (secs, micros): (u64, u64) = redis::cmd("TIME")
             .query_async(&mut self.connection())

@@ -1,13 +1,25 @@
 //! The connections a [`RedisStore`](super::RedisStore) works over.
 
-use redis::aio::ConnectionLike;
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 
 /// A redis-rs connection a [`RedisStore`](crate::RedisStore) can share among tasks: any
 /// [`ConnectionLike`] that is `Clone`, `Send` and `Sync` (a
-/// [`ConnectionManager`](redis::aio::ConnectionManager), a
-/// [`MultiplexedConnection`](redis::aio::MultiplexedConnection), a cluster's
+/// [`ManagedConnection`](super::ManagedConnection), a [`ConnectionManager`], a
+/// [`MultiplexedConnection`], a cluster's
 /// [`ClusterConnection`](redis::cluster_async::ClusterConnection)), by the blanket impl:
 /// nothing to implement. The store's impls name these bounds by it, once.
 pub trait RedisConnection: ConnectionLike + Clone + Send + Sync + 'static {}
 
 impl<Conn: ConnectionLike + Clone + Send + Sync + 'static> RedisConnection for Conn {}
+
+/// A connection to one server, not to a cluster: a store over one lists its locks and scans
+/// its keys with `SCAN` on that server (a cluster's are scanned node by node). The connections
+/// of one server that redefer and redis-rs make: [`ManagedConnection`](super::ManagedConnection),
+/// [`ConnectionManager`] and [`MultiplexedConnection`]; sealed (a cluster's connection must not
+/// claim to be one).
+pub trait SingleServerConnection: RedisConnection + crate::sealed::SealedConnection {}
+
+impl crate::sealed::SealedConnection for super::ManagedConnection {}
+impl crate::sealed::SealedConnection for ConnectionManager {}
+impl crate::sealed::SealedConnection for MultiplexedConnection {}
+impl<Conn: RedisConnection + crate::sealed::SealedConnection> SingleServerConnection for Conn {}

@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 
-use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
 
@@ -169,7 +168,7 @@ impl RedisStore<ClusterConnection> {
     }
 }
 
-impl ScanFootprint for RedisStore<redis::aio::ConnectionManager> {
+impl<Conn: super::SingleServerConnection> ScanFootprint for RedisStore<Conn> {
     async fn scan_footprint(&self, max_keys: u64) -> Result<Footprint, StoreError> {
         self.footprint(max_keys).await
     }

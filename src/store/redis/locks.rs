@@ -214,7 +214,7 @@ pub(super) fn masters(nodes: &str) -> Vec<(String, u16)> {
         .collect()
 }
 
-impl crate::store::ListLocks for RedisStore<redis::aio::ConnectionManager> {
+impl<Conn: super::SingleServerConnection> crate::store::ListLocks for RedisStore<Conn> {
     async fn list_locks(&self, limit: usize) -> Result<Vec<LockInfo>, StoreError> {
         self.locks(limit).await
     }

@@ -13,6 +13,7 @@ pub(crate) mod listed_replies;
 pub(crate) mod lock;
 mod lock_store;
 pub(crate) mod locks;
+mod managed_connection;
 mod pending;
 mod queue;
 mod queue_operator;
@@ -25,14 +26,15 @@ mod wake;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use self::announcements::Announcements;
 use self::conditional::Conditional;
-pub use self::connection::RedisConnection;
+pub use self::connection::{RedisConnection, SingleServerConnection};
 use self::counted::CountedKeys;
+pub use self::managed_connection::ManagedConnection;
 use self::releasing::Releasing;
 pub use self::url::without_password;
 use crate::error::{KeyError, StoreError};
@@ -41,7 +43,9 @@ use crate::lock::Handoffs;
 use crate::store::DEFAULT_RESERVATION;
 
 /// A store in Redis, over any async connection of the redis crate that can be cloned cheaply:
-/// [`ConnectionManager`] (reconnects on its own) or the cluster connection.
+/// the [`ManagedConnection`] [`connect`](RedisStore::connect) makes (it reconnects by itself,
+/// also when the server goes silent), redis-rs's [`ConnectionManager`](redis::aio::ConnectionManager) or the cluster
+/// connection.
 ///
 /// Every script declares all its keys, and the keys one script touches share a hash tag, so the
 /// same store runs on Redis Cluster unchanged.
@@ -55,7 +59,7 @@ use crate::store::DEFAULT_RESERVATION;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct RedisStore<Conn = ConnectionManager> {
+pub struct RedisStore<Conn = ManagedConnection> {
     pub(crate) conn: Conn,
     pub(crate) prefix: Prefix,
     /// Where to open the pub/sub connections that wake schedulers (any node of a cluster will
@@ -90,11 +94,13 @@ impl<Conn> std::fmt::Debug for RedisStore<Conn> {
     }
 }
 
-impl RedisStore<ConnectionManager> {
+impl RedisStore<ManagedConnection> {
     /// Connects to one Redis server with the default settings of [`RedisStoreBuilder`].
     ///
     /// Fails with [`StoreError::Redis`] when the URL is malformed or the server cannot be
-    /// reached now; once connected, the store reconnects by itself after the server restarts.
+    /// reached now; once connected, the store reconnects by itself after the server restarts
+    /// or closes the connection, and when commands time out twice in a row on a connection that
+    /// went silent ([`ManagedConnection`]).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::builder().connect(url).await
     }
@@ -401,7 +407,7 @@ impl RedisStoreBuilder {
 
     /// Connects to the server at `url` (`redis://`, `rediss://` with the `tls` feature,
     /// `redis://user:password@host:port/db`).
-    pub async fn connect(self, url: &str) -> Result<RedisStore<ConnectionManager>, StoreError> {
+    pub async fn connect(self, url: &str) -> Result<RedisStore<ManagedConnection>, StoreError> {
         let client = url::client_of(url)?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.response_timeout))
@@ -410,7 +416,7 @@ impl RedisStoreBuilder {
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500))
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
-        let mut conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+        let mut conn = ManagedConnection::connect(client.clone(), config).await?;
         eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
         Ok(RedisStore::prepared_now(conn, self.prefix)
             .await?
