@@ -192,16 +192,23 @@ async fn calls_fail_while_redis_is_down_and_succeed_once_it_is_back(kind: Server
     assert_eq!(response, "handled");
 }
 
-/// A TCP proxy in front of a server whose open connections can be made to go silent: they stay
-/// open but relay nothing either way, as when the server's host vanished without a reset or a
-/// firewall dropped the connection's state; connections opened later relay as usual.
+/// A TCP proxy in front of a server whose connections can be made to go silent: they stay open
+/// but relay nothing either way, as when the server's host vanished without a reset or a
+/// firewall dropped the connection's state.
 struct SilenceableProxy {
     url: String,
+    state: Arc<ProxyState>,
+}
+
+#[derive(Default)]
+struct ProxyState {
     /// How many times the open connections were silenced: a connection opened at 0 relays no
     /// byte read once it is above 0.
-    silenced: Arc<AtomicU64>,
-    /// The connections it accepted.
-    connections: Arc<AtomicU64>,
+    silenced: AtomicU64,
+    /// While set, no connection relays (one that meets it stays silent for good).
+    blacked_out: AtomicBool,
+    /// The connections accepted.
+    connections: AtomicU64,
 }
 
 impl SilenceableProxy {
@@ -209,28 +216,22 @@ impl SilenceableProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("redis://{}", listener.local_addr().unwrap());
         let server_address = server_url.trim_start_matches("redis://").to_string();
-        let silenced = Arc::new(AtomicU64::new(0));
-        let watched = silenced.clone();
-        let connections = Arc::new(AtomicU64::new(0));
-        let accepted = connections.clone();
+        let state = Arc::new(ProxyState::default());
+        let accepting = state.clone();
         tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
-                accepted.fetch_add(1, Ordering::SeqCst);
+                accepting.connections.fetch_add(1, Ordering::SeqCst);
                 let Ok(outbound) = tokio::net::TcpStream::connect(&server_address).await else {
                     continue;
                 };
-                let opened_at = watched.load(Ordering::SeqCst);
+                let opened_at = accepting.silenced.load(Ordering::SeqCst);
                 let (from_client, to_client) = inbound.into_split();
                 let (from_server, to_server) = outbound.into_split();
-                tokio::spawn(Self::relay(from_client, to_server, watched.clone(), opened_at));
-                tokio::spawn(Self::relay(from_server, to_client, watched.clone(), opened_at));
+                tokio::spawn(Self::relay(from_client, to_server, accepting.clone(), opened_at));
+                tokio::spawn(Self::relay(from_server, to_client, accepting.clone(), opened_at));
             }
         });
-        SilenceableProxy {
-            url,
-            silenced,
-            connections,
-        }
+        SilenceableProxy { url, state }
     }
 
     /// Relays what `from` sends to `to` until the connection is silenced; then holds both
@@ -238,7 +239,7 @@ impl SilenceableProxy {
     async fn relay(
         mut from: tokio::net::tcp::OwnedReadHalf,
         mut to: tokio::net::tcp::OwnedWriteHalf,
-        silenced: Arc<AtomicU64>,
+        state: Arc<ProxyState>,
         opened_at: u64,
     ) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -247,7 +248,7 @@ impl SilenceableProxy {
             let Ok(read @ 1..) = from.read(&mut buffer).await else {
                 return;
             };
-            if silenced.load(Ordering::SeqCst) > opened_at {
+            if state.silenced.load(Ordering::SeqCst) > opened_at || state.blacked_out.load(Ordering::SeqCst) {
                 let _held = (from, to);
                 return std::future::pending().await;
             }
@@ -259,7 +260,23 @@ impl SilenceableProxy {
 
     /// The connections open now go silent: nothing they send from now on arrives.
     fn silence_open_connections(&self) {
-        self.silenced.fetch_add(1, Ordering::SeqCst);
+        self.state.silenced.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Every connection, open now or opened over the next `period`, goes silent; connections
+    /// opened after it relay again.
+    fn black_out(&self, period: Duration) {
+        self.state.blacked_out.store(true, Ordering::SeqCst);
+        self.silence_open_connections();
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(period).await;
+            state.blacked_out.store(false, Ordering::SeqCst);
+        });
+    }
+
+    fn connections(&self) -> u64 {
+        self.state.connections.load(Ordering::SeqCst)
     }
 }
 
@@ -280,7 +297,7 @@ async fn a_connection_gone_silent_is_replaced_by_a_new_one(kind: Server) {
         LockLayer::new(store, by_order).layer(service_fn(|_: u32| async { Ok::<_, Infallible>("handled") }));
     assert_eq!(service.clone().oneshot(1).await.unwrap().done(), Some("handled"));
 
-    let connections_before = proxy.connections.load(Ordering::SeqCst);
+    let connections_before = proxy.connections();
     proxy.silence_open_connections();
     let response = eventually(
         Duration::from_secs(10),
@@ -293,9 +310,63 @@ async fn a_connection_gone_silent_is_replaced_by_a_new_one(kind: Server) {
     .await;
     assert_eq!(response, "handled");
     assert!(
-        proxy.connections.load(Ordering::SeqCst) > connections_before,
+        proxy.connections() > connections_before,
         "the store connected anew: the first connection relays nothing since it went silent"
     );
+}
+
+/// A job whose handler ran past its first lease (renewed meanwhile) and whose ack is lost on a
+/// connection gone silent is acknowledged over the next connection, for as long as its renewed
+/// lease lasts: the ack's retries used to stop at the end of the lease the job was claimed
+/// with, long past by then, so the job stayed in flight and ran again after its lease.
+async fn a_long_job_whose_ack_is_lost_is_acked_again_while_its_renewed_lease_lasts(kind: Server) {
+    use redefer::queue::{DelayQueue, JobStatus};
+    use redefer::{Scheduler, SchedulerOptions};
+
+    let server = RedisServer::start_of(kind);
+    let proxy = Arc::new(SilenceableProxy::start(server.url()).await);
+    // Each try fails within 100 ms while Redis is silent.
+    let store = RedisStore::builder()
+        .response_timeout(Duration::from_millis(100))
+        .connection_timeout(Duration::from_millis(100))
+        .reconnect_attempts(0)
+        .connect(&proxy.url)
+        .await
+        .unwrap();
+    let queue = DelayQueue::<u32, _>::new(store.clone(), "orders").unwrap();
+    let pushed = queue.push(&1, Duration::ZERO).await.unwrap();
+    // Renewed every 800 ms: when the handler returns, at least 1.6 s of it are left.
+    let lease = Duration::from_millis(2400);
+    let runs = Arc::new(AtomicU64::new(0));
+    let (counted, silencer) = (runs.clone(), proxy.clone());
+    let handler = service_fn(move |_: u32| {
+        let (counted, silencer) = (counted.clone(), silencer.clone());
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            // A long job: one and a half leases, its lease renewed meanwhile.
+            tokio::time::sleep(lease * 3 / 2).await;
+            // As it returns, Redis goes silent for 800 ms: its ack is lost, and so are the
+            // first tries of it on its own, over new connections.
+            silencer.black_out(Duration::from_millis(800));
+            Ok::<_, Infallible>(())
+        }
+    });
+    let options = SchedulerOptions {
+        lease,
+        max_idle: Duration::from_millis(100),
+        ..SchedulerOptions::default()
+    };
+    let scheduler = Scheduler::new(queue.clone(), LockLayer::new(store, by_order).layer(handler))
+        .options(options)
+        .start();
+    eventually(Duration::from_secs(10), "the job is acknowledged", || {
+        let (queue, id) = (queue.clone(), pushed.id.clone());
+        async move { matches!(queue.status(&id).await, Ok(JobStatus::Unknown)).then_some(()) }
+    })
+    .await;
+    let report = scheduler.shutdown().await;
+    assert_eq!((report.acked, report.unsettled), (1, 0), "{report:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the job ran once");
 }
 
 // ------------------------------------------------- connection faults under a running stack
@@ -868,6 +939,7 @@ for_each_server!(
     a_prefix_with_braces_is_rejected,
     calls_fail_while_redis_is_down_and_succeed_once_it_is_back,
     a_connection_gone_silent_is_replaced_by_a_new_one,
+    a_long_job_whose_ack_is_lost_is_acked_again_while_its_renewed_lease_lasts,
     killed_client_connections_surface_as_errors_and_both_loops_recover,
     a_server_timeout_that_drops_idle_connections_is_survived,
     a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers,

@@ -98,9 +98,9 @@ where
         })
     }
 
-    /// Runs `job`, claimed by a request sent at `claimed_at`, through `service` to its end,
-    /// while `renewal` keeps its lease (see [`JobRun::renewals`]); `slot` is freed as soon as
-    /// the handler returns, before the job is settled.
+    /// Runs `job` through `service` to its end, while `renewal` keeps its lease (see
+    /// [`JobRun::renewals`]); `slot` is freed as soon as the handler returns, before the job is
+    /// settled.
     ///
     /// A function returning the run, not an `async fn`: the run's future is the job's task,
     /// and an `async fn` around it kept a second copy of its state. With the settling's rare
@@ -109,7 +109,6 @@ where
         self: Arc<Self>,
         mut service: S,
         job: ClaimedJob<T>,
-        claimed_at: Instant,
         renewal: Renewal,
         slot: JobSlot,
     ) -> impl Future<Output = Option<JobEnd>> + Send + use<S, T, St, Enc> {
@@ -140,7 +139,7 @@ where
         async move {
             let JobRun {
                 queue,
-                lease_ttl,
+                lease_ttl: _,
                 time_limit,
                 error_backoff,
                 store_failures,
@@ -148,7 +147,7 @@ where
                 metrics,
                 acker,
             } = &*self;
-            let (lease_ttl, time_limit) = (*lease_ttl, *time_limit);
+            let time_limit = *time_limit;
             tracing::debug!(lag_ms = lag.as_millis() as u64, "job started");
             metrics.reinjected.increment(1);
             metrics.lag.record(lag.as_secs_f64());
@@ -218,16 +217,19 @@ where
                 _ => store_failures.store(0, Ordering::Relaxed),
             }
             // A handled job is acknowledged in a batch with others, by the acker, which counts
-            // how it ends; a failed job is settled here, retried until its lease runs out.
+            // how it ends; a failed job is settled here, retried until its lease runs out: as
+            // its renewal last confirmed it (a job that ran past its first lease has it
+            // renewed), not as it was claimed.
+            let lease_deadline = valid.valid_until();
             let lease = match ran {
-                Ran::Done => match acker.ack(lease, claimed_at + lease_ttl) {
+                Ran::Done => match acker.ack(lease, lease_deadline) {
                     Ok(()) => return None,
                     Err(lease) => lease,
                 },
                 Ran::Erred(_) => lease,
             };
             let postpone_by = error_backoff.delay(store_failures.fetch_add(1, Ordering::Relaxed), &mut rand::rng());
-            let end = Box::pin(settle(queue, &lease, ran, postpone_by, claimed_at + lease_ttl, error_backoff)).await;
+            let end = Box::pin(settle(queue, &lease, ran, postpone_by, lease_deadline, error_backoff)).await;
             Some(finish(metrics, end))
         }
         .instrument(span)

@@ -139,7 +139,6 @@ where
                         running.spawn(Box::pin(Arc::clone(&jobs).run(
                             service.clone(),
                             job,
-                            claimed_at,
                             renewal,
                             JobSlot::new(slot, Arc::clone(&places), stop.clone()),
                         )));
