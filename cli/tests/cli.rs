@@ -786,6 +786,18 @@ async fn locks_shows_hostile_keys_escaped_one_row_each() {
             .await
             .unwrap();
     }
+    // A value redefer cannot read, shown in the row's note, is escaped as the keys are.
+    let _: () = server
+        .cmd(
+            ::redis::cmd("SET")
+                .arg(
+                    store
+                        .lock_redis_key(&LockKey::new(hostile[0]).unwrap())
+                        .replacen(":lock:", ":fence:", 1),
+                )
+                .arg("7\x1b[31m"),
+        )
+        .await;
     let table = redefer(&server, &prefix, &["locks"]).expect("redefer locks succeeds");
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(
@@ -803,6 +815,7 @@ async fn locks_shows_hostile_keys_escaped_one_row_each() {
         "order:\\u{7}bell\\u{0}nul",
         "order:\\u{202E}txt.exe",
         "order:a\\u{A}b\\u{9}c",
+        "its fencing counter holds \"7\\u{1B}[31m\"",
     ] {
         assert!(table.contains(shown), "{shown} in\n{table}");
     }

@@ -43,7 +43,10 @@ impl ListedReplies {
                     Value::ServerError(error) => {
                         format!("{what}: {} {}", error.code(), error.details().unwrap_or(""))
                     }
-                    Value::BulkString(bytes) => format!("{what} holds {:?}", excerpt(bytes)),
+                    // Quoted as it is, not as Rust's `{:?}` writes it: whoever shows the
+                    // note escapes what would not show as itself, as it does the key's name
+                    // (`\u{1B}` on a terminal and on the dashboard, `\u001b` in JSON).
+                    Value::BulkString(bytes) => format!("{what} holds \"{}\"", excerpt(bytes)),
                     other => format!("{what} holds a {}", kind(other)),
                 };
                 self.note(why.trim_end().to_string());
