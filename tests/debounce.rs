@@ -32,8 +32,13 @@ type Run = (JobId, u32, SystemTime);
 
 /// Requests 10 ms apart for 2 s, with a period of 200 ms and a max_wait of 1 s: the burst never
 /// pauses, so it runs at its max_wait, then the rest at the end. At most 3 runs, each within
-/// 20 ms of its job's deadline (the due time its last request was told), each with the payload
+/// 60 ms of its job's deadline (the due time its last request was told), each with the payload
 /// of the last request stored for its job; every request's job ran.
+///
+/// The scheduler looks at an idle queue once a second only: a run it did not wake for (its
+/// timer, a push's wake-up) would be hundreds of ms late, far past the bound, while a wake-up
+/// delayed by a loaded machine (21 ms seen, under a bound of 20 ms with polls every 50 ms) is
+/// not mistaken for one.
 async fn a_continuous_burst_runs_at_most_three_times_at_its_deadlines_with_the_latest<S: Store>(store: S) {
     let queue = DelayQueue::<Edit, _>::new(store.clone(), "reindex").unwrap();
     let debounce = Debounce::new(200 * MS, 1_000 * MS).unwrap();
@@ -57,7 +62,7 @@ async fn a_continuous_burst_runs_at_most_three_times_at_its_deadlines_with_the_l
     };
     let scheduler = Scheduler::new(queue.clone(), service.clone())
         .options(SchedulerOptions {
-            max_idle: Duration::from_millis(50),
+            max_idle: Duration::from_secs(1),
             ..SchedulerOptions::default()
         })
         .start();
@@ -95,7 +100,7 @@ async fn a_continuous_burst_runs_at_most_three_times_at_its_deadlines_with_the_l
         let late = started
             .duration_since(deadline)
             .unwrap_or_else(|early| panic!("job {job} ran {:?} before its deadline", early.duration()));
-        assert!(late <= 20 * MS, "job {job} ran {late:?} after its deadline");
+        assert!(late <= 60 * MS, "job {job} ran {late:?} after its deadline");
     }
     // No run before max_wait: the burst never paused for a period.
     let first_request = deferrals[0].1.due - debounce.period;
