@@ -145,6 +145,17 @@ pub(crate) fn hash_slot(name: &str) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % HASH_SLOTS
 }
 
+/// The Redis Cluster hash slot of `key`: of its hash tag (what stands between its first `{` and
+/// the first `}` after it) when that is not empty, else of the whole key.
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&byte| byte == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&byte| byte == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(key)) % HASH_SLOTS
+}
+
 /// Inverse of the hash-tag encoding; `None` for text that no key encodes to.
 pub fn decode_tag(encoded: &str) -> Option<String> {
     let mut out = String::with_capacity(encoded.len());
@@ -181,6 +192,27 @@ mod tests {
         for name in ["a", "{b}", "ключ"] {
             let slot = redis::cluster_routing::Slot::for_key(format!("redefer:lock:{{{}}}", hash_tag(name)));
             assert_eq!(redis::cluster_routing::Slot::new(hash_slot(name)), Some(slot));
+        }
+    }
+
+    #[test]
+    fn key_slot_is_the_slot_redis_computes() {
+        for key in [
+            "{user1000}.following",
+            "plain",
+            "a{}b{c}",
+            "{}",
+            "a{b",
+            "x}{y}",
+            "redefer:lock:{k}:waiters",
+            "",
+        ] {
+            let slot = redis::cluster_routing::Slot::for_key(key);
+            assert_eq!(
+                redis::cluster_routing::Slot::new(key_slot(key.as_bytes())),
+                Some(slot),
+                "{key}"
+            );
         }
     }
 

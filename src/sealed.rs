@@ -22,3 +22,10 @@ pub trait SealedGuard {}
 /// The seal of [`SingleServerConnection`](crate::store::SingleServerConnection): only the
 /// connections known to reach one server are.
 pub trait SealedConnection {}
+
+/// The seal of [`ClusterNodesConnection`](crate::store::ClusterNodesConnection): only the
+/// connections known to reach a cluster's nodes are.
+pub trait SealedClusterConnection {}
+
+/// The seal of the kinds of connection redefer knows how to replace (its managed connections').
+pub trait SealedReconnect {}

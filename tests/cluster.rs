@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ::redis::cluster_async::ClusterConnection;
 use redefer::debounce::{Debounce, DebounceLayer};
 use redefer::guard::LineCap;
 use redefer::lock::{Acquisition, current_locks};
@@ -21,6 +20,7 @@ use redefer::lock_set::LockSetLayer;
 use redefer::queue::QueueStats;
 use redefer::queue::{DelayQueue, GroupWaiting, JobGroup};
 use redefer::read_write::{Access, ReadWriteLayer};
+use redefer::store::ManagedClusterConnection;
 use redefer::strategy::{Coalesce, Defer, Retry, Supersede};
 use redefer::throttle::{Rate, ThrottleLayer, ThrottleStore};
 use redefer::{
@@ -42,7 +42,7 @@ fn by_order(charge: &Charge) -> Option<String> {
     Some(format!("order:{}", charge.order))
 }
 
-async fn cluster_store(cluster: &RedisCluster) -> RedisStore<ClusterConnection> {
+async fn cluster_store(cluster: &RedisCluster) -> RedisStore<ManagedClusterConnection> {
     let urls = cluster.urls();
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
     RedisStore::builder()
@@ -212,7 +212,25 @@ async fn concurrent_claimers_on_a_sharded_cluster_queue_receive_each_job_once(ki
     assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 }
 
+/// How a master is taken away in a failover test.
+#[derive(Debug, Clone, Copy)]
+enum MasterFault {
+    /// SIGKILL: its connections are reset.
+    Killed,
+    /// SIGSTOP: its connections stay open and answer nothing, as a master whose host is gone
+    /// without a reset.
+    Frozen,
+}
+
 async fn a_scheduler_carries_on_through_a_master_failover(kind: Server) {
+    a_scheduler_carries_on_through_a_failover_of(kind, MasterFault::Killed).await;
+}
+
+async fn a_scheduler_carries_on_through_the_failover_of_a_master_gone_silent(kind: Server) {
+    a_scheduler_carries_on_through_a_failover_of(kind, MasterFault::Frozen).await;
+}
+
+async fn a_scheduler_carries_on_through_a_failover_of(kind: Server, fault: MasterFault) {
     const JOBS: u64 = 300;
     client_log::keep();
     let mut cluster = RedisCluster::start_of(kind, 3, 1);
@@ -263,8 +281,11 @@ async fn a_scheduler_carries_on_through_a_master_failover(kind: Server) {
         store.prefix().as_str(),
         queue.shard_names()[0]
     ));
-    cluster.kill(victim);
-    log::info!(target: "redis_failover_test", "killed the master on port {victim}");
+    match fault {
+        MasterFault::Killed => cluster.kill(victim),
+        MasterFault::Frozen => cluster.freeze(victim),
+    }
+    log::info!(target: "redis_failover_test", "{fault:?} the master on port {victim}");
     // Polls the nodes with redis-cli for a second or two: off the runtime's workers' queue.
     tokio::task::block_in_place(|| cluster.wait_until_failed_over(victim, Duration::from_secs(30)));
     log::info!(target: "redis_failover_test", "the cluster has failed the master over");
@@ -779,4 +800,5 @@ for_each_server!(
     the_shards_of_a_queue_land_on_different_masters,
     concurrent_claimers_on_a_sharded_cluster_queue_receive_each_job_once,
     a_scheduler_carries_on_through_a_master_failover,
+    a_scheduler_carries_on_through_the_failover_of_a_master_gone_silent,
 );

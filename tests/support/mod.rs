@@ -79,6 +79,8 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     extra_args: Vec<String>,
     server: Server,
+    /// SIGSTOPped by [`freeze`](Self::freeze): running, answering nothing.
+    frozen: bool,
 }
 
 /// What a server started without arguments gets: nothing on disk.
@@ -116,6 +118,7 @@ impl RedisServer {
             dir,
             extra_args: args.iter().map(|a| a.to_string()).collect(),
             server,
+            frozen: false,
         };
         server.spawn();
         server
@@ -169,6 +172,25 @@ impl RedisServer {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.frozen = false;
+    }
+
+    /// Freezes the server with SIGSTOP: its connections stay open and answer nothing, as a
+    /// server whose host is gone without a reset (the kernel still takes the bytes sent to
+    /// it). Killed on drop, never resumed.
+    pub fn freeze(&mut self) {
+        let child = self.child.as_ref().expect("a running server");
+        let status = Command::new("kill")
+            .args(["-STOP", &child.id().to_string()])
+            .status()
+            .expect("kill -STOP");
+        assert!(status.success(), "kill -STOP {}", child.id());
+        self.frozen = true;
+    }
+
+    /// Whether the server runs and answers (not killed, not frozen).
+    pub fn is_live(&self) -> bool {
+        self.child.is_some() && !self.frozen
     }
 
     /// Starts the server again on the same port, directory and arguments.
@@ -309,7 +331,7 @@ impl RedisCluster {
     pub fn urls(&self) -> Vec<String> {
         self.nodes
             .iter()
-            .filter(|node| node.child.is_some())
+            .filter(|node| node.is_live())
             .map(RedisServer::url)
             .collect()
     }
@@ -350,7 +372,7 @@ impl RedisCluster {
         command: &[&str],
         done: impl Fn(&str) -> bool,
     ) {
-        for node in self.nodes.iter().filter(|node| node.child.is_some()) {
+        for node in self.nodes.iter().filter(|node| node.is_live()) {
             loop {
                 let answer = redis_cli(node.port(), command);
                 if done(&answer) {
@@ -367,7 +389,7 @@ impl RedisCluster {
         let node = self
             .nodes
             .iter()
-            .find(|node| node.child.is_some())
+            .find(|node| node.is_live())
             .expect("a live node");
         let slot: u16 = redis_cli(node.port(), &["CLUSTER", "KEYSLOT", key])
             .trim()
@@ -392,11 +414,19 @@ impl RedisCluster {
 
     /// SIGKILLs the node on `port`.
     pub fn kill(&mut self, port: u16) {
+        self.node(port).kill();
+    }
+
+    /// SIGSTOPs the node on `port` ([`RedisServer::freeze`]).
+    pub fn freeze(&mut self, port: u16) {
+        self.node(port).freeze();
+    }
+
+    fn node(&mut self, port: u16) -> &mut RedisServer {
         self.nodes
             .iter_mut()
             .find(|node| node.port() == port)
             .expect("a node on that port")
-            .kill();
     }
 }
 

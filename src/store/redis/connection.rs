@@ -1,6 +1,7 @@
 //! The connections a [`RedisStore`](super::RedisStore) works over.
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
 
 /// A redis-rs connection a [`RedisStore`](crate::RedisStore) can share among tasks: any
 /// [`ConnectionLike`] that is `Clone`, `Send` and `Sync` (a
@@ -23,3 +24,28 @@ impl crate::sealed::SealedConnection for super::ManagedConnection {}
 impl crate::sealed::SealedConnection for ConnectionManager {}
 impl crate::sealed::SealedConnection for MultiplexedConnection {}
 impl<Conn: RedisConnection + crate::sealed::SealedConnection> SingleServerConnection for Conn {}
+
+/// A connection to the nodes of a Redis Cluster: a store over one lists its locks and scans its
+/// keys node by node, routing by address. redis-rs's [`ClusterConnection`] and the
+/// [`ManagedClusterConnection`](super::ManagedClusterConnection)
+/// [`connect_cluster`](super::RedisStoreBuilder::connect_cluster) makes; sealed.
+pub trait ClusterNodesConnection: RedisConnection + crate::sealed::SealedClusterConnection {
+    /// The cluster connection that routes by node now.
+    #[doc(hidden)]
+    fn cluster(&self) -> ClusterConnection;
+}
+
+impl crate::sealed::SealedClusterConnection for ClusterConnection {}
+impl crate::sealed::SealedClusterConnection for super::ManagedClusterConnection {}
+
+impl ClusterNodesConnection for ClusterConnection {
+    fn cluster(&self) -> ClusterConnection {
+        self.clone()
+    }
+}
+
+impl ClusterNodesConnection for super::ManagedClusterConnection {
+    fn cluster(&self) -> ClusterConnection {
+        self.current()
+    }
+}

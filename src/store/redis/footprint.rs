@@ -8,8 +8,8 @@ use std::future::Future;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
 
-use super::RedisStore;
 use super::locks::{ScanPage, glob_escape, masters};
+use super::{ClusterNodesConnection, ManagedClusterConnection, RedisStore};
 use crate::error::StoreError;
 use crate::store::RedisConnection;
 use crate::store::footprint::{Footprint, ScanFootprint};
@@ -141,10 +141,10 @@ fn unexpected(error: redis::ParsingError) -> StoreError {
     StoreError::Protocol(format!("a footprint scan's reply: {error}"))
 }
 
-impl RedisStore<ClusterConnection> {
+impl<Conn: ClusterNodesConnection> RedisStore<Conn> {
     /// [`footprint`](RedisStore::footprint) on a Redis Cluster: every master in turn.
     pub async fn cluster_footprint(&self, max_keys: u64) -> Result<Footprint, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.cluster();
         let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await?;
         let mut footprint = Footprint::default();
         let mut complete = true;
@@ -189,13 +189,10 @@ impl<Conn: super::SingleServerConnection> ScanFootprint for RedisStore<Conn> {
     }
 }
 
-impl ScanFootprint for RedisStore<ClusterConnection> {
-    async fn scan_footprint(&self, max_keys: u64) -> Result<Footprint, StoreError> {
-        self.cluster_footprint(max_keys).await
-    }
-
-    async fn scan_prefixes(&self, max_keys: u64) -> Result<BTreeSet<String>, StoreError> {
-        let mut conn = self.conn.clone();
+impl<Conn: ClusterNodesConnection> RedisStore<Conn> {
+    /// The prefixes of redefer's keys on a Redis Cluster: every master in turn.
+    async fn cluster_prefixes(&self, max_keys: u64) -> Result<BTreeSet<String>, StoreError> {
+        let mut conn = self.conn.cluster();
         let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await?;
         let mut found = BTreeSet::new();
         for (host, port) in masters(&nodes) {
@@ -209,5 +206,27 @@ impl ScanFootprint for RedisStore<ClusterConnection> {
             scan_prefixes(max_keys, run, &mut found).await?;
         }
         Ok(found)
+    }
+}
+
+// One impl per cluster connection: a second blanket impl beside the single server's would
+// overlap in the compiler's eyes.
+impl ScanFootprint for RedisStore<ClusterConnection> {
+    async fn scan_footprint(&self, max_keys: u64) -> Result<Footprint, StoreError> {
+        self.cluster_footprint(max_keys).await
+    }
+
+    async fn scan_prefixes(&self, max_keys: u64) -> Result<BTreeSet<String>, StoreError> {
+        self.cluster_prefixes(max_keys).await
+    }
+}
+
+impl ScanFootprint for RedisStore<ManagedClusterConnection> {
+    async fn scan_footprint(&self, max_keys: u64) -> Result<Footprint, StoreError> {
+        self.cluster_footprint(max_keys).await
+    }
+
+    async fn scan_prefixes(&self, max_keys: u64) -> Result<BTreeSet<String>, StoreError> {
+        self.cluster_prefixes(max_keys).await
     }
 }

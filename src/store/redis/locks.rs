@@ -9,7 +9,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use super::listed_replies::ListedReplies;
-use super::{RedisStore, keys};
+use super::{ClusterNodesConnection, ManagedClusterConnection, RedisStore, keys};
 use crate::error::StoreError;
 use crate::key::decode_tag;
 use crate::store::LockInfo;
@@ -166,11 +166,11 @@ pub(crate) fn key_name(key: &str, tag: &str) -> String {
         .unwrap_or_else(|| key.to_string())
 }
 
-impl RedisStore<ClusterConnection> {
+impl<Conn: ClusterNodesConnection> RedisStore<Conn> {
     /// Up to `limit` held locks on a Redis Cluster: `SCAN` runs on every master in turn (a
     /// `SCAN` sent through the cluster connection would see one node's keys only).
     pub async fn cluster_locks(&self, limit: usize) -> Result<Vec<LockInfo>, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.cluster();
         let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await?;
         let mut keys = Vec::new();
         for (host, port) in masters(&nodes) {
@@ -220,7 +220,15 @@ impl<Conn: super::SingleServerConnection> crate::store::ListLocks for RedisStore
     }
 }
 
+// One impl per cluster connection: a second blanket impl beside the single server's would
+// overlap in the compiler's eyes.
 impl crate::store::ListLocks for RedisStore<ClusterConnection> {
+    async fn list_locks(&self, limit: usize) -> Result<Vec<LockInfo>, StoreError> {
+        self.cluster_locks(limit).await
+    }
+}
+
+impl crate::store::ListLocks for RedisStore<ManagedClusterConnection> {
     async fn list_locks(&self, limit: usize) -> Result<Vec<LockInfo>, StoreError> {
         self.cluster_locks(limit).await
     }

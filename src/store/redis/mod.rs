@@ -27,14 +27,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::aio::ConnectionManagerConfig;
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
+use redis::cluster::{ClusterClient, ClusterConfig};
 
 use self::announcements::Announcements;
 use self::conditional::Conditional;
-pub use self::connection::{RedisConnection, SingleServerConnection};
+pub use self::connection::{ClusterNodesConnection, RedisConnection, SingleServerConnection};
 use self::counted::CountedKeys;
-pub use self::managed_connection::ManagedConnection;
+pub use self::managed_connection::{
+    Cluster, Managed, ManagedClusterConnection, ManagedConnection, OneServer, Reconnect,
+};
 use self::releasing::Releasing;
 pub use self::url::without_password;
 use crate::error::{KeyError, StoreError};
@@ -425,7 +426,10 @@ impl RedisStoreBuilder {
 
     /// Connects to a Redis Cluster through any of its `nodes` (`redis://host:port` each); the
     /// client learns the rest of the cluster from them and follows it through failovers.
-    pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisStore<ClusterConnection>, StoreError> {
+    pub async fn connect_cluster(
+        self,
+        nodes: &[&str],
+    ) -> Result<RedisStore<ManagedClusterConnection>, StoreError> {
         if nodes.is_empty() {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
@@ -441,7 +445,10 @@ impl RedisStoreBuilder {
             .connection_timeout(self.connection_timeout)
             .response_timeout(self.response_timeout)
             .build()?;
-        let mut conn = client.get_async_connection().await?;
+        let config = ClusterConfig::new()
+            .set_connection_timeout(self.connection_timeout)
+            .set_response_timeout(self.response_timeout);
+        let mut conn = ManagedClusterConnection::connect(client, config).await?;
         // Any node's answer stands for the cluster's: the nodes of one cluster share a config.
         eviction::check_eviction_policy(&mut conn, self.refuse_eviction).await?;
         Ok(RedisStore::prepared_now(conn, self.prefix)
