@@ -598,10 +598,9 @@ for_each_store!(
     the_inner_service_made_ready_is_the_one_called,
 );
 
-/// The release goes out before the response comes back, without the caller waiting for its
-/// answer: the next command on the same connection finds the key free. On a current-thread
-/// runtime nothing spawned runs before that command is sent, so a release left wholly to a
-/// task would still be behind it.
+/// The release is done when the response comes back: the next command on the same connection
+/// finds the key free. On a current-thread runtime nothing spawned runs before that command is
+/// sent, so a release left wholly to a task would still be behind it.
 #[tokio::test(flavor = "current_thread")]
 async fn the_release_is_on_the_connection_when_the_response_returns() {
     let server = support::TestRedis::start();
@@ -649,6 +648,54 @@ async fn releases_are_on_the_connection_when_responses_return<Conn: redefer::sto
         );
         store.release(&hot_key(), next).await.unwrap();
     }
+}
+
+/// A program's runtime may end as soon as its last call returns (`#[tokio::main]` returning
+/// from `main`, a service shut down after its last response, a serverless function frozen once
+/// it answered): the call's keys are free by then, not left to their TTL for the program's next
+/// run to meet. A current-thread runtime runs nothing more once the future it was given is
+/// done, so a release left to be sent by a task of its own is never sent there.
+#[test]
+fn a_runtime_that_ends_with_its_last_call_leaves_its_keys_free() {
+    let server = support::TestRedis::start();
+    let prefix = support::unique_prefix();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let handler = || service_fn(|_: u32| async { Ok::<_, Infallible>(()) });
+    let url = server.url();
+    // Two programs: one whose last call holds a key, one whose last call holds a set of two.
+    runtime().block_on(async {
+        let store = support::store_at(&url, &prefix).await;
+        let mutex = LockLayer::new(store, by_order).ttl(LONG).layer(handler());
+        assert!(mutex.oneshot(HOT).await.unwrap().done().is_some());
+    });
+    runtime().block_on(async {
+        let store = support::store_at(&url, &prefix).await;
+        let set = redefer::lock_set::LockSetLayer::new(store, |_: &u32| {
+            Some(vec!["order:2".to_string(), "order:3".to_string()])
+        })
+        .ttl(LONG)
+        .layer(handler());
+        assert!(set.oneshot(HOT).await.unwrap().done().is_some());
+    });
+    runtime().block_on(async {
+        let store = support::store_at(&url, &prefix).await;
+        let mut held = Vec::new();
+        for order in 1..=3 {
+            let key = LockKey::new(format!("order:{order}")).unwrap();
+            if !is_free(&store, &key).await {
+                held.push(key);
+            }
+        }
+        assert!(
+            held.is_empty(),
+            "still held after the programs that took them ended: {held:?}"
+        );
+    });
 }
 
 /// A connection whose queue is often full (one slot) sends some releases only after the next

@@ -244,7 +244,7 @@ where
             }
         };
         let held_for = hold_ended(&self.holds, acquired_at);
-        attempts.release.release_after(held_for);
+        attempts.release.release(held_for).await;
         match finished {
             Ok(result) => result,
             Err(panic) => resume_unwind(panic),

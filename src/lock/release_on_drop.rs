@@ -1,8 +1,5 @@
 //! Release on every exit path, including the ones no code runs on.
 
-use std::future::Future;
-use std::task::{Context, Waker};
-
 use tokio::runtime::Handle;
 
 use crate::key::LockKey;
@@ -14,7 +11,7 @@ use crate::lock::LockToken;
 
 /// Releases a lock that may be held when dropped while armed.
 ///
-/// Success, handler errors and panics release the lock explicitly with [`release_after`]; this guard
+/// Success, handler errors and panics release the lock explicitly with [`release`]; this guard
 /// covers the path where no code of ours runs: the caller drops the response future mid-call
 /// (a timeout, a client gone). Drop cannot wait, so it spawns the token-checked release on the
 /// runtime the lock was taken on.
@@ -22,7 +19,7 @@ use crate::lock::LockToken;
 /// It is armed before an acquire is sent: a dropped future whose acquire reached Redis but whose
 /// reply did not reach us still releases the lock instead of leaving it for the TTL.
 ///
-/// [`release_after`]: ReleaseOnDrop::release_after
+/// [`release`]: ReleaseOnDrop::release
 pub(crate) struct ReleaseOnDrop<St: LockStore> {
     store: St,
     key: LockKey,
@@ -82,44 +79,23 @@ impl<St: LockStore> ReleaseOnDrop<St> {
         self.armed = Armed::Off;
     }
 
-    /// Releases without making the caller wait for the store's answer: the release is sent
-    /// before this returns, so on a connection that keeps order (one Redis connection, shared
-    /// by the store's clones) any command the caller sends next runs after it; the answer is
-    /// awaited, and a handoff it reports carried out, on a task of its own.
-    ///
-    /// Nothing the caller gets depends on the answer: a release that fails leaves the lock to
-    /// its TTL, which is all the caller could do about it.
-    pub(crate) fn release_after(&mut self, held_for: Option<Duration>) {
+    /// Releases the lock, awaited by the call before its response returns: when the caller
+    /// has its response, the lock is given back (or the store failed, and it expires with its
+    /// TTL, which is all the caller could do about it). A release left to a task of its own
+    /// would save the caller the wait for its answer, but is lost when the runtime ends with the
+    /// call (a program returning from `main`, a service shut down after its last response, a
+    /// serverless function frozen once it answered): the key stays held for its TTL.
+    pub(crate) async fn release(&mut self, held_for: Option<Duration>) {
         self.armed = Armed::Off;
-        let (store, key, token) = (self.store.clone(), self.key.clone(), self.token);
-        send_then_detach(&self.key, async move {
-            match store
-                .release_holding(&key, token, store.holders(&key), held_for)
-                .await
-            {
-                Ok(true) => tracing::debug!(%key, "lock released"),
-                Ok(false) => tracing::warn!(%key, "lock had expired before its release"),
-                Err(error) => tracing::warn!(%key, %error, "lock release failed; it expires with its TTL"),
-            }
-        });
-    }
-}
-
-/// Polls `send` once, which puts its request on the connection, then leaves the rest (awaiting
-/// the answer) to a task of its own. A store that answers at once is done after that poll.
-///
-/// Should the connection not take the request on the first poll (its queue full), the request
-/// goes out from the task, after whatever the caller sends next: still released, in another
-/// order, which the store makes up for (see `Releasing` of the Redis store).
-fn send_then_detach(key: &LockKey, send: impl Future<Output = ()> + Send + 'static) {
-    let mut send = Box::pin(send);
-    let mut first_poll = Context::from_waker(Waker::noop());
-    if send.as_mut().poll(&mut first_poll).is_ready() {
-        return;
-    }
-    match Handle::try_current() {
-        Ok(runtime) => drop(runtime.spawn(send)),
-        Err(_) => tracing::warn!(%key, "lock released outside a tokio runtime; its answer is not awaited"),
+        let (store, key, token) = (&self.store, &self.key, self.token);
+        match store
+            .release_holding(key, token, store.holders(key), held_for)
+            .await
+        {
+            Ok(true) => tracing::debug!(%key, "lock released"),
+            Ok(false) => tracing::warn!(%key, "lock had expired before its release"),
+            Err(error) => tracing::warn!(%key, %error, "lock release failed; it expires with its TTL"),
+        }
     }
 }
 

@@ -63,11 +63,9 @@ impl<St: LockStore> SetAttempts<St> {
     }
 
     /// Gives back the groups held (their renewal gave up): the call starts over.
-    fn give_back_held(&mut self) {
+    async fn give_back_held(&mut self) {
         let held: usize = self.groups[..self.held].iter().map(Vec::len).sum();
-        for release in &mut self.releases[..held] {
-            release.release_after(None);
-        }
+        release_all(&mut self.releases[..held], None).await;
         self.held = 0;
         self.fences.clear();
         self.renewal = None;
@@ -246,7 +244,7 @@ where
             for release in attempts.next_releases() {
                 release.waiting_as(None);
             }
-            attempts.give_back_held();
+            attempts.give_back_held().await;
         }
         Ok(woken)
     }
@@ -355,10 +353,7 @@ where
             }
         };
         let held_for = hold_ended(&self.lock.holds, acquired.at);
-        // Sent together: each release is on the connection before the next is written.
-        for release in &mut attempts.releases {
-            release.release_after(held_for);
-        }
+        release_all(&mut attempts.releases, held_for).await;
         match finished {
             Ok(result) => result,
             Err(panic) => resume_unwind(panic),
@@ -525,4 +520,10 @@ impl SetPlace {
             tracing::warn!(%error, "cannot leave the lines; the reservations for us will run out");
         }
     }
+}
+
+/// Releases a set's keys together, awaited: each release is on the connection before the next
+/// is written (the first poll of each sends it), and their answers come back in one round trip.
+async fn release_all<St: LockStore>(releases: &mut [ReleaseOnDrop<St>], held_for: Option<Duration>) {
+    join_all(releases.iter_mut().map(|release| release.release(held_for))).await;
 }

@@ -312,12 +312,11 @@ fn instance_of(counted: &Arc<CountedKeys>, prefix: &Prefix) -> u64 {
     hasher.finish()
 }
 
-/// How many commands the connection queues for its writer (redis-rs's default is 50). A
-/// release is sent from its first poll and answered in the background; with the queue full,
-/// it goes out later from its task, behind the caller's next acquire of the key, which then
-/// finds its own finished lock held and pays the acquire script and two more round trips
-/// (three requests in a hundred at concurrency 64 with the default). A queued command costs
-/// a few dozen bytes.
+/// How many commands the connection queues for its writer (redis-rs's default is 50): with
+/// the queue full, a command waits for room in its caller's task, and at concurrency 64 the
+/// default made three requests in a hundred wait (when releases were answered in the
+/// background, such a release went out behind the caller's next acquire of its key). A queued
+/// command costs a few dozen bytes.
 const PIPELINE_BUFFER: usize = 1024;
 
 /// Settings for [`RedisStore::connect`].

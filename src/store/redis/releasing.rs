@@ -1,12 +1,12 @@
 //! Releases on their way, by key: what keeps a process's requests from meeting their own
 //! finished locks.
 //!
-//! The lock layer sends a release before the response returns and leaves its answer to the
-//! background; on one connection it reaches the server ahead of whatever the caller sends
-//! next. Not always: when the connection's queue is full, the release goes out later, from its
-//! task. So the Redis store counts its releases on their way, and an acquire sent while one of
-//! its key was on its way, that finds the key held, waits for that release to be answered and
-//! tries once more: a caller's request never meets the lock of its own finished one.
+//! A call's release is answered before its response returns; but a call dropped mid-way (a
+//! timeout, a client gone) releases from a task of its own, which may send it after the
+//! caller's next request. So the Redis store counts its releases on their way, and an acquire
+//! sent while one of its key was on its way, that finds the key held, waits for that release
+//! to be answered and tries once more: a caller's request never meets the lock of its own
+//! finished one.
 //!
 //! The count is kept in a fixed table of counters, one per slot a key's hash picks, without a
 //! lock: every release passes here, and a map under a mutex cost each of them about a thousand

@@ -2,9 +2,9 @@
 //!
 //! Each [`Script`] hashes its text once; calls go out as `EVALSHA`. The store loads every
 //! script when it connects ([`load_all`]), so that even the first call of each is one
-//! request (the lock's release is sent without waiting for its answer, and keeps its place
-//! on the connection only as one request); the redis crate loads the text again when a
-//! server answers `NOSCRIPT` (after a restart or failover).
+//! request (a release a dropped call leaves to the background keeps its place on the
+//! connection only as one request); the redis crate loads the text again when a server
+//! answers `NOSCRIPT` (after a restart or failover).
 //! Every script of a family starts with `fence.lua` (the fencing counters' steps), then its
 //! family's prelude. Every queue script's prelude is `queue_prelude.lua`, which names the
 //! queue's keys in the order [`QueueKeys::in_script_order`](super::keys::QueueKeys::in_script_order)
