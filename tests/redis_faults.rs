@@ -546,6 +546,10 @@ async fn a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers
     let mut stack = stack::stack(&server, Duration::from_millis(200)).await;
     stack.recovers(1).await;
     let url = server.url();
+    // Long enough for a call to meet it after the store has given up its connection: a call's
+    // release and its next acquire time out (300 ms each), the store connects anew, and the
+    // call's acquire script waits for that connection, whose three attempts (300 ms each) fail
+    // only if the server is still asleep.
     let stall = tokio::spawn(async move {
         let client = ::redis::Client::open(url).unwrap();
         let no_timeout = ::redis::AsyncConnectionConfig::new().set_response_timeout(None);
@@ -555,14 +559,14 @@ async fn a_server_stalled_past_the_response_timeout_gives_timeouts_then_recovers
             .unwrap();
         let _: () = ::redis::cmd("DEBUG")
             .arg("SLEEP")
-            .arg("1.5")
+            .arg("3")
             .query_async(&mut conn)
             .await
             .unwrap();
     });
     // While the server sleeps, calls fail with a typed store error instead of hanging.
     let during = eventually(
-        Duration::from_secs(2),
+        Duration::from_secs(3),
         "a call meets the stalled server",
         || async {
             match stack.call(7).await {
