@@ -85,13 +85,18 @@ impl<St: LockStore> ReleaseOnDrop<St> {
     /// would save the caller the wait for its answer, but is lost when the runtime ends with the
     /// call (a program returning from `main`, a service shut down after its last response, a
     /// serverless function frozen once it answered): the key stays held for its TTL.
+    ///
+    /// Armed until the store answers: a caller that drops the call while it waits (a timeout
+    /// around the call) still releases, from the drop (a second release of a released lock
+    /// finds it no longer ours and changes nothing).
     pub(crate) async fn release(&mut self, held_for: Option<Duration>) {
-        self.armed = Armed::Off;
         let (store, key, token) = (&self.store, &self.key, self.token);
-        match store
+        let released = store
             .release_holding(key, token, store.holders(key), held_for)
-            .await
-        {
+            .await;
+        self.armed = Armed::Off;
+        let key = &self.key;
+        match released {
             Ok(true) => tracing::debug!(%key, "lock released"),
             Ok(false) => tracing::warn!(%key, "lock had expired before its release"),
             Err(error) => tracing::warn!(%key, %error, "lock release failed; it expires with its TTL"),
