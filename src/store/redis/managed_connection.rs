@@ -96,20 +96,24 @@ pub trait Reconnect: crate::sealed::SealedReconnect + Send + Sync + 'static {
     /// The scope whose count a command's timeout or reply goes to.
     #[doc(hidden)]
     fn scope(cmd: &Cmd) -> usize;
-    /// Sends one command.
+    /// Sends one command (by redis-rs's `ConnectionLike`, unless the kind has a cheaper way).
     #[doc(hidden)]
     fn send<'a>(
         conn: &'a mut Self::Conn,
         cmd: &'a Cmd,
-    ) -> impl Future<Output = RedisResult<Value>> + Send + 'a;
-    /// Sends `count` commands of `pipeline` from `offset`.
+    ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
+        conn.req_packed_command(cmd)
+    }
+    /// Sends `count` commands of `pipeline` from `offset` (likewise).
     #[doc(hidden)]
     fn send_pipeline<'a>(
         conn: &'a mut Self::Conn,
         pipeline: &'a Pipeline,
         offset: usize,
         count: usize,
-    ) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a;
+    ) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
+        conn.req_packed_commands(pipeline, offset, count)
+    }
 }
 
 /// The [`Reconnect`] of one server: any two commands count together.
@@ -181,22 +185,6 @@ impl Reconnect for Cluster {
             Some(Arg::Simple(key)) => usize::from(key_slot(key)),
             _ => 0,
         }
-    }
-
-    fn send<'a>(
-        conn: &'a mut ClusterConnection,
-        cmd: &'a Cmd,
-    ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
-        conn.req_packed_command(cmd)
-    }
-
-    fn send_pipeline<'a>(
-        conn: &'a mut ClusterConnection,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
-        conn.req_packed_commands(pipeline, offset, count)
     }
 }
 
