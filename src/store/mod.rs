@@ -22,8 +22,8 @@ pub use self::list_locks::{ListLocks, LockInfo};
 pub use self::memory::MemoryStore;
 pub(crate) use self::redis::keys as redis_keys;
 pub use self::redis::{
-    Cluster, ClusterNodesConnection, Managed, ManagedClusterConnection, ManagedConnection, OneServer,
-    Reconnect, RedisConnection, RedisStore, RedisStoreBuilder, SingleServerConnection, without_password,
+    ClusterNodesConnection, ManagedClusterConnection, ManagedConnection, RedisConnection, RedisStore,
+    RedisStoreBuilder, SingleServerConnection, without_password,
 };
 
 pub(crate) use crate::sealed::Sealed;

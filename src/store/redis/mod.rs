@@ -33,9 +33,7 @@ use self::announcements::Announcements;
 use self::conditional::Conditional;
 pub use self::connection::{ClusterNodesConnection, RedisConnection, SingleServerConnection};
 use self::counted::CountedKeys;
-pub use self::managed_connection::{
-    Cluster, Managed, ManagedClusterConnection, ManagedConnection, OneServer, Reconnect,
-};
+pub use self::managed_connection::{ManagedClusterConnection, ManagedConnection};
 use self::releasing::Releasing;
 pub use self::url::without_password;
 use crate::error::{KeyError, StoreError};
