@@ -140,9 +140,13 @@ pub(crate) const HASH_SLOTS: u16 = 16384;
 
 /// The Redis Cluster hash slot of every key whose hash tag carries `name`.
 pub(crate) fn hash_slot(name: &str) -> u16 {
-    let tag = hash_tag(name);
     // An empty tag does not count as a tag in Redis; names are never empty.
-    crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % HASH_SLOTS
+    slot_of(hash_tag(name).as_bytes())
+}
+
+/// The hash slot Redis Cluster gives the bytes it hashes (a key's tag, or the whole key).
+fn slot_of(hashed: &[u8]) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % HASH_SLOTS
 }
 
 /// The Redis Cluster hash slot of `key`: of its hash tag (what stands between its first `{` and
@@ -153,7 +157,7 @@ pub(crate) fn key_slot(key: &[u8]) -> u16 {
         let close = rest.iter().position(|&byte| byte == b'}')?;
         (close > 0).then(|| &rest[..close])
     });
-    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(key)) % HASH_SLOTS
+    slot_of(tagged.unwrap_or(key))
 }
 
 /// Inverse of the hash-tag encoding; `None` for text that no key encodes to.
