@@ -14,17 +14,7 @@ use redefer::lock::Acquisition;
 use redefer::{LockKey, LockToken};
 use serde::{Deserialize, Serialize};
 
-use support::{RedisServer, eventually, example_binary, unique_prefix};
-
-/// Sends a signal to a process by pid.
-fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(child.id().to_string())
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill -{name} {}", child.id());
-}
+use support::{RedisServer, eventually, example_binary, signal, unique_prefix};
 
 /// Streams a child's stdout lines into a channel, so that the test can wait for a line.
 fn lines(stdout: ChildStdout) -> mpsc::Receiver<String> {

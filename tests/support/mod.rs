@@ -179,12 +179,7 @@ impl RedisServer {
     /// server whose host is gone without a reset (the kernel still takes the bytes sent to
     /// it). Killed on drop, never resumed.
     pub fn freeze(&mut self) {
-        let child = self.child.as_ref().expect("a running server");
-        let status = Command::new("kill")
-            .args(["-STOP", &child.id().to_string()])
-            .status()
-            .expect("kill -STOP");
-        assert!(status.success(), "kill -STOP {}", child.id());
+        signal(self.child.as_ref().expect("a running server"), "STOP");
         self.frozen = true;
     }
 
@@ -428,6 +423,16 @@ impl RedisCluster {
             .find(|node| node.port() == port)
             .expect("a node on that port")
     }
+}
+
+/// Sends a signal to a process by pid (`name` as `kill` takes it: `STOP`, `CONT`, ...).
+pub fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{name} {}", child.id());
 }
 
 /// One `redis-cli` command's output.
