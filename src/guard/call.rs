@@ -176,17 +176,12 @@ enum State<H> {
 
 /// The whole guarded call of `request` on `key`. The request is owned here and only lent to the
 /// strategy for the synchronous part of its decision, so requests need not be `Sync`.
-///
-/// Not an `async fn`: its arguments would be kept in its future beside the instrumented block
-/// that owns them, and every call's future is copied into its box. The paths of a conflict
-/// (the strategy, the wait, leaving the line) are boxed where they start, for the same reason:
-/// the future is what an uncontended call needs.
-pub(crate) fn call_contended<G, S, Req>(
+pub(crate) async fn call_contended<G, S, Req>(
     guard: Arc<G>,
     key: G::Key,
     inner: S,
     request: Req,
-) -> impl Future<Output = CallResult<S, Req, G::Over>>
+) -> CallResult<S, Req, G::Over>
 where
     G: Contended<S, Req>,
     S: Service<Req>,
@@ -220,14 +215,15 @@ where
                 }
                 State::Conflict(conflict) => {
                     let (met, retry_after) = (conflict.key.clone(), conflict.retry_after);
-                    match Box::pin(guard.strategy().on_conflict(conflict, &request)).await {
+                    match guard.strategy().on_conflict(conflict, &request).await {
                         Ok(decision) => State::Decided {
                             met,
                             decision,
                             retry_after,
                         },
                         Err(error) => {
-                            Box::pin(guard.stop_trying(&key, &mut attempts, None))
+                            guard
+                                .stop_trying(&key, &mut attempts, None)
                                 .await
                                 .map_err(Error::Store)?;
                             return Err(Error::Strategy(error));
@@ -242,7 +238,8 @@ where
                     tracing::debug!(attempt, ?decision, "key taken");
                     guard.count_conflict(label(&decision));
                     if !matches!(decision, Decision::RetryAfter(_)) {
-                        Box::pin(guard.stop_trying(&key, &mut attempts, Some(&decision)))
+                        guard
+                            .stop_trying(&key, &mut attempts, Some(&decision))
                             .await
                             .map_err(Error::Store)?;
                     }
@@ -251,11 +248,10 @@ where
                             // A job with a place to wait in gives its scheduler slot back
                             // meanwhile (`job_slot.rs`); its scheduler stopping ends the wait
                             // as its timer would.
-                            let woken =
-                                match Box::pin(out_of_slot(guard.wait(&key, &mut attempts, delay))).await {
-                                    Some(woken) => woken.map_err(Error::Store)?,
-                                    None => Woken::Timer,
-                                };
+                            let woken = match out_of_slot(guard.wait(&key, &mut attempts, delay)).await {
+                                Some(woken) => woken.map_err(Error::Store)?,
+                                None => Woken::Timer,
+                            };
                             if woken == Woken::Timer {
                                 attempt += 1;
                             }
@@ -283,6 +279,7 @@ where
         }
     }
     .instrument(span)
+    .await
 }
 
 /// The metric label of a decision.

@@ -129,21 +129,6 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         {
             return self.permit_acquired(key, holders, fence, request).await;
         }
-        // Boxed: see the lock's acquire (`store/redis/lock.rs`).
-        Box::pin(self.acquire_permit_by_script(key, holders, request)).await
-    }
-
-    /// The acquire script (`permit_acquire.lua`): a caller in line, or a key the free-key
-    /// acquire could not settle.
-    async fn acquire_permit_by_script(
-        &self,
-        key: &LockKey,
-        holders: Holders,
-        request: AcquireRequest<'_>,
-    ) -> Result<Acquisition, StoreError> {
-        let AcquireRequest {
-            token, ttl, waiter, ..
-        } = request;
         let permits = holders.limit();
         let (status, first, second, hold, only_reserved, handed, dropped): AcquireReply = self
             .permit_script(&PERMIT_ACQUIRE, key)
@@ -186,7 +171,8 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         request: AcquireRequest<'_>,
     ) -> Result<Acquisition, StoreError> {
         if let Err(error) = self.replicated().await {
-            Box::pin(self.release_permit_lease(key, request.token, holders, None)).await?;
+            self.release_permit_lease(key, request.token, holders, None)
+                .await?;
             return Err(error);
         }
         Ok(Acquisition::Acquired(request.fenced(Some(FencingToken(fence)))))
@@ -236,18 +222,6 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         if let Some(released) = alone.await? {
             return Ok(released);
         }
-        Box::pin(self.release_permit_handing_over(key, token, holders, held_for)).await
-    }
-
-    /// The release script (`permit_release.lua`) of a key others wait for: reserves the free
-    /// permits for the first in line.
-    async fn release_permit_handing_over(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        holders: Holders,
-        held_for: Option<Duration>,
-    ) -> Result<bool, StoreError> {
         let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
         let permits = holders.limit();
         let (released, handed, dropped): (bool, Vec<String>, Vec<String>) = self

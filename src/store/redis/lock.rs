@@ -135,9 +135,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             return Ok(None);
         }
         if line {
-            // Boxed, as every give-back on the acquire's path: a release's state inline would
-            // make each acquire's future that much larger for a rare case.
-            Box::pin(self.release_holding(key, token, Holders::One, None)).await?;
+            self.release_holding(key, token, Holders::One, None).await?;
             return Ok(None);
         }
         match fence {
@@ -206,21 +204,6 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
                 }
             }
         }
-        // Boxed: the script's path (and its handovers) is the rarer one; inline, its state would
-        // make every acquire's future (copied into each call's box) that much larger.
-        Box::pin(self.acquire_by_script(key, request)).await
-    }
-
-    /// The acquire script (`lock_acquire.lua`): a caller in line, or a key the free-key
-    /// acquire could not settle.
-    async fn acquire_by_script(
-        &self,
-        key: &LockKey,
-        request: AcquireRequest<'_>,
-    ) -> Result<Acquisition, StoreError> {
-        let AcquireRequest {
-            token, ttl, waiter, ..
-        } = request;
         let reply: Vec<redis::Value> = self
             .lock_script(&LOCK_ACQUIRE, key)
             .arg(token)
@@ -290,7 +273,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
     /// gives the lock back when too few acknowledged it.
     async fn await_replicas(&self, key: &LockKey, token: LockToken) -> Result<(), StoreError> {
         if let Err(error) = self.replicated().await {
-            Box::pin(self.release_holding(key, token, Holders::One, None)).await?;
+            self.release_holding(key, token, Holders::One, None).await?;
             return Err(error);
         }
         Ok(())
@@ -386,19 +369,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         {
             return Ok(released);
         }
-        // Someone is in line: the release that hands the key over (boxed, as the acquire's
-        // script path is).
-        Box::pin(self.release_handing_over(key, token, held_for)).await
-    }
-
-    /// The release script (`lock_release.lua`) of a key others wait for: hands it to the
-    /// first in line.
-    async fn release_handing_over(
-        &self,
-        key: &LockKey,
-        token: LockToken,
-        held_for: Option<Duration>,
-    ) -> Result<bool, StoreError> {
+        // Someone is in line: the release that hands the key over.
         let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
         let (released, handed, runner_up): (bool, String, String) = self
             .lock_script(&LOCK_RELEASE, key)

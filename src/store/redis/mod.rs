@@ -143,16 +143,6 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
     /// Loads the scripts and finds the server's conditional commands, once per store (and its
     /// clones); a failure is tried again by the next call.
     pub(crate) async fn prepare(&self) -> Result<Conditional, StoreError> {
-        // Prepared already, nearly always: answered without the loading's state, which boxed
-        // stays out of every acquire's future.
-        if let Some(conditional) = self.prepared.get() {
-            return Ok(*conditional);
-        }
-        Box::pin(self.prepare_once()).await
-    }
-
-    /// [`prepare`](Self::prepare)'s first time (or its retry after a failure).
-    async fn prepare_once(&self) -> Result<Conditional, StoreError> {
         let conditional = self
             .prepared
             .get_or_try_init(|| async {
