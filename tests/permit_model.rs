@@ -248,8 +248,18 @@ impl Sequence for Run {
                 let permits = self.redis_key("permits", key);
                 for holder in [hex.clone(), format!("!{hex}")] {
                     let _: i64 = self
-                        .redis(redis::cmd("ZADD").arg(&permits).arg("XX").arg(1).arg(holder))
+                        .redis(redis::cmd("ZADD").arg(&permits).arg("XX").arg(1).arg(&holder))
                         .await?;
+                }
+                // The first permit runs out with its key: gone, where an entry's deadline passed.
+                let first = self.redis_key("permit-first", key);
+                let value: Option<String> = self.redis(redis::cmd("GET").arg(&first)).await?;
+                let holder = value
+                    .as_deref()
+                    .and_then(|value| value.split_once('|'))
+                    .map(|(holder, _)| holder);
+                if holder.is_some_and(|holder| holder.trim_start_matches('!') == hex) {
+                    let _: i64 = self.redis(redis::cmd("DEL").arg(&first)).await?;
                 }
                 (Reply::Done(true), Reply::Done(true))
             }
@@ -312,7 +322,7 @@ impl Run {
 
     async fn redis_shows(&mut self, key: usize) -> Result<Shows, TestCaseError> {
         // Deadlines set in the past (1 ms after the epoch) are run out, not yet pruned.
-        let live: Vec<String> = self
+        let mut live: Vec<String> = self
             .redis(
                 redis::cmd("ZRANGE")
                     .arg(self.redis_key("permits", key))
@@ -321,6 +331,16 @@ impl Run {
                     .arg("BYSCORE"),
             )
             .await?;
+        // The key's first permit (`<holder>|<limit>`), held as a key of its own.
+        let first: Option<String> = self
+            .redis(redis::cmd("GET").arg(self.redis_key("permit-first", key)))
+            .await?;
+        live.extend(
+            first
+                .as_deref()
+                .and_then(|first| first.split_once('|'))
+                .map(|(holder, _)| holder.to_string()),
+        );
         let line: Vec<String> = self
             .redis(
                 redis::cmd("ZRANGE")

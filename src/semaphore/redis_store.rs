@@ -1,4 +1,5 @@
-//! The semaphore on Redis: one Lua script each, over the semaphore's keys.
+//! The semaphore on Redis: a Lua script per operation over the semaphore's keys, and plain
+//! commands for the first permit of a free key (a key of its own, as the mutex's lock).
 
 use std::time::Duration;
 
@@ -15,16 +16,17 @@ use crate::store::RedisConnection;
 use crate::store::RedisStore;
 use crate::store::handover::{HandOver, hand_over, reservation_expired};
 use crate::store::list_locks::LockInfo;
-use crate::store::redis::keys::PermitKeys;
+use crate::store::redis::keys::{PermitKeys, PermitName};
 use crate::store::redis::listed_replies::ListedReplies;
 use crate::store::redis::lock::{JoinReply, cap_args};
 use crate::store::redis::locks::key_name;
 use crate::store::redis::script_call::ScriptCall;
 use crate::store::redis::scripts::{
-    PERMIT_ACQUIRE, PERMIT_ACQUIRE_FREE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE, PERMIT_RELEASE,
-    PERMIT_RELEASE_ALONE,
+    LOCK_RELEASE_ALONE, PERMIT_ACQUIRE, PERMIT_ACQUIRE_FREE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE,
+    PERMIT_RELEASE, PERMIT_RELEASE_ALONE,
 };
 use crate::time::{millis, ttl_millis};
+use crate::token::FENCE_FLOOR;
 
 /// The acquire script's reply: status, three numbers (fence, ms waited; or remaining ms,
 /// waiters ahead, typical hold ms), whether only reservations stand in the way, the waiters
@@ -39,6 +41,22 @@ fn duration(ms: i64) -> Option<Duration> {
 /// A permit's holder as the scripts name it: its token, a writer's after the writer's mark
 /// (`lua/permit_prelude.lua`).
 struct HolderName(LockToken, Holders);
+
+impl HolderName {
+    /// The value of the key's first permit when this holder takes it: its name, `|`, the
+    /// limit (`lua/permit_prelude.lua`, FIRST).
+    fn first_permit(&self) -> Vec<u8> {
+        let HolderName(token, holders) = self;
+        let mut value = Vec::with_capacity(33 + 11);
+        if holders.writes() {
+            value.push(b'!');
+        }
+        value.extend_from_slice(&token.to_hex());
+        value.push(b'|');
+        value.extend_from_slice(holders.limit().to_string().as_bytes());
+        value
+    }
+}
 
 impl ToRedisArgs for HolderName {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
@@ -78,6 +96,76 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         hand_over(&line, key, waiters(handed)).await;
     }
 
+    /// The first permit of a free key by plain commands in one round trip, as the mutex's
+    /// acquire takes its key (`store/redis/lock.rs`): `EXISTS` of the line, `SET first
+    /// <holder>|<limit> NX PX ttl`, `ZCARD` of the permits, `INCR` of the counter and `GET` of
+    /// the first permit. `Some(fence)` when the permit is ours; `None` when a script must
+    /// settle it: the first permit taken (the key is then busy for a moment: see
+    /// `busy_permits`), others holding or in line (the permit just taken is given back by
+    /// token first), or a counter below the floor (the acquire script finds the permit ours
+    /// and hands it a raised token).
+    ///
+    /// The commands need not run as one step. The first permit counts as a holder in every
+    /// script; one taken while others held or waited is given back before anyone is told it
+    /// was ours, and nobody joins the permits' set while it exists without counting it. The
+    /// fence is ours when the `GET` still finds our permit: the `INCR` ran while we held it
+    /// (the mutex's argument). Only for keys whose counter this store saw raised a moment ago
+    /// (`counted_permits`): `INCR` cannot raise it to the clock (`lua/fence.lua`).
+    async fn acquire_first_permit(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        holders: Holders,
+    ) -> Result<Option<u64>, StoreError> {
+        let names = PermitKeys::only(
+            &self.prefix,
+            key,
+            [
+                PermitName::Waiters,
+                PermitName::First,
+                PermitName::Permits,
+                PermitName::Fence,
+            ],
+        );
+        let [waiters, first, permits, counter] = names.get();
+        let value = HolderName(token, holders).first_permit();
+        let mut commands = redis::pipe();
+        commands
+            .exists(waiters)
+            .cmd("SET")
+            .arg(first)
+            .arg(&value)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_millis(ttl))
+            .zcard(permits)
+            .incr(counter, 1)
+            .get(first);
+        let (line, taken, entries, fence, now_first): (bool, bool, u64, u64, Option<Vec<u8>>) =
+            commands.query_async(&mut self.conn.clone()).await?;
+        if !taken {
+            self.busy_permits.insert(key);
+            return Ok(None);
+        }
+        if now_first.as_deref() != Some(&value[..]) {
+            return Ok(None);
+        }
+        if line || entries > 0 {
+            // Others hold permits in the set: the free-key script may find one beside them.
+            if !line {
+                self.busy_permits.insert(key);
+            }
+            // Given back as taken, by value (the token-checked delete of the mutex's short
+            // release): nothing else changed, and the script that decides next hands the line
+            // what is free.
+            self.release_alone(&LOCK_RELEASE_ALONE, &[first], &value[..], "", None)
+                .await?;
+            return Ok(None);
+        }
+        Ok((fence >= FENCE_FLOOR).then_some(fence))
+    }
+
     /// The acquire of a caller not in line on a key nobody waits for
     /// (`permit_acquire_free.lua`): only the keys it touches, and none of the bookkeeping of
     /// contention. `None` when the full acquire script must decide (someone in line, the key
@@ -99,6 +187,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
                 keys.fence(),
                 keys.waiters(),
                 keys.limit(),
+                keys.first(),
             ],
         )
         .arg(HolderName(token, holders))
@@ -107,12 +196,42 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         .invoke(&mut self.conn.clone())
         .await;
         match taken {
-            Ok(fence) => u64::try_from(fence).ok(),
+            Ok(fence) => {
+                let fence = u64::try_from(fence).ok()?;
+                self.counted_permits.insert(key);
+                Some(fence)
+            }
             Err(error) => {
                 tracing::debug!(%key, %error, "acquire of a free permit failed; acquiring by the full script");
                 None
             }
         }
+    }
+
+    /// An acquire of a caller not in line, on a key not in use: its first permit by plain
+    /// commands where the store may (the key's counter raised a moment ago, the key not found
+    /// busy a moment ago), else by the free-key script. `None` when the full script must
+    /// decide.
+    async fn acquire_permit_without_line(
+        &self,
+        key: &LockKey,
+        token: LockToken,
+        ttl: Duration,
+        holders: Holders,
+    ) -> Option<u64> {
+        if self.counted_permits.contains(key) && !self.busy_permits.contains(key) {
+            match self.acquire_first_permit(key, token, ttl, holders).await {
+                Ok(Some(fence)) => return Some(fence),
+                // The key is busy: the free-key script may still find a permit beside the others.
+                Ok(None) if self.busy_permits.contains(key) => {}
+                Ok(None) => return None,
+                Err(error) => {
+                    tracing::debug!(%key, %error, "acquire of a first permit failed; acquiring by the full script");
+                    return None;
+                }
+            }
+        }
+        self.acquire_free_permit(key, token, ttl, holders).await
     }
 
     async fn acquire_permit(
@@ -125,7 +244,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             token, ttl, waiter, ..
         } = request;
         if waiter.is_none()
-            && let Some(fence) = self.acquire_free_permit(key, token, ttl, holders).await
+            && let Some(fence) = self.acquire_permit_without_line(key, token, ttl, holders).await
         {
             return self.permit_acquired(key, holders, fence, request).await;
         }
@@ -141,6 +260,8 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         self.permits_handed(key, permits, handed, dropped).await;
         match status {
             1 => {
+                // The script counted a token: the key's counter is raised now.
+                self.counted_permits.insert(key);
                 let fence = u64::try_from(first)
                     .map_err(|_| StoreError::Protocol(format!("negative fencing token {first}")))?;
                 if let Some(waited) = duration(second) {
@@ -215,10 +336,21 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
     ) -> Result<bool, StoreError> {
         let _on_its_way = self.releasing.start(key);
         // Nobody in line, the common case: the short release; else the full one hands over.
-        let keys = PermitKeys::new(&self.prefix, key);
-        let held = [keys.permits(), keys.fences(), keys.waiters()];
+        let names = PermitKeys::only(
+            &self.prefix,
+            key,
+            [
+                PermitName::Permits,
+                PermitName::Fences,
+                PermitName::Waiters,
+                PermitName::First,
+                PermitName::Holds,
+            ],
+        );
+        let [permits, fences, waiters, first, holds] = names.get();
         let holder = HolderName(token, holders);
-        let alone = self.release_alone(&PERMIT_RELEASE_ALONE, &held, holder, keys.holds(), held_for);
+        let held = [permits, fences, waiters, first];
+        let alone = self.release_alone(&PERMIT_RELEASE_ALONE, &held, holder, holds, held_for);
         if let Some(released) = alone.await? {
             return Ok(released);
         }
@@ -327,7 +459,9 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
                 .hlen(found.fences())
                 .get(found.limit())
                 .zrange(key, 0, MAX_RESERVATIONS_SHOWN)
-                .scard(found.writers()),
+                .scard(found.writers())
+                .get(found.first())
+                .pttl(found.first()),
             &mut self.conn.clone(),
         )
         .await?;
@@ -338,6 +472,19 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         let limit: Option<u64> = replies.next("its limit").flatten();
         let entries: Vec<String> = replies.next("its permits").unwrap_or_default();
         let writers_waiting: u64 = replies.next("its writers in line").unwrap_or(0);
+        let first: Option<String> = replies.next("its first permit").flatten();
+        let first_pttl: i64 = replies.next("its first permit's TTL").unwrap_or(-2);
+        // The first permit (`<holder>|<limit>`) counts as a holder; it runs out with its key.
+        let (first_holder, first_limit) = match first.as_deref().and_then(|first| first.split_once('|')) {
+            Some((holder, limit)) => (Some(holder), limit.parse::<u64>().ok()),
+            None => (None, None),
+        };
+        let pttl = if first_holder.is_some() {
+            pttl.max(first_pttl)
+        } else {
+            pttl
+        };
+        let holders = holders + u64::from(first_holder.is_some());
         if pttl == -2 && waiters == 0 {
             return Ok(None);
         }
@@ -351,10 +498,14 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             fence: fence.unwrap_or(0),
             waiters,
             holders,
-            limit: limit.and_then(crate::store::list_locks::listed_limit),
+            limit: limit
+                .or(first_limit)
+                .and_then(crate::store::list_locks::listed_limit),
             reserved_for: (!reserved.is_empty()).then(|| reserved.join(" ")),
-            // A writer holds alone: its entry, marked (lua/permit_prelude.lua), is the one.
-            writing: entries.iter().any(|entry| entry.starts_with('!')),
+            // A writer holds alone: its entry or the first permit, marked
+            // (lua/permit_prelude.lua), is the one.
+            writing: first_holder.is_some_and(|holder| holder.starts_with('!'))
+                || entries.iter().any(|entry| entry.starts_with('!')),
             writers_waiting,
             next_slot: None,
             closed_for: None,

@@ -58,7 +58,7 @@ impl fmt::Display for Lifetime {
 /// How long a key of `kind` lives: the kind as [`kind_of`] names it.
 pub fn lifetime_of(kind: &str) -> Lifetime {
     match kind {
-        "lock" => Lifetime::WhileHeld,
+        "lock" | "permit-first" => Lifetime::WhileHeld,
         "fence" | "waiters" | "handoff" | "holds" | "permit-fence" | "permit-waiters" | "permit-holds"
         | "permit-writers" => Lifetime::Idle,
         "permits" | "permit-fences" | "permit-limit" | "throttle" | "throttle-bookings"

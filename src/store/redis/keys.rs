@@ -177,7 +177,7 @@ impl LockKeys {
 pub(crate) struct PermitKeys(TaggedNames<{ PERMIT_KINDS.len() }>);
 
 /// The kinds of a semaphore's names, in the order of the scripts' `KEYS`, then its channel.
-const PERMIT_KINDS: [&str; 8] = [
+const PERMIT_KINDS: [&str; 9] = [
     "permits",
     "permit-fences",
     "permit-fence",
@@ -185,12 +185,41 @@ const PERMIT_KINDS: [&str; 8] = [
     "permit-waiters",
     "permit-holds",
     "permit-writers",
+    "permit-first",
     "permit-wake",
 ];
+
+/// One of a semaphore's names, for the calls that need only some of them
+/// ([`PermitKeys::only`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PermitName {
+    /// [`PermitKeys::permits`].
+    Permits = 0,
+    /// [`PermitKeys::fences`].
+    Fences = 1,
+    /// [`PermitKeys::fence`].
+    Fence = 2,
+    /// [`PermitKeys::waiters`].
+    Waiters = 4,
+    /// string: the key's typical hold in ms (expires a minute after the last release).
+    Holds = 5,
+    /// [`PermitKeys::first`].
+    First = 7,
+}
 
 impl PermitKeys {
     pub(crate) fn new(prefix: &Prefix, key: &LockKey) -> Self {
         PermitKeys(TaggedNames::of_key(prefix, &PERMIT_KINDS, key))
+    }
+
+    /// Only the names `which` of the semaphore key `key`, for the calls of every uncontended
+    /// request (the first permit's acquire, the release), as [`LockKeys::only`].
+    pub(crate) fn only<const N: usize>(
+        prefix: &Prefix,
+        key: &LockKey,
+        which: [PermitName; N],
+    ) -> TaggedNames<N> {
+        TaggedNames::of_key(prefix, &which.map(|name| PERMIT_KINDS[name as usize]), key)
     }
 
     /// The keys that go with a semaphore found by a scan, whose tag (`{...}`) is as found.
@@ -225,24 +254,26 @@ impl PermitKeys {
         self.0.name(4)
     }
 
-    /// string: the key's typical hold in ms (expires a minute after the last release).
-    pub(crate) fn holds(&self) -> &str {
-        self.0.name(5)
-    }
-
     /// set: the waiters in line that write (a read-write lock's writers).
     pub(crate) fn writers(&self) -> &str {
         self.0.name(6)
     }
 
-    /// pub/sub channel: who a permit was reserved for. Not a key: scripts get it in `ARGV[1]`.
-    pub(crate) fn wake(&self) -> &str {
+    /// string: `<holder>|<limit>`, the permit taken on a free key by plain commands (PX its
+    /// lease), as the mutex's key holds its holder: a permit nobody else holds costs one key.
+    /// Counted with the holders of `permits`; the others take theirs there.
+    pub(crate) fn first(&self) -> &str {
         self.0.name(7)
     }
 
+    /// pub/sub channel: who a permit was reserved for. Not a key: scripts get it in `ARGV[1]`.
+    pub(crate) fn wake(&self) -> &str {
+        self.0.name(8)
+    }
+
     /// The keys in the order of the scripts' `KEYS`.
-    pub(crate) fn in_script_order(&self) -> [&str; 7] {
-        [0, 1, 2, 3, 4, 5, 6].map(|index| self.0.name(index))
+    pub(crate) fn in_script_order(&self) -> [&str; 8] {
+        [0, 1, 2, 3, 4, 5, 6, 7].map(|index| self.0.name(index))
     }
 
     /// Every name of the semaphore: its keys, then its channel.
@@ -336,6 +367,12 @@ pub(crate) fn waiters_namespace(prefix: &Prefix) -> String {
 /// The start of every semaphore's line under `prefix`, before its hash tag.
 pub(crate) fn permit_waiters_namespace(prefix: &Prefix) -> String {
     format!("{}:permit-waiters:", prefix.as_str())
+}
+
+/// Where the first permits of semaphores live (`<prefix>:permit-first:{...}`): a semaphore
+/// held by one permit has no `permits` key.
+pub(crate) fn permit_first_namespace(prefix: &Prefix) -> String {
+    format!("{}:permit-first:", prefix.as_str())
 }
 
 /// The keys of one queue, in the order every queue script receives them in `KEYS`: the shared

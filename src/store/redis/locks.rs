@@ -68,6 +68,8 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             // Lines whose key has no holder (a reservation ran out unused): their waiters wait.
             keys::waiters_namespace(&self.prefix),
             keys::permit_waiters_namespace(&self.prefix),
+            // Semaphores held by their first permit alone have no set of permits.
+            keys::permit_first_namespace(&self.prefix),
         ] {
             let mut cursor = 0u64;
             loop {
@@ -90,6 +92,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         let throttles_prefix = keys::throttles_namespace(&self.prefix);
         let waiters_prefix = keys::waiters_namespace(&self.prefix);
         let permit_waiters_prefix = keys::permit_waiters_namespace(&self.prefix);
+        let permit_first_prefix = keys::permit_first_namespace(&self.prefix);
         let found: std::collections::HashSet<String> = keys.iter().cloned().collect();
         let mut locks = Vec::with_capacity(keys.len());
         for key in keys {
@@ -100,9 +103,16 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
                     continue;
                 }
                 lock
-            } else if let Some(tag) = key.strip_prefix(&permit_waiters_prefix) {
+            } else if let Some(tag) = key
+                .strip_prefix(&permit_waiters_prefix)
+                .or_else(|| key.strip_prefix(&permit_first_prefix))
+            {
                 let permits = format!("{permits_prefix}{tag}");
-                if found.contains(&permits) {
+                let line = format!("{permit_waiters_prefix}{tag}");
+                // Described once: with its set of permits, else with its line, else alone.
+                if found.contains(&permits)
+                    || (key.starts_with(&permit_first_prefix) && found.contains(&line))
+                {
                     continue;
                 }
                 permits

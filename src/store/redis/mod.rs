@@ -80,6 +80,13 @@ pub struct RedisStore<Conn = ManagedConnection> {
     /// The lock keys seen with a raised fencing counter, shared by the store's clones: their
     /// fenced acquires go by plain commands, the others' by the acquire script.
     pub(crate) counted: Arc<CountedKeys>,
+    /// The semaphore keys seen with a raised fencing counter, as `counted` for the lock keys:
+    /// the first permit of such a key goes by plain commands.
+    pub(crate) counted_permits: Arc<CountedKeys>,
+    /// The semaphore keys whose first permit this store found taken a moment ago (the same
+    /// table, another meaning): a busy key's acquires go to the free-key script at once rather
+    /// than first trying the plain commands.
+    pub(crate) busy_permits: Arc<CountedKeys>,
     /// Which store this is ([`Sealed::instance`](crate::store::Sealed::instance)): every call
     /// asks, so it is worked out when the store or its prefix is made, not per call.
     instance: u64,
@@ -130,6 +137,8 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             prepared: Arc::default(),
             releasing: Arc::default(),
             counted,
+            counted_permits: Arc::default(),
+            busy_permits: Arc::default(),
         }
     }
 

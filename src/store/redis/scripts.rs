@@ -65,7 +65,8 @@ script!(LOCK_EXTEND, LOCK_PRELUDE, "lock_extend.lua");
 script!(LOCK_RELEASE, LOCK_PRELUDE, "lock_release.lua");
 script!(LOCK_JOIN, &[LOCK_PRELUDE, LINE_JOIN].concat(), "lock_join.lua");
 /// The release of a lock nobody waits for: two keys, no prelude (its cost is per key and argument).
-pub(super) static LOCK_RELEASE_ALONE: LazyLock<Script> =
+/// Also the give-back of a first permit taken where others held (a delete by value).
+pub(crate) static LOCK_RELEASE_ALONE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_release_alone.lua")));
 script!(LOCK_LEAVE, LOCK_PRELUDE, "lock_leave.lua");
 script!(

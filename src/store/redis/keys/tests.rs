@@ -62,7 +62,7 @@ fn the_permit_prelude_names_the_keys_in_script_order() {
     assert_declares(
         include_str!("../lua/permit_prelude.lua"),
         &[
-            "PERMITS", "FENCES", "FENCE", "LIMIT", "WAITERS", "HOLDS", "WRITERS",
+            "PERMITS", "FENCES", "FENCE", "LIMIT", "WAITERS", "HOLDS", "WRITERS", "FIRST",
         ],
     );
 }

@@ -22,6 +22,13 @@ if fence then
   keep_alive(ttl)
   return {1, tonumber(fence), -1, 0, 0, {}, dropped}
 end
+local first = first_holder()
+if first == token then
+  -- The first permit is ours (the plain commands that took it did not count a fence, or
+  -- their reply was lost): a new token, counted while we hold it, above every earlier one.
+  redis.call('PEXPIRE', FIRST, ttl)
+  return {1, next_fences(FENCE, 1), -1, 0, 0, {}, dropped}
+end
 
 -- Whether the caller may take a free permit without a reservation: it fits, and no waiter
 -- without a reservation is ahead of it (reserved waiters stand at the front of the line,
@@ -39,7 +46,7 @@ end
 -- not taken beside others.
 local function reservation()
   local deadline = waiter ~= '' and redis.call('ZSCORE', PERMITS, '@' .. waiter)
-  if deadline and writer and redis.call('ZCARD', PERMITS) > 1 then
+  if deadline and writer and taken_now() > 1 then
     return false
   end
   return deadline
@@ -60,13 +67,23 @@ if not reserved and not may_take() then
       end
     end
   elseif not may_take() then
-    local first = redis.call('ZRANGE', PERMITS, 0, 0, 'WITHSCORES')
-    local remaining = first[2] and (tonumber(first[2]) - now) or -1
+    local head = redis.call('ZRANGE', PERMITS, 0, 0, 'WITHSCORES')
+    local remaining = head[2] and (tonumber(head[2]) - now) or -1
+    local writing = head[1] and string.sub(head[1], 1, 1) == WRITER_MARK
+    local holders = redis.call('HLEN', FENCES)
+    if first then
+      -- The first permit runs out with its key: its TTL, if it is the sooner deadline.
+      local left = redis.call('PTTL', FIRST)
+      if left >= 0 and (remaining < 0 or left < remaining) then
+        remaining = left
+      end
+      writing = writing or string.sub(first, 1, 1) == WRITER_MARK
+      holders = holders + 1
+    end
     local hold = tonumber(redis.call('GET', HOLDS)) or -1
     -- Only reservations stand in the way: no holder that the caller could not join.
-    local holders = redis.call('HLEN', FENCES)
     local only_reserved = 0
-    if holders == 0 or not (writer or holders >= limit or string.sub(first[1], 1, 1) == WRITER_MARK) then
+    if holders == 0 or not (writer or holders >= limit or writing) then
       only_reserved = 1
     end
     return {0, remaining, ahead_of(waiter), hold, only_reserved, handed, dropped}

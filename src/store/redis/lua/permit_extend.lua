@@ -4,6 +4,11 @@
 -- ARGV[3] the holder (its token; a writer's marked), ARGV[4] the TTL in ms.
 -- Returns 1 when extended, 0 when the permit ran out (or was never taken).
 local token, ttl = ARGV[3], tonumber(ARGV[4])
+if first_holder() == token then
+  -- The first permit: its key's TTL is its deadline (a key that ran out is gone).
+  redis.call('PEXPIRE', FIRST, ttl)
+  return 1
+end
 local now = now_ms()
 local deadline = redis.call('ZSCORE', PERMITS, token)
 if not deadline or tonumber(deadline) <= now then

@@ -4,8 +4,8 @@
 -- it after its flags line when the scripts are loaded (src/store/redis/scripts.rs).
 -- It names the semaphore's keys, which every permit script receives in this order
 -- (src/store/redis/keys.rs builds the list), and the steps several scripts share.
-local PERMITS, FENCES, FENCE, LIMIT, WAITERS, HOLDS, WRITERS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local PERMITS, FENCES, FENCE, LIMIT, WAITERS, HOLDS, WRITERS, FIRST =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 -- PERMITS  zset: holder -> lease deadline, '@' .. waiter -> reservation deadline (ms, server
 --          clock); both count against the limit. A holder is its token, a writer's is
 --          WRITER_MARK .. its token: a writer holds the key alone
@@ -15,6 +15,10 @@ local PERMITS, FENCES, FENCE, LIMIT, WAITERS, HOLDS, WRITERS =
 -- WAITERS  zset: waiter -> arrival order; the line, first come first served
 -- HOLDS    string: the key's last hold in ms (expires IDLE_MS after the last release)
 -- WRITERS  set: the waiters in line that write (expires with WAITERS, IDLE_MS after the last join)
+-- FIRST    string: '<holder>|<limit>', the permit taken on a free key by plain commands
+--          (src/semaphore/redis_store.rs), PX its lease: a permit nobody else holds costs one
+--          key, as the mutex's does. It counts as a holder beside PERMITS' (never in it); its
+--          fence is not kept (a re-sent acquire that finds it is handed a new one)
 
 -- What starts a writer's holder name (tokens are hex).
 local WRITER_MARK = '!'
@@ -70,18 +74,32 @@ local function waits_to_write(waiter)
   return redis.call('SISMEMBER', WRITERS, waiter) == 1
 end
 
+-- The holder of the key's first permit (FIRST), false when there is none.
+local function first_holder()
+  local first = redis.call('GET', FIRST)
+  return first and string.match(first, '^[^|]*')
+end
+
+-- How many permits are held or reserved: PERMITS' entries and the first permit.
+local function taken_now()
+  return redis.call('ZCARD', PERMITS) + redis.call('EXISTS', FIRST)
+end
+
 -- Whether a holder (a writer when `writer`) fits beside the permits held and reserved now: a
 -- writer only on a free key, a reader below the limit and beside no writer (a writer, held
--- or reserved, is alone: it is the one entry).
+-- or reserved, is alone: it is the one entry, or the first permit).
 local function fits(writer, limit)
-  local taken = redis.call('ZCARD', PERMITS)
+  local first = first_holder()
+  local entries = redis.call('ZCARD', PERMITS)
+  local taken = entries + (first and 1 or 0)
   if writer or taken == 0 then
     return taken == 0
   end
-  if taken >= limit then
+  if taken >= limit or (first and string.sub(first, 1, 1) == WRITER_MARK) then
     return false
   end
-  if taken > 1 then
+  -- No entry, or several (a writer's would be alone): readers only.
+  if entries ~= 1 then
     return true
   end
   local only = redis.call('ZRANGE', PERMITS, 0, 0)[1]
@@ -97,7 +115,7 @@ end
 -- writers are not starved). Returns the waiters reserved for.
 local function hand_to_line(now, limit)
   local handed = {}
-  if redis.call('ZCARD', PERMITS) >= limit then
+  if taken_now() >= limit then
     return handed
   end
   -- Reserved waiters stand at the front of the line (reservations go in its order); the

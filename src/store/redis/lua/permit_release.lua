@@ -7,18 +7,24 @@
 -- were reserved for, the waiters dropped for a reservation that ran out}.
 local token, held_ms, limit = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local now = now_ms()
-local deadline = tonumber(redis.call('ZSCORE', PERMITS, token))
 local released = 0
-if deadline then
-  redis.call('ZREM', PERMITS, token)
-  redis.call('HDEL', FENCES, token)
-  -- A permit past its deadline was no longer ours, though nobody dropped it yet.
-  if deadline > now then
-    released = 1
-    if held_ms ~= '' then
-      redis.call('SET', HOLDS, held_ms, 'PX', IDLE_MS)
+if first_holder() == token then
+  -- The first permit: alive while its key is.
+  redis.call('DEL', FIRST)
+  released = 1
+else
+  local deadline = tonumber(redis.call('ZSCORE', PERMITS, token))
+  if deadline then
+    redis.call('ZREM', PERMITS, token)
+    redis.call('HDEL', FENCES, token)
+    -- A permit past its deadline was no longer ours, though nobody dropped it yet.
+    if deadline > now then
+      released = 1
     end
   end
+end
+if released == 1 and held_ms ~= '' then
+  redis.call('SET', HOLDS, held_ms, 'PX', IDLE_MS)
 end
 -- Nobody waits: nothing to hand over (the next acquire drops what ran out). The common case,
 -- in the fewest calls.
