@@ -1,6 +1,7 @@
 //! The semaphore on Redis: a Lua script per operation over the semaphore's keys, and plain
 //! commands for the first permit of a free key (a key of its own, as the mutex's lock).
 
+use std::io::Write;
 use std::time::Duration;
 
 use redis::{RedisWrite, Script, ToRedisArgs};
@@ -18,7 +19,7 @@ use crate::store::handover::{HandOver, hand_over, reservation_expired};
 use crate::store::list_locks::LockInfo;
 use crate::store::redis::keys::{PermitKeys, PermitName};
 use crate::store::redis::listed_replies::ListedReplies;
-use crate::store::redis::lock::{JoinReply, cap_args};
+use crate::store::redis::lock::{JoinReply, cap_args, command};
 use crate::store::redis::locks::key_name;
 use crate::store::redis::script_call::ScriptCall;
 use crate::store::redis::scripts::{
@@ -52,8 +53,8 @@ impl HolderName {
             value.push(b'!');
         }
         value.extend_from_slice(&token.to_hex());
-        value.push(b'|');
-        value.extend_from_slice(holders.limit().to_string().as_bytes());
+        // The limit's digits, written in place (writing to a Vec cannot fail).
+        let _ = write!(value, "|{}", holders.limit());
         value
     }
 }
@@ -130,18 +131,25 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         );
         let [waiters, first, permits, counter] = names.get();
         let value = HolderName(token, holders).first_permit();
-        let mut commands = redis::pipe();
-        commands
-            .exists(waiters)
-            .cmd("SET")
-            .arg(first)
+        // Each command sized before it is written, as the mutex's acquire (`command`).
+        let mut commands = redis::Pipeline::with_capacity(5);
+        let mut line = command("EXISTS", 1, waiters.len());
+        line.arg(waiters);
+        let mut take = command("SET", 5, first.len() + value.len() + 8 + 20);
+        take.arg(first)
             .arg(&value)
             .arg("NX")
             .arg("PX")
-            .arg(ttl_millis(ttl))
-            .zcard(permits)
-            .incr(counter, 1)
-            .get(first);
+            .arg(ttl_millis(ttl));
+        let mut others = command("ZCARD", 1, permits.len());
+        others.arg(permits);
+        let mut count = command("INCR", 1, counter.len());
+        count.arg(counter);
+        let mut check = command("GET", 1, first.len());
+        check.arg(first);
+        for each in [line, take, others, count, check] {
+            commands.add_command(each);
+        }
         let (line, taken, entries, fence, now_first): (bool, bool, u64, u64, Option<Vec<u8>>) =
             commands.query_async(&mut self.conn.clone()).await?;
         if !taken {

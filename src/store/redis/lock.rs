@@ -54,7 +54,7 @@ fn acquire_reply(reply: Vec<redis::Value>) -> Result<AcquireReply, StoreError> {
 
 /// The command `name` with room for `args` arguments of `bytes` in all: an acquire's commands
 /// are written without growing their buffers (each grows three times from empty otherwise).
-fn command(name: &str, args: usize, bytes: usize) -> redis::Cmd {
+pub(crate) fn command(name: &str, args: usize, bytes: usize) -> redis::Cmd {
     let mut command = redis::Cmd::with_capacity(1 + args, name.len() + bytes);
     command.arg(name);
     command
