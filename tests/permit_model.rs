@@ -3,14 +3,16 @@
 //! keys, three reading and one writing, each call with a limit of one to three, with expiries (a holder that
 //! crashed, a waiter handed a permit that never came), run one by one on the model and on a
 //! real Redis 7 and Valkey 9 through the Redis store. After every operation the replies agree,
-//! and so does what each key shows: its holders (and which writes), the waiters its permits
-//! are reserved for, and its line (and which wait to write), in order. Fencing tokens rise on
-//! both with each new permit.
+//! and so does what each key shows: its holders (and which writes; on Redis, the entries of the
+//! permits' set and the key's first permit, a key of its own), the waiters its permits are
+//! reserved for, and its line (and which wait to write), in order. Fencing tokens rise on both
+//! with each new permit.
 //!
 //! Time: the model's clock stands still, TTLs and reservations last a minute (what Redis
 //! reports as remaining may be less by the time a sequence takes: `differential::TIME_TOLERANCE`).
-//! An expiry sets the permit's (or the reservation's) deadline in the past: on Redis its score,
-//! on the model [`PermitModel::expire_permit`] and [`PermitModel::expire_reservation`].
+//! An expiry sets the permit's (or the reservation's) deadline in the past: on Redis its score
+//! (a first permit's key is deleted, as its TTL would), on the model
+//! [`PermitModel::expire_permit`] and [`PermitModel::expire_reservation`].
 //!
 //! `PROPTEST_CASES` raises the number of sequences per server (the default fits CI).
 
