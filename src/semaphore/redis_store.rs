@@ -186,23 +186,24 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         ttl: Duration,
         holders: Holders,
     ) -> Option<u64> {
-        let keys = PermitKeys::new(&self.prefix, key);
-        let taken: Result<i64, _> = ScriptCall::new(
-            &PERMIT_ACQUIRE_FREE,
+        let names = PermitKeys::only(
+            &self.prefix,
+            key,
             [
-                keys.permits(),
-                keys.fences(),
-                keys.fence(),
-                keys.waiters(),
-                keys.limit(),
-                keys.first(),
+                PermitName::Permits,
+                PermitName::Fences,
+                PermitName::Fence,
+                PermitName::Waiters,
+                PermitName::Limit,
+                PermitName::First,
             ],
-        )
-        .arg(HolderName(token, holders))
-        .arg(ttl_millis(ttl))
-        .arg(holders.limit())
-        .invoke(&mut self.conn.clone())
-        .await;
+        );
+        let taken: Result<i64, _> = ScriptCall::new(&PERMIT_ACQUIRE_FREE, names.get())
+            .arg(HolderName(token, holders))
+            .arg(ttl_millis(ttl))
+            .arg(holders.limit())
+            .invoke(&mut self.conn.clone())
+            .await;
         match taken {
             Ok(fence) => {
                 let fence = u64::try_from(fence).ok()?;

@@ -193,12 +193,15 @@ const PERMIT_KINDS: [&str; 9] = [
 /// ([`PermitKeys::only`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum PermitName {
-    /// [`PermitKeys::permits`].
+    /// zset: holder -> lease deadline, `@<waiter>` -> reservation deadline (ms, server clock).
+    /// A holder is its token, a writer's `!<token>` (a read-write lock's writer holds alone).
     Permits = 0,
     /// [`PermitKeys::fences`].
     Fences = 1,
     /// [`PermitKeys::fence`].
     Fence = 2,
+    /// [`PermitKeys::limit`].
+    Limit = 3,
     /// [`PermitKeys::waiters`].
     Waiters = 4,
     /// string: the key's typical hold in ms (expires a minute after the last release).
@@ -213,7 +216,8 @@ impl PermitKeys {
     }
 
     /// Only the names `which` of the semaphore key `key`, for the calls of every uncontended
-    /// request (the first permit's acquire, the release), as [`LockKeys::only`].
+    /// request (the first permit's acquire, the free-key acquire, the release), as
+    /// [`LockKeys::only`].
     pub(crate) fn only<const N: usize>(
         prefix: &Prefix,
         key: &LockKey,
@@ -225,12 +229,6 @@ impl PermitKeys {
     /// The keys that go with a semaphore found by a scan, whose tag (`{...}`) is as found.
     pub(crate) fn of_found_tag(prefix: &Prefix, tag: &str) -> Self {
         PermitKeys(TaggedNames::new(prefix, &PERMIT_KINDS, [tag, "", ""]))
-    }
-
-    /// zset: holder -> lease deadline, `@<waiter>` -> reservation deadline (ms, server clock).
-    /// A holder is its token, a writer's `!<token>` (a read-write lock's writer holds alone).
-    pub(crate) fn permits(&self) -> &str {
-        self.0.name(0)
     }
 
     /// hash: holder (as in `permits`) -> the fencing token of its permit.
