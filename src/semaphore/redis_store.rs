@@ -72,6 +72,18 @@ impl ToRedisArgs for HolderName {
     }
 }
 
+/// What the plain commands of a first permit found ([`RedisStore::acquire_first_permit`]).
+enum FirstPermit {
+    /// The permit is ours, with this fence.
+    Ours(u64),
+    /// Others hold permits: the first permit, or entries of the set (the one just taken is
+    /// given back).
+    Busy,
+    /// A script must settle it: others in line (the permit just taken is given back), or a
+    /// counter below the floor (the acquire script finds the permit ours and raises it).
+    Unsettled,
+}
+
 /// Waiters as a script lists them.
 fn waiters(stored: Vec<String>) -> impl Iterator<Item = Waiter> {
     stored.into_iter().filter_map(Waiter::from_stored)
@@ -100,11 +112,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
     /// The first permit of a free key by plain commands in one round trip, as the mutex's
     /// acquire takes its key (`store/redis/lock.rs`): `EXISTS` of the line, `SET first
     /// <holder>|<limit> NX PX ttl`, `ZCARD` of the permits, `INCR` of the counter and `GET` of
-    /// the first permit. `Some(fence)` when the permit is ours; `None` when a script must
-    /// settle it: the first permit taken (the key is then busy for a moment: see
-    /// `busy_permits`), others holding or in line (the permit just taken is given back by
-    /// token first), or a counter below the floor (the acquire script finds the permit ours
-    /// and hands it a raised token).
+    /// the first permit. What it found: [`FirstPermit`].
     ///
     /// The commands need not run as one step. The first permit counts as a holder in every
     /// script; one taken while others held or waited is given back before anyone is told it
@@ -118,7 +126,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         token: LockToken,
         ttl: Duration,
         holders: Holders,
-    ) -> Result<Option<u64>, StoreError> {
+    ) -> Result<FirstPermit, StoreError> {
         let names = PermitKeys::only(
             &self.prefix,
             key,
@@ -153,25 +161,28 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         let (line, taken, entries, fence, now_first): (bool, bool, u64, u64, Option<Vec<u8>>) =
             commands.query_async(&mut self.conn.clone()).await?;
         if !taken {
-            self.busy_permits.insert(key);
-            return Ok(None);
+            return Ok(FirstPermit::Busy);
         }
         if now_first.as_deref() != Some(&value[..]) {
-            return Ok(None);
+            return Ok(FirstPermit::Unsettled);
         }
         if line || entries > 0 {
-            // Others hold permits in the set: the free-key script may find one beside them.
-            if !line {
-                self.busy_permits.insert(key);
-            }
             // Given back as taken, by value (the token-checked delete of the mutex's short
             // release): nothing else changed, and the script that decides next hands the line
             // what is free.
             self.release_alone(&LOCK_RELEASE_ALONE, &[first], &value[..], "", None)
                 .await?;
-            return Ok(None);
+            return Ok(if line {
+                FirstPermit::Unsettled
+            } else {
+                FirstPermit::Busy
+            });
         }
-        Ok((fence >= FENCE_FLOOR).then_some(fence))
+        Ok(if fence >= FENCE_FLOOR {
+            FirstPermit::Ours(fence)
+        } else {
+            FirstPermit::Unsettled
+        })
     }
 
     /// The acquire of a caller not in line on a key nobody waits for
@@ -230,10 +241,11 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
     ) -> Option<u64> {
         if self.counted_permits.contains(key) && !self.busy_permits.contains(key) {
             match self.acquire_first_permit(key, token, ttl, holders).await {
-                Ok(Some(fence)) => return Some(fence),
-                // The key is busy: the free-key script may still find a permit beside the others.
-                Ok(None) if self.busy_permits.contains(key) => {}
-                Ok(None) => return None,
+                Ok(FirstPermit::Ours(fence)) => return Some(fence),
+                // The free-key script may still find a permit beside the others, and is tried
+                // first for a moment.
+                Ok(FirstPermit::Busy) => self.busy_permits.insert(key),
+                Ok(FirstPermit::Unsettled) => return None,
                 Err(error) => {
                     tracing::debug!(%key, %error, "acquire of a first permit failed; acquiring by the full script");
                     return None;

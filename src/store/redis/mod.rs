@@ -83,9 +83,9 @@ pub struct RedisStore<Conn = ManagedConnection> {
     /// The semaphore keys seen with a raised fencing counter, as `counted` for the lock keys:
     /// the first permit of such a key goes by plain commands.
     pub(crate) counted_permits: Arc<CountedKeys>,
-    /// The semaphore keys whose first permit this store found taken a moment ago (the same
-    /// table, another meaning): a busy key's acquires go to the free-key script at once rather
-    /// than first trying the plain commands.
+    /// The semaphore keys this store found held by others a moment ago (their first permit,
+    /// or entries of their set; the same table, another meaning): a busy key's acquires go to
+    /// the free-key script at once rather than first trying the plain commands.
     pub(crate) busy_permits: Arc<CountedKeys>,
     /// Which store this is ([`Sealed::instance`](crate::store::Sealed::instance)): every call
     /// asks, so it is worked out when the store or its prefix is made, not per call.
