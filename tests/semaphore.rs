@@ -393,6 +393,25 @@ async fn the_listing_shows_permits_held_the_limit_and_the_line<S: Reserving>(sto
     );
 }
 
+/// A key held by its first permit alone, with a caller in line behind it, is listed with its
+/// holder, its limit and its line (the first permit's value then carries the line's mark).
+async fn a_full_key_held_by_one_permit_is_listed_with_its_limit_and_line<S: Reserving>(store: S) {
+    let k = key("tenant:5");
+    take(&store, &k, LockToken::random(), 1)
+        .await
+        .expect("the permit of a free key");
+    store
+        .join_permits(&k, &Waiter::caller(LockToken::random()), None, 1)
+        .await
+        .unwrap();
+    let locks = store.list_locks(100).await.unwrap();
+    let shown: Vec<_> = locks
+        .iter()
+        .map(|lock| (lock.key.as_str(), lock.holders, lock.limit, lock.waiters))
+        .collect();
+    assert_eq!(shown, [("tenant:5", 1, Some(1), 1)]);
+}
+
 /// A permit renewed past its first TTL keeps its key listed with its limit (the limit's record
 /// lived only as long as the first TTL: the key was then listed with limit 0, which reads as
 /// "closed").
@@ -682,5 +701,6 @@ for_each_store!(
     deferred_requests_run_n_at_a_time_in_arrival_order,
     retrying_callers_share_n_permits,
     the_listing_shows_permits_held_the_limit_and_the_line,
+    a_full_key_held_by_one_permit_is_listed_with_its_limit_and_line,
     a_permit_renewed_past_its_first_ttl_is_listed_with_its_limit,
 );

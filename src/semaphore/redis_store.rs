@@ -170,8 +170,14 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
             // Given back as taken, by value (the token-checked delete of the mutex's short
             // release): nothing else changed, and the script that decides next hands the line
             // what is free.
-            self.release_alone(&LOCK_RELEASE_ALONE, &[first], &value[..], "", None)
+            let given_back = self
+                .release_alone(&LOCK_RELEASE_ALONE, &[first], &value[..], "", None)
                 .await?;
+            if given_back.is_none() {
+                // Someone joined the line since the `GET` and marked the permit: the release
+                // script gives it back and hands the line what is free.
+                self.release_permit_lease(key, token, holders, None).await?;
+            }
             return Ok(if line {
                 FirstPermit::Unsettled
             } else {
@@ -370,6 +376,20 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         );
         let [permits, fences, waiters, first, holds] = names.get();
         let holder = HolderName(token, holders);
+        // The server's own DELIFEQ, where it has it: deletes the first permit by value while
+        // nobody is in line (the line marks it), as the mutex's release deletes its token. Not
+        // tried for a key found busy a moment ago: its permits are more likely entries of the
+        // set, which the script below gives back.
+        if self.conditional().delifeq && held_for.is_none() && !self.busy_permits.contains(key) {
+            let deleted: i64 = redis::cmd("DELIFEQ")
+                .arg(first)
+                .arg(holder.first_permit())
+                .query_async(&mut self.conn.clone())
+                .await?;
+            if deleted == 1 {
+                return Ok(true);
+            }
+        }
         let held = [permits, fences, waiters, first];
         let alone = self.release_alone(&PERMIT_RELEASE_ALONE, &held, holder, holds, held_for);
         if let Some(released) = alone.await? {
@@ -495,11 +515,14 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         let writers_waiting: u64 = replies.next("its writers in line").unwrap_or(0);
         let first: Option<String> = replies.next("its first permit").flatten();
         let first_pttl: i64 = replies.next("its first permit's TTL").unwrap_or(-2);
-        // The first permit (`<holder>|<limit>`) counts as a holder; it runs out with its key.
-        let (first_holder, first_limit) = match first.as_deref().and_then(|first| first.split_once('|')) {
-            Some((holder, limit)) => (Some(holder), limit.parse::<u64>().ok()),
-            None => (None, None),
-        };
+        // The first permit (`<holder>|<limit>`, then `|w` once someone joined the line)
+        // counts as a holder; it runs out with its key.
+        let mut first_parts = first.as_deref().map(|first| first.split('|'));
+        let first_holder = first_parts.as_mut().and_then(Iterator::next);
+        let first_limit = first_parts
+            .as_mut()
+            .and_then(Iterator::next)
+            .and_then(|limit| limit.parse::<u64>().ok());
         let pttl = if first_holder.is_some() {
             pttl.max(first_pttl)
         } else {

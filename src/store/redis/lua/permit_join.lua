@@ -24,6 +24,7 @@ for _, gone in ipairs(evicted) do
   redis.call('SREM', WRITERS, gone)
 end
 take_place(waiter, replacing)
+mark_first()
 if replacing ~= '' then
   redis.call('SREM', WRITERS, replacing)
 end

@@ -18,10 +18,16 @@ local PERMITS, FENCES, FENCE, LIMIT, WAITERS, HOLDS, WRITERS, FIRST =
 -- FIRST    string: '<holder>|<limit>', the permit taken on a free key by plain commands
 --          (src/semaphore/redis_store.rs), PX its lease: a permit nobody else holds costs one
 --          key, as the mutex's does. It counts as a holder beside PERMITS' (never in it); its
---          fence is not kept (a re-sent acquire that finds it is handed a new one)
+--          fence is not kept (a re-sent acquire that finds it is handed a new one). Taken
+--          only while nobody is in line; '<holder>|<limit>' .. LINE_MARK once someone joins
+--          the line (mark_first), so that a release by value (Valkey's DELIFEQ) finds it
+--          only while nobody waits for it, as the mutex's lock
 
 -- What starts a writer's holder name (tokens are hex).
 local WRITER_MARK = '!'
+
+-- What ends the first permit's value once someone joined the line (lock_prelude.lua's too).
+local LINE_MARK = '|w'
 
 -- The pub/sub channel that tells the line who a permit was reserved for, and how long a
 -- reservation lasts: every permit script gets them in ARGV[1] and ARGV[2], its own arguments
@@ -78,6 +84,15 @@ end
 local function first_holder()
   local first = redis.call('GET', FIRST)
   return first and string.match(first, '^[^|]*')
+end
+
+-- Marks the first permit, if any, as one the line waits for (LINE_MARK): its holder's release
+-- by value fails then, and the release script hands the line what is free.
+local function mark_first()
+  local first = redis.call('GET', FIRST)
+  if first and string.sub(first, -#LINE_MARK) ~= LINE_MARK then
+    redis.call('SET', FIRST, first .. LINE_MARK, 'KEEPTTL')
+  end
 end
 
 -- How many permits are held or reserved: PERMITS' entries and the first permit.

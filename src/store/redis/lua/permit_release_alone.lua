@@ -10,13 +10,18 @@
 -- line: permit_release.lua releases then, handing the free permits to the line.
 local PERMITS, FENCES, WAITERS, FIRST = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holder = ARGV[1]
-if redis.call('EXISTS', WAITERS) == 1 then
-  return 2
-end
 local first = redis.call('GET', FIRST)
 if first and string.match(first, '^[^|]*') == holder then
+  -- The first permit is taken only while nobody waits, and marked when someone joins the line
+  -- (LINE_MARK of permit_prelude.lua): unmarked, nobody waits for it.
+  if string.sub(first, -2) == '|w' then
+    return 2
+  end
   redis.call('DEL', FIRST)
 else
+  if redis.call('EXISTS', WAITERS) == 1 then
+    return 2
+  end
   local deadline = redis.call('ZSCORE', PERMITS, holder)
   if not deadline then
     return 0
