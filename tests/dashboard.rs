@@ -1,7 +1,7 @@
 //! The dashboard in a real browser: headless Chromium, driven through chromedriver (Debian's
 //! `chromium` and `chromium-driver`, which `.ci/run` installs), against a real Redis. Signs in,
 //! opens each page, requeues a dead job with a click and checks Redis; screenshots each page
-//! (into `target/dashboard-screenshots/`, and into `docs/screenshots/` for the README when
+//! (into `target/dashboard-screenshots/`, and into `docs/screenshots/` for the operations chapter when
 //! `REDEFER_UPDATE_SCREENSHOTS` is set). Without chromedriver the browser test is skipped,
 //! unless `REDEFER_REQUIRE_BROWSER` is set (CI sets it).
 
