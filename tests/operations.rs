@@ -528,6 +528,91 @@ async fn a_listing_reads_around_values_it_cannot_read() {
     );
 }
 
+/// Names under the prefix that are not UTF-8 (no redefer process writes one: another tool's
+/// keys, or damaged ones) are listed as far as they read, beside the others: the lock listing,
+/// the footprint and the queue registry each failed on one of them, hiding every other key
+/// (`redefer locks`, `footprint` and `queues` printed only "Cannot convert from UTF-8").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_are_not_utf8_are_listed_beside_the_others_not_a_failed_read() {
+    use redefer::lock::{Acquisition, Fencing, Holders, LockStore};
+    use redefer::queue::QueueRegistry;
+    use redefer::store::ListLocks;
+    use redefer::{LockKey, LockToken};
+
+    let server = support::RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<u32, _>::new(store.clone(), "orders").unwrap();
+    queue.push(&1, Duration::from_secs(60)).await.unwrap();
+    let held = LockKey::new("order:7").unwrap();
+    let acquired = store
+        .acquire(
+            &held,
+            LockToken::random(),
+            Duration::from_secs(60),
+            Holders::One,
+            None,
+            Fencing::On,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(acquired, Acquisition::Acquired(_)));
+    let not_utf8 = |name: &str| [prefix.as_bytes(), name.as_bytes(), b"\xff}"].concat();
+    let _: ::redis::Value = server
+        .cmd(
+            ::redis::cmd("SET")
+                .arg(not_utf8(":lock:{bad"))
+                .arg("a token")
+                .arg("PX")
+                .arg(60_000),
+        )
+        .await;
+    let _: ::redis::Value = server
+        .cmd(
+            ::redis::cmd("SADD")
+                .arg(format!("{prefix}:queues"))
+                .arg(b"bad\xfe".as_slice()),
+        )
+        .await;
+    let _: ::redis::Value = server
+        .cmd(
+            ::redis::cmd("HSET")
+                .arg(format!("{prefix}:queue-shards"))
+                .arg("orders")
+                .arg(b"\xff".as_slice()),
+        )
+        .await;
+
+    let locks = store.list_locks(100).await.expect("a listing despite the name");
+    let names: Vec<&str> = locks.iter().map(|info| info.key.as_str()).collect();
+    assert!(names.contains(&"order:7"), "{locks:?}");
+    let bad = locks
+        .iter()
+        .find(|info| info.key == format!("{prefix}:lock:{{bad\u{FFFD}}}"))
+        .unwrap_or_else(|| panic!("the key is listed under its name as far as it reads: {locks:?}"));
+    assert!(
+        bad.unreadable.as_deref().unwrap_or("").contains("not UTF-8"),
+        "{bad:?}"
+    );
+
+    let footprint = store
+        .footprint(10_000)
+        .await
+        .expect("a footprint despite the name");
+    assert_eq!(
+        footprint.kinds.get("lock").map(|kind| kind.keys),
+        Some(2),
+        "{footprint:?}"
+    );
+
+    let registered = store.registered().await.expect("the registry despite the member");
+    let queues: Vec<(&str, usize)> = registered
+        .iter()
+        .map(|queue| (queue.name.as_str(), queue.shards))
+        .collect();
+    assert_eq!(queues, [("bad\u{FFFD}", 1), ("orders", 1)]);
+}
+
 /// A key of the queue or of the registry that holds another type than redefer keeps there
 /// (another tool's key under the prefix) fails the operator's read with an error that says so,
 /// not with the client's words for where it came from (a script's sha and line, a pipeline's

@@ -70,11 +70,13 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
                 let ttls = run(ttls).await?;
                 for (name, ttl) in found.iter().zip(ttls) {
                     let ttl: i64 = redis::from_redis_value(ttl).map_err(unexpected)?;
+                    // Counted by what of its name reads (its kind is in the ASCII part).
+                    let name = String::from_utf8_lossy(name);
                     // -2: gone since the scan; -1: no expiry.
                     match ttl {
                         -2 => {}
-                        -1 => footprint.count(prefix, name, None),
-                        ttl => footprint.count(prefix, name, Some(ttl.unsigned_abs())),
+                        -1 => footprint.count(prefix, &name, None),
+                        ttl => footprint.count(prefix, &name, Some(ttl.unsigned_abs())),
                     }
                 }
             }
@@ -124,11 +126,13 @@ where
         let (next, names) = scan_page(&mut run, "*:queues", cursor).await?;
         // COUNT is how many keys a page looks at, matching or not.
         looked += PAGE as u64;
-        found.extend(
-            names
-                .iter()
-                .filter_map(|name| name.strip_suffix(":queues").map(str::to_string)),
-        );
+        // A prefix that is not UTF-8 is not one a tool could be pointed at: left out.
+        found.extend(names.iter().filter_map(|name| {
+            std::str::from_utf8(name)
+                .ok()?
+                .strip_suffix(":queues")
+                .map(str::to_string)
+        }));
         cursor = next;
         if cursor == 0 || looked >= max_keys {
             return Ok(());

@@ -27,8 +27,10 @@ pub(super) fn glob_escape(text: &str) -> String {
         .collect()
 }
 
-/// One page of a `SCAN` for lock keys: the cursor to go on from, and the keys found.
-pub(super) type ScanPage = (u64, Vec<String>);
+/// One page of a `SCAN`: the cursor to go on from, and the names found, as bytes: a name that
+/// is not UTF-8 (no redefer process writes one: another tool's key, or a damaged one) must
+/// not fail the scan, nor hide the keys after it.
+pub(super) type ScanPage = (u64, Vec<Vec<u8>>);
 
 impl<Conn: RedisConnection> RedisStore<Conn> {
     /// Up to `limit` held locks (mutexes and semaphores) and throttled keys, found by `SCAN` on the server this store is connected to (on
@@ -55,7 +57,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
 
     /// Up to `limit` lock keys (mutexes, then semaphores, then throttles), scanning with `run` until the
     /// cursor comes back to 0.
-    async fn scan_lock_keys<Run, Fut>(&self, limit: usize, mut run: Run) -> Result<Vec<String>, StoreError>
+    async fn scan_lock_keys<Run, Fut>(&self, limit: usize, mut run: Run) -> Result<Vec<Vec<u8>>, StoreError>
     where
         Run: FnMut(redis::Cmd) -> Fut,
         Fut: Future<Output = redis::RedisResult<ScanPage>>,
@@ -85,8 +87,18 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         Ok(keys)
     }
 
-    /// The locks of `keys`: TTL, fence, line and reservation of each still held.
-    async fn describe_locks(&self, keys: Vec<String>) -> Result<Vec<LockInfo>, StoreError> {
+    /// The locks of `names`: TTL, fence, line and reservation of each still held. A name that
+    /// is not UTF-8 is listed as far as it reads, with nothing else read
+    /// ([`unreadable_name`]).
+    async fn describe_locks(&self, names: Vec<Vec<u8>>) -> Result<Vec<LockInfo>, StoreError> {
+        let mut locks = Vec::with_capacity(names.len());
+        let mut keys = Vec::with_capacity(names.len());
+        for name in names {
+            match String::from_utf8(name) {
+                Ok(key) => keys.push(key),
+                Err(error) => locks.push(unreadable_name(error.as_bytes())),
+            }
+        }
         let lock_prefix = keys::lock_namespace(&self.prefix);
         let permits_prefix = keys::permits_namespace(&self.prefix);
         let throttles_prefix = keys::throttles_namespace(&self.prefix);
@@ -94,7 +106,6 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         let permit_waiters_prefix = keys::permit_waiters_namespace(&self.prefix);
         let permit_first_prefix = keys::permit_first_namespace(&self.prefix);
         let found: std::collections::HashSet<String> = keys.iter().cloned().collect();
-        let mut locks = Vec::with_capacity(keys.len());
         for key in keys {
             // A line is described with its key: on its own only when the key was not found.
             let key = if let Some(tag) = key.strip_prefix(&waiters_prefix) {
@@ -165,6 +176,23 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         info.unreadable = replies.unreadable();
         Ok(Some(info))
     }
+}
+
+/// A key found by a scan whose name is not UTF-8: listed under its name as far as it reads
+/// (`U+FFFD` for the bytes that do not), held by nobody, with why nothing else was read. Its
+/// records are not looked up: redefer writes no such key, so none of them is a lock.
+fn unreadable_name(name: &[u8]) -> LockInfo {
+    let mut info = LockInfo::mutex(
+        String::from_utf8_lossy(name).into_owned(),
+        None,
+        0,
+        0,
+        false,
+        None,
+    );
+    info.limit = None;
+    info.unreadable = Some("its name is not UTF-8: not a key redefer writes".to_string());
+    info
 }
 
 /// The lock key a Redis key found by a scan stands for: its hash tag decoded, or the raw name

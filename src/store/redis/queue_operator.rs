@@ -159,10 +159,12 @@ impl<Conn: RedisConnection> ControlQueue for RedisStore<Conn> {
 
 impl<Conn: RedisConnection> QueueRegistry for RedisStore<Conn> {
     async fn registered(&self) -> Result<Vec<RegisteredQueue>, StoreError> {
+        // Names and counts as bytes: a member that is not UTF-8 (another tool's, or damaged)
+        // is listed as far as it reads, not a failed read of every queue.
         type Registry = (
-            Vec<String>,
-            std::collections::HashMap<String, String>,
-            std::collections::HashSet<String>,
+            Vec<Vec<u8>>,
+            std::collections::HashMap<Vec<u8>, Vec<u8>>,
+            std::collections::HashSet<Vec<u8>>,
         );
         let (mut names, shards, uncounted): Registry = redis::pipe()
             .smembers(keys::registry_key(&self.prefix))
@@ -177,7 +179,7 @@ impl<Conn: RedisConnection> QueueRegistry for RedisStore<Conn> {
                 // A count that does not parse (another client's) reads as one shard.
                 shards: shards
                     .get(&name)
-                    .and_then(|count| count.parse().ok())
+                    .and_then(|count| std::str::from_utf8(count).ok()?.parse().ok())
                     .filter(|count| (1..=crate::queue::MAX_SHARDS).contains(count))
                     .unwrap_or(1),
                 counters: if uncounted.contains(&name) {
@@ -185,7 +187,7 @@ impl<Conn: RedisConnection> QueueRegistry for RedisStore<Conn> {
                 } else {
                     Counters::On
                 },
-                name,
+                name: String::from_utf8_lossy(&name).into_owned(),
             })
             .collect())
     }
