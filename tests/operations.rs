@@ -613,6 +613,53 @@ async fn names_that_are_not_utf8_are_listed_beside_the_others_not_a_failed_read(
     assert_eq!(queues, [("bad\u{FFFD}", 1), ("orders", 1)]);
 }
 
+/// A bury reason that is not UTF-8 (written over by another tool, or damaged) is shown as far as
+/// it reads: `redefer list dead` and `redefer show` failed on it with "Cannot convert from
+/// UTF-8", and the dead set could not be listed at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bury_reason_that_is_not_utf8_is_shown_as_far_as_it_reads() {
+    let server = support::RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<u32, _>::new(store.clone(), "orders").unwrap();
+    let id = queue.push(&1, Duration::from_secs(60)).await.unwrap().id;
+    let key = |name: &str| format!("{prefix}:q:{{orders}}:{name}");
+    let buried = [
+        ::redis::cmd("ZREM").arg(key("delayed")).arg(id.as_str()).clone(),
+        ::redis::cmd("ZADD")
+            .arg(key("dead"))
+            .arg(1)
+            .arg(id.as_str())
+            .clone(),
+        ::redis::cmd("HSET")
+            .arg(key("errors"))
+            .arg(id.as_str())
+            .arg(b"why\xff".as_slice())
+            .clone(),
+    ];
+    for command in &buried {
+        let _: ::redis::Value = server.cmd(command).await;
+    }
+    let dead = queue
+        .operator()
+        .list(JobSet::Dead, 10)
+        .await
+        .expect("the dead set listed");
+    let reasons: Vec<Option<&str>> = dead.iter().map(|entry| entry.reason.as_deref()).collect();
+    assert_eq!(reasons, [Some("why\u{FFFD}")]);
+    let job = queue
+        .operator()
+        .job(&id)
+        .await
+        .expect("the job read")
+        .expect("a job");
+    assert!(
+        matches!(job.state, redefer::queue::RawJobState::Dead { reason: Some(ref reason), .. } if reason == "why\u{FFFD}"),
+        "{:?}",
+        job.state
+    );
+}
+
 /// A key of the queue or of the registry that holds another type than redefer keeps there
 /// (another tool's key under the prefix) fails the operator's read with an error that says so,
 /// not with the client's words for where it came from (a script's sha and line, a pipeline's

@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use super::RedisStore;
 use super::claim_reply::{PackedJob, packed_jobs};
 use super::keys::{self, QueueKeys};
+use super::listed_replies::LossyText;
 use super::script_call::ScriptCall;
 use super::scripts::{
     QUEUE_ACK, QUEUE_BURY, QUEUE_BURY_WAITING, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_PUSH_MANY,
@@ -96,7 +97,7 @@ pub(super) fn due_args(due: Due) -> (&'static str, u64) {
 }
 
 /// One entry of the list script's reply: id bytes, time ms, envelope, bury reason.
-pub(super) type ListReply = (Vec<u8>, i64, Option<Vec<u8>>, Option<String>);
+pub(super) type ListReply = (Vec<u8>, i64, Option<Vec<u8>>, Option<LossyText>);
 
 /// The name of a claim's lease, as the claim script writes it: `<token>:<claim>`.
 fn lease_name(hold: Hold) -> Vec<u8> {

@@ -3,6 +3,7 @@
 
 use super::RedisStore;
 use super::keys::{self, QueueKeys};
+use super::listed_replies::LossyText;
 use super::queue::ListReply;
 use super::scripts::{
     QUEUE_GROUPS, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PAUSE, QUEUE_PURGE, QUEUE_REQUEUE, QUEUE_RUN_NOW,
@@ -18,7 +19,7 @@ use crate::time::{from_epoch_ms, to_epoch_ms};
 
 impl<Conn: RedisConnection> InspectQueue for RedisStore<Conn> {
     async fn inspect(&self, queue: &QueueName, id: &JobId) -> Result<RawJob, StoreError> {
-        let (state, at, envelope, reason): (String, i64, Option<Vec<u8>>, Option<String>) = self
+        let (state, at, envelope, reason): (String, i64, Option<Vec<u8>>, Option<LossyText>) = self
             .queue_script(&QUEUE_INSPECT, queue)
             .arg(id.as_str())
             .invoke(&mut self.conn.clone())
@@ -29,7 +30,7 @@ impl<Conn: RedisConnection> InspectQueue for RedisStore<Conn> {
             "inflight" => RawJobState::InFlight { lease_until: at },
             "dead" => RawJobState::Dead {
                 buried_at: at,
-                reason,
+                reason: reason.map(|LossyText(reason)| reason),
             },
             "done" => RawJobState::Done { finished_at: at },
             "missing" => RawJobState::Missing,
@@ -54,14 +55,14 @@ impl<Conn: RedisConnection> InspectQueue for RedisStore<Conn> {
     }
 
     async fn groups(&self, queue: &QueueName, most: usize) -> Result<QueueGroups, StoreError> {
-        let (groups, largest): (u64, Vec<(String, u64)>) = self
+        let (groups, largest): (u64, Vec<(LossyText, u64)>) = self
             .queue_script(&QUEUE_GROUPS, queue)
             .arg(most.min(MAX_PAGE))
             .invoke(&mut self.conn.clone())
             .await?;
         let largest = largest
             .into_iter()
-            .map(|(group, waiting)| GroupWaiting::new(group, waiting))
+            .map(|(LossyText(group), waiting)| GroupWaiting::new(group, waiting))
             .collect();
         Ok(QueueGroups::new(groups, largest))
     }
@@ -89,7 +90,7 @@ impl<Conn: RedisConnection> InspectQueue for RedisStore<Conn> {
                 id: String::from_utf8_lossy(&id).into_owned(),
                 at: from_epoch_ms(at),
                 envelope,
-                reason,
+                reason: reason.map(|LossyText(reason)| reason),
             })
             .collect())
     }
