@@ -297,3 +297,76 @@ mod conditional {
         a_store_over_a_connection_of_the_user_s_finds_the_conditional_commands_too,
     );
 }
+
+/// A line holding a member no redefer process writes (not UTF-8: another tool's, or damaged)
+/// does not fail the key's operations: on Redis the acquire that handed the key to it, and
+/// every acquire until its reservation ran out, answered a store error ("Cannot convert from
+/// UTF-8") for the reply that named it. The member is not a waiter: it is handed the key, its
+/// reservation runs out, and it is dropped, as a waiter that never came back.
+mod hostile_lines {
+    use super::*;
+    use redefer::lock::Holders;
+    use redefer::lock_set::{LockSetStore, SetAcquisition};
+
+    async fn a_line_member_that_is_not_utf8_fails_no_acquire(kind: crate::support::Server) {
+        let server = crate::support::RedisServer::start_of(kind);
+        let store = server.store().await.with_reservation(Duration::from_millis(50));
+        let prefix = store.prefix().as_str().to_string();
+        for (line, holders) in [("waiters", Holders::One), ("permit-waiters", Holders::Permits(2))] {
+            let k = key(&format!("order:{line}"));
+            let member = [b"bad".as_slice(), b"\xff"].concat();
+            let _: ::redis::Value = server
+                .cmd(
+                    ::redis::cmd("ZADD")
+                        .arg(format!("{prefix}:{line}:{{order:{line}}}"))
+                        .arg(1)
+                        .arg(member),
+                )
+                .await;
+            let token = LockToken::random();
+            // Handed to the member first (it is first in line), then, its reservation over,
+            // taken: every acquire meanwhile answers, none fails.
+            eventually(
+                Duration::from_secs(5),
+                "the key taken once the member's reservation ran out",
+                || async {
+                    let acquisition = store
+                        .acquire(&k, token, LONG, holders, None, Fencing::On)
+                        .await
+                        .unwrap_or_else(|error| panic!("{line}: {error}"));
+                    matches!(acquisition, Acquisition::Acquired(_)).then_some(())
+                },
+            )
+            .await;
+            assert!(
+                store.release_holding(&k, token, holders, None).await.unwrap(),
+                "{line}"
+            );
+        }
+        // A set of two keys, one with such a member in its line.
+        let keys = [key("transfer:a"), key("transfer:b")];
+        let _: ::redis::Value = server
+            .cmd(
+                ::redis::cmd("ZADD")
+                    .arg(format!("{prefix}:waiters:{{transfer:b}}"))
+                    .arg(1)
+                    .arg(b"bad\xff".as_slice()),
+            )
+            .await;
+        let token = LockToken::random();
+        eventually(
+            Duration::from_secs(5),
+            "the set taken once the member's reservation ran out",
+            || async {
+                let acquisition = store
+                    .acquire_set(&keys, token, LONG, None, Fencing::On)
+                    .await
+                    .unwrap_or_else(|error| panic!("the set: {error}"));
+                matches!(acquisition, SetAcquisition::Acquired(_)).then_some(())
+            },
+        )
+        .await;
+    }
+
+    crate::support::for_each_server!(a_line_member_that_is_not_utf8_fails_no_acquire);
+}

@@ -16,12 +16,13 @@ use crate::store::RedisStore;
 use crate::store::handover::{hand_over, reservation_expired};
 use crate::store::redis::keys::LockKeys;
 use crate::store::redis::lock::{JoinReply, cap_args, duration};
+use crate::store::redis::lossy_text::LossyText;
 use crate::store::redis::script_call::ScriptCall;
 use crate::store::redis::scripts::{SET_ACQUIRE, SET_JOIN, SET_LEAVE};
 
 /// A set script's {key index, waiter} pairs: the keys it handed over, or whose reservation it
 /// found run out.
-type KeyWaiters = Vec<(i64, String)>;
+type KeyWaiters = Vec<(i64, LossyText)>;
 
 /// One value of a script's reply, as `T`.
 fn parse<T: FromRedisValue>(value: Option<&Value>) -> Result<T, StoreError> {
@@ -60,20 +61,15 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
 
     /// Finishes what a set script's handoffs started: `handed` and `dropped` are its
     /// {key index, waiter} pairs.
-    async fn finish_handoffs(
-        &self,
-        keys: &[LockKey],
-        handed: Vec<(i64, String)>,
-        dropped: Vec<(i64, String)>,
-    ) {
+    async fn finish_handoffs(&self, keys: &[LockKey], handed: KeyWaiters, dropped: KeyWaiters) {
         for (index, waiter) in dropped {
             if let Ok(key) = key_at(keys, index) {
-                reservation_expired(key, Waiter::from_stored(waiter).as_ref());
+                reservation_expired(key, waiter.waiter().as_ref());
             }
         }
         for (index, waiter) in handed {
             if let Ok(key) = key_at(keys, index) {
-                hand_over(self, key, Waiter::from_stored(waiter)).await;
+                hand_over(self, key, waiter.waiter()).await;
             }
         }
     }
@@ -176,7 +172,7 @@ impl<Conn: RedisConnection> LockSetStore for RedisStore<Conn> {
             return Ok(LineJoin::Full { waiting: ahead });
         }
         self.finish_handoffs(keys, handed, dropped).await;
-        let mut evicted: Vec<Waiter> = evicted.into_iter().filter_map(Waiter::from_stored).collect();
+        let mut evicted: Vec<Waiter> = evicted.into_iter().filter_map(LossyText::waiter).collect();
         evicted.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
         evicted.dedup();
         Ok(LineJoin::Joined { ahead, evicted })

@@ -21,6 +21,7 @@ use crate::store::redis::keys::{PermitKeys, PermitName};
 use crate::store::redis::listed_replies::ListedReplies;
 use crate::store::redis::lock::{JoinReply, cap_args, command};
 use crate::store::redis::locks::key_name;
+use crate::store::redis::lossy_text::LossyText;
 use crate::store::redis::script_call::ScriptCall;
 use crate::store::redis::scripts::{
     LOCK_RELEASE_ALONE, PERMIT_ACQUIRE, PERMIT_ACQUIRE_FREE, PERMIT_EXTEND, PERMIT_JOIN, PERMIT_LEAVE,
@@ -32,7 +33,7 @@ use crate::token::FENCE_FLOOR;
 /// The acquire script's reply: status, three numbers (fence, ms waited; or remaining ms,
 /// waiters ahead, typical hold ms), whether only reservations stand in the way, the waiters
 /// permits were reserved for, the waiters dropped.
-type AcquireReply = (i64, i64, i64, i64, i64, Vec<String>, Vec<String>);
+type AcquireReply = (i64, i64, i64, i64, i64, Vec<LossyText>, Vec<LossyText>);
 
 /// A duration from a script's milliseconds; `None` for the -1 of "none".
 fn duration(ms: i64) -> Option<Duration> {
@@ -85,8 +86,8 @@ enum FirstPermit {
 }
 
 /// Waiters as a script lists them.
-fn waiters(stored: Vec<String>) -> impl Iterator<Item = Waiter> {
-    stored.into_iter().filter_map(Waiter::from_stored)
+fn waiters(stored: Vec<LossyText>) -> impl Iterator<Item = Waiter> {
+    stored.into_iter().filter_map(LossyText::waiter)
 }
 
 impl<Conn: RedisConnection> RedisStore<Conn> {
@@ -101,7 +102,13 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
 
     /// After a script reserved permits and dropped waiters: logs the dropped, wakes the
     /// reserved (a job waiter's job is made due).
-    async fn permits_handed(&self, key: &LockKey, permits: u32, handed: Vec<String>, dropped: Vec<String>) {
+    async fn permits_handed(
+        &self,
+        key: &LockKey,
+        permits: u32,
+        handed: Vec<LossyText>,
+        dropped: Vec<LossyText>,
+    ) {
         for waiter in waiters(dropped) {
             reservation_expired(key, Some(&waiter));
         }
@@ -397,7 +404,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         }
         let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
         let permits = holders.limit();
-        let (released, handed, dropped): (bool, Vec<String>, Vec<String>) = self
+        let (released, handed, dropped): (bool, Vec<LossyText>, Vec<LossyText>) = self
             .permit_script(&PERMIT_RELEASE, key)
             .arg(HolderName(token, holders))
             .arg(held_ms)
@@ -416,7 +423,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
     ) -> Result<LineJoin, StoreError> {
         let (max, overflow) = cap_args(request.cap);
         let permits = holders.limit();
-        let (handed, dropped, ahead, refused, evicted): JoinReply<Vec<String>> = self
+        let (handed, dropped, ahead, refused, evicted): JoinReply<Vec<LossyText>> = self
             .permit_script(&PERMIT_JOIN, key)
             .arg(request.waiter.as_str())
             .arg(request.replacing.map_or("", Waiter::as_str))
@@ -432,7 +439,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         self.permits_handed(key, permits, handed, dropped).await;
         Ok(LineJoin::Joined {
             ahead,
-            evicted: evicted.into_iter().filter_map(Waiter::from_stored).collect(),
+            evicted: waiters(evicted).collect(),
         })
     }
 
@@ -469,7 +476,7 @@ impl<Conn: RedisConnection> HandOver for PermitLine<'_, Conn> {
     }
 
     async fn pass_on(&self, key: &LockKey, waiter: &Waiter) -> Result<Vec<Waiter>, StoreError> {
-        let handed: Vec<String> = self
+        let handed: Vec<LossyText> = self
             .store
             .permit_script(&PERMIT_LEAVE, key)
             .arg(waiter.as_str())

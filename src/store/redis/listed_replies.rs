@@ -1,7 +1,7 @@
 //! A listing's replies, read one by one around the values it cannot read.
 
 use redis::aio::ConnectionLike;
-use redis::{FromRedisValue, ParsingError, Pipeline, Value};
+use redis::{FromRedisValue, Pipeline, Value};
 
 use crate::error::StoreError;
 
@@ -63,20 +63,6 @@ impl ListedReplies {
     /// What could not be read, in the order met; `None` when everything was.
     pub(crate) fn unreadable(self) -> Option<String> {
         (!self.unreadable.is_empty()).then(|| self.unreadable.join("; "))
-    }
-}
-
-/// Text redefer wrote that another tool may have replaced (a bury reason, a group's name): read
-/// as far as it is UTF-8, `U+FFFD` for the rest, so that a listing shows it rather than fail.
-pub(crate) struct LossyText(pub(crate) String);
-
-impl FromRedisValue for LossyText {
-    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
-        let bytes = Vec::<u8>::from_redis_value(value)?;
-        Ok(LossyText(match String::from_utf8(bytes) {
-            Ok(text) => text,
-            Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
-        }))
     }
 }
 

@@ -6,6 +6,7 @@ use redis::{Script, ToRedisArgs};
 
 use super::RedisStore;
 use super::keys::{LockKeys, LockName};
+use super::lossy_text::LossyText;
 use super::script_call::ScriptCall;
 use super::scripts::{
     LOCK_ACQUIRE, LOCK_ACQUIRE_NEW, LOCK_EXTEND, LOCK_JOIN, LOCK_LEAVE, LOCK_RELEASE, LOCK_RELEASE_ALONE,
@@ -36,12 +37,13 @@ fn acquire_reply(reply: Vec<redis::Value>) -> Result<AcquireReply, StoreError> {
         redis::from_redis_value_ref(reply.get(at).unwrap_or(&redis::Value::Nil))
             .map_err(|error| StoreError::Redis(error.into()))
     };
+    // A waiter's name: another tool's member of the line reads as far as it reads.
     let text = |at: usize| -> Result<String, StoreError> {
         match reply.get(at) {
             None | Some(redis::Value::Nil) => Ok(String::new()),
-            Some(value) => {
-                redis::from_redis_value_ref(value).map_err(|error| StoreError::Redis(error.into()))
-            }
+            Some(value) => redis::from_redis_value_ref(value)
+                .map(|LossyText(text)| text)
+                .map_err(|error| StoreError::Redis(error.into())),
         }
     };
     let held = if reply.len() >= 7 {
@@ -371,13 +373,13 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         }
         // Someone is in line: the release that hands the key over.
         let held_ms = held_for.map(millis).map_or(String::new(), |ms| ms.to_string());
-        let (released, handed, runner_up): (bool, String, String) = self
+        let (released, handed, runner_up): (bool, LossyText, LossyText) = self
             .lock_script(&LOCK_RELEASE, key)
             .arg(token)
             .arg(held_ms)
             .invoke(&mut self.conn.clone())
             .await?;
-        let (handed, runner_up) = (Waiter::from_stored(handed), Waiter::from_stored(runner_up));
+        let (handed, runner_up) = (handed.waiter(), runner_up.waiter());
         hand_over_with_runner_up(self, key, handed, runner_up, self.reservation).await;
         Ok(released)
     }
@@ -388,7 +390,7 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         request: JoinRequest<'_>,
     ) -> Result<LineJoin, StoreError> {
         let (max, overflow) = cap_args(request.cap);
-        let (handed, dropped, ahead, refused, evicted): JoinReply<String> = self
+        let (handed, dropped, ahead, refused, evicted): JoinReply<LossyText> = self
             .lock_script(&LOCK_JOIN, key)
             .arg(request.waiter.as_str())
             .arg(request.replacing.map_or("", Waiter::as_str))
@@ -399,11 +401,11 @@ impl<Conn: RedisConnection> RedisStore<Conn> {
         if refused == 1 {
             return Ok(LineJoin::Full { waiting: ahead });
         }
-        reservation_expired(key, Waiter::from_stored(dropped).as_ref());
-        hand_over(self, key, Waiter::from_stored(handed)).await;
+        reservation_expired(key, dropped.waiter().as_ref());
+        hand_over(self, key, handed.waiter()).await;
         Ok(LineJoin::Joined {
             ahead,
-            evicted: evicted.into_iter().filter_map(Waiter::from_stored).collect(),
+            evicted: evicted.into_iter().filter_map(LossyText::waiter).collect(),
         })
     }
 
@@ -434,18 +436,18 @@ impl<Conn: RedisConnection> HandOver for RedisStore<Conn> {
     }
 
     async fn pass_on(&self, key: &LockKey, waiter: &Waiter) -> Result<Vec<Waiter>, StoreError> {
-        let handed: String = self
+        let handed: LossyText = self
             .lock_script(&LOCK_LEAVE, key)
             .arg(waiter.as_str())
             .invoke(&mut self.conn.clone())
             .await?;
-        Ok(Waiter::from_stored(handed).into_iter().collect())
+        Ok(handed.waiter().into_iter().collect())
     }
 }
 
 /// A join script's reply: the waiters handed the key (`T`: one, or a list for permits), the
 /// waiters dropped, the waiters ahead (all, when refused), 1 when refused, the waiters evicted.
-pub(crate) type JoinReply<T> = (T, T, u64, i64, Vec<String>);
+pub(crate) type JoinReply<T> = (T, T, u64, i64, Vec<LossyText>);
 
 /// A line cap as the join scripts read it: the most waiters ('-1' none), and what a full line does.
 pub(crate) fn cap_args(cap: Option<LineCap>) -> (i64, &'static str) {

@@ -13,6 +13,7 @@ pub(crate) mod listed_replies;
 pub(crate) mod lock;
 mod lock_store;
 pub(crate) mod locks;
+pub(crate) mod lossy_text;
 mod managed_connection;
 mod pending;
 mod queue;

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use super::RedisStore;
 use super::claim_reply::{PackedJob, packed_jobs};
 use super::keys::{self, QueueKeys};
-use super::listed_replies::LossyText;
+use super::lossy_text::LossyText;
 use super::script_call::ScriptCall;
 use super::scripts::{
     QUEUE_ACK, QUEUE_BURY, QUEUE_BURY_WAITING, QUEUE_CANCEL, QUEUE_CLAIM, QUEUE_EXTEND, QUEUE_PUSH_MANY,

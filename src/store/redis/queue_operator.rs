@@ -3,7 +3,7 @@
 
 use super::RedisStore;
 use super::keys::{self, QueueKeys};
-use super::listed_replies::LossyText;
+use super::lossy_text::LossyText;
 use super::queue::ListReply;
 use super::scripts::{
     QUEUE_GROUPS, QUEUE_INSPECT, QUEUE_LIST, QUEUE_PAUSE, QUEUE_PURGE, QUEUE_REQUEUE, QUEUE_RUN_NOW,
