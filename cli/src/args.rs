@@ -51,7 +51,8 @@ pub enum Command {
     /// List one of the queue's sets (waiting, in_flight, dead, done), oldest first.
     List {
         set: JobSet,
-        #[arg(long, default_value_t = 20)]
+        /// How many entries at most: one page (up to 1000; --after goes on).
+        #[arg(long, default_value_t = 20, value_parser = page_size())]
         limit: usize,
         /// Start after this entry: `<time>/<id>`, as the last row of the previous page.
         #[arg(long)]
@@ -60,7 +61,8 @@ pub enum Command {
     /// Count the due jobs waiting for their turn per group (fair shares across tenants), the
     /// largest groups first.
     Groups {
-        #[arg(long, default_value_t = 20)]
+        /// How many groups at most (up to 1000).
+        #[arg(long, default_value_t = 20, value_parser = page_size())]
         limit: usize,
     },
     /// Show one job in full.
@@ -95,7 +97,8 @@ pub enum Command {
     /// List held locks and semaphores with their remaining TTL, fencing token, holders / limit
     /// and waiters in line, and throttled keys with their next free slot and booked slots.
     Locks {
-        #[arg(long, default_value_t = 100)]
+        /// How many keys at most (at least 1).
+        #[arg(long, default_value_t = 100, value_parser = at_least_one::<usize>)]
         limit: usize,
     },
     /// Reopen a throttled key its handler closed (an upstream's "429, retry after"), now: it
@@ -109,8 +112,8 @@ pub enum Command {
     /// for redefer (a bounded SCAN, safe on a large production Redis; with --cluster: every
     /// master).
     Footprint {
-        /// Stop after looking at this many keys.
-        #[arg(long, default_value_t = 1_000_000)]
+        /// Stop after looking at this many keys (at least 1).
+        #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one::<u64>)]
         max_keys: u64,
     },
     /// Serve the web dashboard: queues, jobs, locks, and actions.
@@ -136,4 +139,22 @@ pub enum Command {
         #[arg(long, default_value = "12h", value_parser = humantime::parse_duration)]
         session_ttl: std::time::Duration,
     },
+}
+
+/// A count of at least 1: a 0 listed nothing and said "(none)", or looked at a page anyway.
+fn at_least_one<T: std::str::FromStr<Err: std::fmt::Display> + Default + PartialEq>(
+    text: &str,
+) -> Result<T, String> {
+    match text.parse::<T>() {
+        Ok(zero) if zero == T::default() => Err("must be at least 1".to_string()),
+        Ok(count) => Ok(count),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// A page's size as the queue's listings take it: at least 1, at most
+/// [`MAX_PAGE`](redefer::queue::MAX_PAGE). A 0 listed nothing and said "(none)", and a larger
+/// number was cut to a page without a word.
+fn page_size() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=redefer::queue::MAX_PAGE as u64)
 }

@@ -539,6 +539,33 @@ async fn groups_lists_the_waiting_jobs_per_group_largest_first() {
     assert!(table.contains("large") && table.contains("small"), "{table}");
 }
 
+/// A count the command cannot honour is refused, not answered with fewer rows than there are:
+/// `--limit 0` listed nothing and printed "(none)" beside a queue and locks that held some, and
+/// a limit over a page (1000) was cut to one without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_of_zero_or_over_a_page_is_refused_not_an_empty_listing() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store, "orders").unwrap();
+    queue
+        .push(&serde_json::json!(1), Duration::from_secs(60))
+        .await
+        .unwrap();
+    for (args, why) in [
+        (&["list", "waiting", "--limit", "0"][..], "0 is not in 1..=1000"),
+        (&["list", "waiting", "--limit", "1001"], "1001 is not in 1..=1000"),
+        (&["groups", "--limit", "0"], "0 is not in 1..=1000"),
+        (&["locks", "--limit", "0"], "must be at least 1"),
+        (&["footprint", "--max-keys", "0"], "must be at least 1"),
+    ] {
+        let refused = redefer(&server, &prefix, args).expect_err("refused");
+        assert!(refused.contains(why), "{args:?}: {refused}");
+    }
+    let page = json(&server, &prefix, &["list", "waiting", "--limit", "1000"]);
+    assert_eq!(page.as_array().map(Vec::len), Some(1), "{page}");
+}
+
 /// The global options go before the command or after it (`redefer queues --url URL`), and a
 /// configuration file is read with the crate's own TOML reader (a partial `retention` works).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
