@@ -49,11 +49,22 @@ async fn main() -> ExitCode {
             if json {
                 eprintln!("{}", json!({ "error": error.to_string() }));
             } else {
-                eprintln!("redefer: {error}");
+                eprintln!("redefer: {}", shown_on_a_terminal(&error.to_string()));
             }
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error as a terminal shows it: what it quotes from outside (a key, a URL, an id) may hold
+/// escape sequences and other control characters, written escaped (`\u{1B}`) as the tables
+/// write them; its own line breaks (a configuration file's error points at the line) stay.
+fn shown_on_a_terminal(error: &str) -> String {
+    error
+        .split('\n')
+        .map(|line| redefer::dashboard::escape_for_terminal(line))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// What a command that failed says, on stderr.

@@ -566,6 +566,27 @@ async fn a_limit_of_zero_or_over_a_page_is_refused_not_an_empty_listing() {
     assert_eq!(page.as_array().map(Vec::len), Some(1), "{page}");
 }
 
+/// An error that quotes text from outside (a key, a URL) writes its control characters escaped,
+/// as the tables do: `redefer reopen` of a key holding an escape sequence, and a URL holding
+/// one, printed it raw on the operator's terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_quoting_a_hostile_key_or_url_writes_it_escaped() {
+    let server = RedisServer::start();
+    let key = redefer(&server, "hostile", &["reopen", "k\u{1b}[31m"]).expect_err("not closed");
+    let url = Command::new(env!("CARGO_BIN_EXE_redefer"))
+        .args(["--url", "redis://\u{1b}[31m:1", "queues"])
+        .output()
+        .expect("run redefer");
+    let url = String::from_utf8_lossy(&url.stderr).into_owned();
+    for (stderr, shown) in [
+        (&key, "k\\u{1B}[31m is not closed"),
+        (&url, "redis://\\u{1B}[31m:1 is not a Redis URL"),
+    ] {
+        assert!(stderr.contains(shown), "{stderr}");
+        assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+    }
+}
+
 /// The global options go before the command or after it (`redefer queues --url URL`), and a
 /// configuration file is read with the crate's own TOML reader (a partial `retention` works).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
