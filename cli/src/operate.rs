@@ -39,7 +39,11 @@ where
             let hint = if elsewhere.is_empty() {
                 "no queue has registered in this Redis".to_string()
             } else {
-                let prefixes: Vec<&str> = elsewhere.iter().map(String::as_str).collect();
+                // Found by a scan: another tool's key names may hold escape sequences.
+                let prefixes: Vec<_> = elsewhere
+                    .iter()
+                    .map(|prefix| redefer::dashboard::escape_for_terminal(prefix))
+                    .collect();
                 format!("queues are registered under: {} (--prefix)", prefixes.join(", "))
             };
             eprintln!("redefer: no queues under prefix {:?}; {hint}", target.prefix);

@@ -566,11 +566,12 @@ async fn a_limit_of_zero_or_over_a_page_is_refused_not_an_empty_listing() {
     assert_eq!(page.as_array().map(Vec::len), Some(1), "{page}");
 }
 
-/// An error that quotes text from outside (a key, a URL) writes its control characters escaped,
-/// as the tables do: `redefer reopen` of a key holding an escape sequence, and a URL holding
-/// one, printed it raw on the operator's terminal.
+/// An error or a hint that quotes text from outside (a key, a URL, a prefix found by a scan)
+/// writes its control characters escaped, as the tables do: `redefer reopen` of a key holding an
+/// escape sequence, a URL holding one, and the prefixes `redefer queues` suggests printed it raw
+/// on the operator's terminal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_error_quoting_a_hostile_key_or_url_writes_it_escaped() {
+async fn an_error_or_hint_quoting_outside_text_writes_it_escaped() {
     let server = RedisServer::start();
     let key = redefer(&server, "hostile", &["reopen", "k\u{1b}[31m"]).expect_err("not closed");
     let url = Command::new(env!("CARGO_BIN_EXE_redefer"))
@@ -578,9 +579,21 @@ async fn an_error_quoting_a_hostile_key_or_url_writes_it_escaped() {
         .output()
         .expect("run redefer");
     let url = String::from_utf8_lossy(&url.stderr).into_owned();
+    // A prefix found elsewhere, for a prefix that holds no queue: another tool's key name.
+    let _: ::redis::Value = server
+        .cmd(::redis::cmd("SET").arg("ev\u{1b}[31mil:queues").arg(1))
+        .await;
+    let elsewhere = redefer(&server, "hostile", &["queues"]).expect("an empty list");
+    assert_eq!(elsewhere, "(none)\n");
+    let hint = Command::new(env!("CARGO_BIN_EXE_redefer"))
+        .args(["--url", &server.url(), "--prefix", "hostile", "queues"])
+        .output()
+        .expect("run redefer");
+    let hint = String::from_utf8_lossy(&hint.stderr).into_owned();
     for (stderr, shown) in [
         (&key, "k\\u{1B}[31m is not closed"),
         (&url, "redis://\\u{1B}[31m:1 is not a Redis URL"),
+        (&hint, "registered under: ev\\u{1B}[31mil"),
     ] {
         assert!(stderr.contains(shown), "{stderr}");
         assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
