@@ -534,7 +534,7 @@ async fn a_listing_reads_around_values_it_cannot_read() {
 /// (`redefer locks`, `footprint` and `queues` printed only "Cannot convert from UTF-8").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_that_are_not_utf8_are_listed_beside_the_others_not_a_failed_read() {
-    use redefer::lock::{Acquisition, Fencing, Holders, LockStore};
+    use redefer::lock::Acquisition;
     use redefer::queue::QueueRegistry;
     use redefer::store::ListLocks;
     use redefer::{LockKey, LockToken};
@@ -546,14 +546,7 @@ async fn names_that_are_not_utf8_are_listed_beside_the_others_not_a_failed_read(
     queue.push(&1, Duration::from_secs(60)).await.unwrap();
     let held = LockKey::new("order:7").unwrap();
     let acquired = store
-        .acquire(
-            &held,
-            LockToken::random(),
-            Duration::from_secs(60),
-            Holders::One,
-            None,
-            Fencing::On,
-        )
+        .try_acquire(&held, LockToken::random(), Duration::from_secs(60))
         .await
         .unwrap();
     assert!(matches!(acquired, Acquisition::Acquired(_)));
