@@ -86,6 +86,14 @@ where
             let queue = queue()?;
             let after = after.as_deref().map(parse_cursor).transpose()?;
             let entries = queue.list_after(set, after.as_ref(), limit).await?;
+            // A full page may not be all: the next one starts after its last row.
+            if let (false, true, Some(last)) = (cli.json, entries.len() == limit, entries.last()) {
+                let cursor = format!("{}/{}", timestamp(last.at), last.id);
+                eprintln!(
+                    "redefer: {limit} shown (--limit), there may be more: --after {}",
+                    redefer::dashboard::escape_for_terminal(&cursor)
+                );
+            }
             Output::Table(
                 entries
                     .iter()
@@ -176,6 +184,9 @@ where
         Command::Footprint { max_keys } => footprint_output(store.scan_footprint(max_keys).await?),
         Command::Locks { limit } => {
             let locks = store.list_locks(limit).await?;
+            if !cli.json && locks.len() >= limit {
+                eprintln!("redefer: {limit} shown (--limit), there may be more");
+            }
             Output::Table(
                 locks
                     .into_iter()

@@ -566,6 +566,53 @@ async fn a_limit_of_zero_or_over_a_page_is_refused_not_an_empty_listing() {
     assert_eq!(page.as_array().map(Vec::len), Some(1), "{page}");
 }
 
+/// A listing cut by its limit says so on stderr, and where the next page starts: `list` and
+/// `locks` printed a full page as if it were all there was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_cut_by_its_limit_says_so_and_where_to_go_on() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    let queue = DelayQueue::<Value, _>::new(store.clone(), "orders").unwrap();
+    let items: Vec<Value> = (0..5).map(|n| serde_json::json!(n)).collect();
+    queue.push_many(&items, Duration::from_secs(60)).await.unwrap();
+    for n in 0..3 {
+        let key = LockKey::new(format!("order:{n}")).unwrap();
+        let acquired = store
+            .try_acquire(&key, LockToken::random(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(matches!(acquired, redefer::lock::Acquisition::Acquired(_)));
+    }
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_redefer"))
+            .args(["--url", &server.url(), "--prefix", &prefix, "--queue", "orders"])
+            .args(args)
+            .output()
+            .expect("run redefer");
+        assert!(output.status.success(), "{args:?}");
+        (
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (_, cut) = run(&["locks", "--limit", "2"]);
+    assert!(cut.contains("2 shown (--limit), there may be more"), "{cut}");
+    let (_, all) = run(&["locks", "--limit", "10"]);
+    assert_eq!(all, "", "not cut");
+
+    let (first, cut) = run(&["list", "waiting", "--limit", "3"]);
+    assert_eq!(first.lines().count(), 4, "a header and 3 rows: {first}");
+    let after = cut
+        .split("--after ")
+        .nth(1)
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("where the next page starts: {cut}"));
+    let (rest, end) = run(&["list", "waiting", "--limit", "3", "--after", after]);
+    assert_eq!(rest.lines().count(), 3, "a header and the last 2 rows: {rest}");
+    assert_eq!(end, "", "not cut");
+}
+
 /// An error or a hint that quotes text from outside (a key, a URL, a prefix found by a scan)
 /// writes its control characters escaped, as the tables do: `redefer reopen` of a key holding an
 /// escape sequence, a URL holding one, and the prefixes `redefer queues` suggests printed it raw
