@@ -599,6 +599,34 @@ async fn the_locks_page_lists_a_key_it_cannot_read_in_full() {
     );
 }
 
+/// The locks page lists the first 1,000 keys it finds and says when there may be more: it
+/// showed a full page as if it were all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_locks_page_says_when_it_may_have_left_keys_out() {
+    let store = redefer::MemoryStore::new();
+    let url = serve(Dashboard::new(store.clone(), DashboardOptions::default())).await;
+    let http = reqwest::Client::new();
+    for n in 0..1_001 {
+        let key = LockKey::new(format!("order:{n}")).unwrap();
+        store
+            .try_acquire(&key, LockToken::random(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        if n == 2 {
+            let few = body(&http, format!("{url}/locks")).await;
+            assert!(
+                few.contains("order:2") && !few.contains("there may be more"),
+                "{few}"
+            );
+        }
+    }
+    let many = body(&http, format!("{url}/locks")).await;
+    assert!(
+        many.contains("The first 1000 keys found: there may be more"),
+        "{many}"
+    );
+}
+
 /// The waiting jobs per group: the JSON API and the queue's page list them, the largest first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_jobs_per_group_are_shown_largest_first() {

@@ -154,6 +154,9 @@ pub(super) struct QueueQuery {
 /// How many groups a queue's page shows (the largest).
 const GROUPS_SHOWN: usize = 10;
 
+/// How many guarded keys the locks page lists at most; it says so when it may have left some out.
+const LOCKS_SHOWN: usize = 1_000;
+
 pub(super) async fn queue<St: QueueStore + ListLocks + Sync>(
     State(dashboard): Shared<St>,
     Path(name): Path<String>,
@@ -503,7 +506,7 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
     State(d): Shared<St>,
     Extension(visitor): Extension<Visitor>,
 ) -> Response {
-    let locks = match d.store.list_locks(1_000).await {
+    let locks = match d.store.list_locks(LOCKS_SHOWN).await {
         Ok(locks) => locks,
         Err(error) => return d.store_failed(error),
     };
@@ -554,6 +557,11 @@ pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
     body.push_str("</table>");
     if locks.is_empty() {
         body.push_str("<p>No lock is held.</p>");
+    } else if locks.len() >= LOCKS_SHOWN {
+        let _ = write!(
+            body,
+            "<p>The first {LOCKS_SHOWN} keys found: there may be more (<code>redefer locks --limit N</code> lists more).</p>"
+        );
     }
     Html(page(&d.base(), "Locks", Some(&visitor), &body)).into_response()
 }
