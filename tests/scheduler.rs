@@ -410,6 +410,51 @@ async fn a_job_pushed_while_the_scheduler_sleeps_starts_when_due<St: LockStore +
     scheduler.shutdown().await;
 }
 
+/// A scheduler whose future is dropped (a `run_until` inside a `select!` that took another
+/// branch, say) gives its running jobs back at once, as its shutdown does after the grace:
+/// they do not wait in flight for their leases to run out.
+async fn a_scheduler_dropped_mid_job_gives_the_job_back_at_once<St: LockStore + QueueStore>(store: St) {
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    let (entered_tx, mut entered) = mpsc::unbounded_channel();
+    let stuck = service_fn(move |_: Charge| {
+        let entered_tx = entered_tx.clone();
+        async move {
+            entered_tx.send(()).unwrap();
+            std::future::pending::<Result<(), std::convert::Infallible>>().await
+        }
+    });
+    let scheduler = Scheduler::new(
+        queue.clone(),
+        LockLayer::new(store.clone(), by_order).layer(stuck),
+    )
+    .options(SchedulerOptions {
+        lease: LONG,
+        ..options()
+    });
+    let running = tokio::spawn(scheduler.run_until(std::future::pending()));
+    queue
+        .push(&Charge { order: 1, job: 1 }, Duration::ZERO)
+        .await
+        .unwrap();
+    entered.recv().await.unwrap();
+    running.abort();
+    assert!(running.await.unwrap_err().is_cancelled());
+    let expected = QueueStats {
+        waiting: 1,
+        due: 1,
+        ..QueueStats::default()
+    };
+    eventually(
+        Duration::from_secs(5),
+        "the job waits again, not in flight under its lease",
+        || {
+            let operator = queue.operator();
+            async move { (operator.stats().await.unwrap() == expected).then_some(()) }
+        },
+    )
+    .await;
+}
+
 async fn shutdown_gives_unfinished_jobs_back_for_another_scheduler<St: LockStore + QueueStore>(store: St) {
     let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
     let (entered_tx, mut entered) = mpsc::unbounded_channel();
@@ -612,6 +657,7 @@ for_each_store!(
     schedulers_sharing_a_queue_handle_each_job_once,
     a_job_pushed_while_the_scheduler_sleeps_starts_when_due,
     shutdown_gives_unfinished_jobs_back_for_another_scheduler,
+    a_scheduler_dropped_mid_job_gives_the_job_back_at_once,
     a_configured_stack_retries_then_defers,
     a_handler_blocking_its_thread_keeps_the_job_lease,
     a_handler_blocking_its_thread_on_a_quiet_runtime_keeps_the_job_lease,

@@ -3,8 +3,8 @@
 
 use std::fmt::Display;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -16,7 +16,7 @@ use tower::Service;
 use tracing::Instrument;
 
 use super::acker::Acker;
-use super::report::JobEnd;
+use super::report::{JobEnd, SchedulerReport};
 use super::settle::{Ran, finish, hand_back, settle};
 use crate::backoff::Backoff;
 use crate::guard::{CurrentJob, JobSlot, RunSignals, run_for_job};
@@ -69,6 +69,8 @@ pub(super) struct JobRun<T, St, Enc> {
     pub(super) abandon: CancellationToken,
     pub(super) metrics: QueueMetrics,
     pub(super) acker: Acker,
+    /// How the jobs that did not go to the acker ended, counted by their own tasks.
+    pub(super) ends: Mutex<SchedulerReport>,
 }
 
 impl<T, St, Enc> JobRun<T, St, Enc>
@@ -98,9 +100,14 @@ where
         })
     }
 
+    /// How the jobs that did not go to the acker ended, so far.
+    pub(super) fn ends_counted(&self) -> SchedulerReport {
+        *self.ends.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Runs `job` through `service` to its end, while `renewal` keeps its lease (see
     /// [`JobRun::renewals`]); `slot` is freed as soon as the handler returns, before the job is
-    /// settled.
+    /// settled. A job handed to the acker is counted by it; any other end, in [`JobRun::ends`].
     ///
     /// A function returning the run, not an `async fn`: the run's future is the job's task,
     /// and an `async fn` around it kept a second copy of its state. With the settling's rare
@@ -111,7 +118,7 @@ where
         job: ClaimedJob<T>,
         renewal: Renewal,
         slot: JobSlot,
-    ) -> impl Future<Output = Option<JobEnd>> + Send + use<S, T, St, Enc> {
+    ) -> impl Future<Output = ()> + Send + use<S, T, St, Enc> {
         let ClaimedJob { envelope, due, lease } = job;
         let span = tracing::info_span!(
             "redefer.job",
@@ -136,7 +143,8 @@ where
             due,
             fence: lease.fence(),
         };
-        async move {
+        let counted_by = Arc::clone(&self);
+        let run = async move {
             let JobRun {
                 queue,
                 lease_ttl: _,
@@ -146,6 +154,7 @@ where
                 abandon,
                 metrics,
                 acker,
+                ends: _,
             } = &*self;
             let time_limit = *time_limit;
             tracing::debug!(lag_ms = lag.as_millis() as u64, "job started");
@@ -232,7 +241,16 @@ where
             let end = Box::pin(settle(queue, &lease, ran, postpone_by, lease_deadline, error_backoff)).await;
             Some(finish(metrics, end))
         }
-        .instrument(span)
+        .instrument(span);
+        async move {
+            if let Some(end) = run.await {
+                counted_by
+                    .ends
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .record(end);
+            }
+        }
     }
 }
 

@@ -5,20 +5,20 @@
 //! own should the batch fail). So a claim is never held back by acks on their way, and it is
 //! sent while the jobs of the previous claim still run.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::acker::Acker;
 use super::job::{JobRun, JobService};
-use super::report::{JobEnd, SchedulerReport};
+use super::report::SchedulerReport;
 use super::settle::hand_back;
 use super::{Scheduler, SchedulerOptions};
 use crate::guard::JobSlot;
@@ -63,6 +63,9 @@ where
             (slots.available_permits() * WAITING_PLACES_PER_SLOT).min(Semaphore::MAX_PERMITS),
         ));
         let abandon = CancellationToken::new();
+        // Dropped before its end (the future of `run_until` dropped), the scheduler gives the
+        // jobs still running back to the queue, as at the end of its shutdown's grace.
+        let _abandon_if_dropped = abandon.clone().drop_guard();
         let jobs = Arc::new(JobRun {
             queue: queue.clone(),
             lease_ttl: lease,
@@ -72,8 +75,12 @@ where
             abandon: abandon.clone(),
             metrics: metrics.clone(),
             acker,
+            ends: Mutex::new(SchedulerReport::default()),
         });
-        let mut running = JoinSet::new();
+        // The job tasks, tracked to be awaited at shutdown: a job's end is counted by its task
+        // (`JobRun::ends`), so nothing is joined per job: a `JoinSet`'s entry, join and handle
+        // were 4% of a drained job's client instructions (BENCHMARKS.md, issue 51).
+        let running = TaskTracker::new();
         let mut report = SchedulerReport::default();
         let mut wakeups = queue.wakeups();
         // The counts the stats tick reads, through the operator's handle made once.
@@ -87,9 +94,6 @@ where
         // window.
         let gather = min_claim(concurrency, batch);
         loop {
-            while let Some(ended) = running.try_join_next() {
-                record(&mut report, ended);
-            }
             if !stats_every.is_zero() && Instant::now() >= stats_due {
                 stats_due = Instant::now() + stats_every;
                 match operator.stats().await {
@@ -166,19 +170,14 @@ where
         }
 
         tracing::info!(queue = %queue.name(), running = running.len(), "scheduler stopping");
-        let drain = async {
-            while let Some(ended) = running.join_next().await {
-                record(&mut report, ended);
-            }
-        };
-        if timeout(shutdown_grace, drain).await.is_err() {
+        running.close();
+        if timeout(shutdown_grace, running.wait()).await.is_err() {
             abandon.cancel();
-            while let Some(ended) = running.join_next().await {
-                record(&mut report, ended);
-            }
+            running.wait().await;
         }
         // Every job task is done, so the jobs' shared part holds the last sender: the acker
         // finishes its batch and stops, with how the acks it was given ended.
+        report.add(jobs.ends_counted());
         drop(jobs);
         match acker_task.await {
             Ok(acks) => report.add(acks),
@@ -233,13 +232,4 @@ async fn free_slots(slots: &Arc<Semaphore>, gather: usize, batch: usize) -> Owne
         taken.merge(extra);
     }
     taken
-}
-
-/// Counts a job task's end, unless it handed its job to the acker (which counts it). A job task
-/// cannot panic (the handler's panics are caught inside it), so a join error means the runtime
-/// is shutting down, and the job returns after its lease.
-fn record(report: &mut SchedulerReport, joined: Result<Option<JobEnd>, tokio::task::JoinError>) {
-    if let Some(end) = joined.unwrap_or(Some(JobEnd::Unsettled)) {
-        report.record(end);
-    }
 }
