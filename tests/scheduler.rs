@@ -410,12 +410,15 @@ async fn a_job_pushed_while_the_scheduler_sleeps_starts_when_due<St: LockStore +
     scheduler.shutdown().await;
 }
 
-/// A scheduler whose future is dropped (a `run_until` inside a `select!` that took another
-/// branch, say) gives its running jobs back at once, as its shutdown does after the grace:
-/// they do not wait in flight for their leases to run out.
-async fn a_scheduler_dropped_mid_job_gives_the_job_back_at_once<St: LockStore + QueueStore>(store: St) {
-    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
-    let (entered_tx, mut entered) = mpsc::unbounded_channel();
+/// A handler that never returns, and the channel that hears each call enter it.
+fn stuck_handler() -> (
+    impl tower::Service<Charge, Response = (), Error = std::convert::Infallible, Future: Send>
+    + Clone
+    + Send
+    + 'static,
+    mpsc::UnboundedReceiver<()>,
+) {
+    let (entered_tx, entered) = mpsc::unbounded_channel();
     let stuck = service_fn(move |_: Charge| {
         let entered_tx = entered_tx.clone();
         async move {
@@ -423,6 +426,15 @@ async fn a_scheduler_dropped_mid_job_gives_the_job_back_at_once<St: LockStore + 
             std::future::pending::<Result<(), std::convert::Infallible>>().await
         }
     });
+    (stuck, entered)
+}
+
+/// A scheduler whose future is dropped (a `run_until` inside a `select!` that took another
+/// branch, say) gives its running jobs back at once, as its shutdown does after the grace:
+/// they do not wait in flight for their leases to run out.
+async fn a_scheduler_dropped_mid_job_gives_the_job_back_at_once<St: LockStore + QueueStore>(store: St) {
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
+    let (stuck, mut entered) = stuck_handler();
     let scheduler = Scheduler::new(
         queue.clone(),
         LockLayer::new(store.clone(), by_order).layer(stuck),
@@ -457,14 +469,7 @@ async fn a_scheduler_dropped_mid_job_gives_the_job_back_at_once<St: LockStore + 
 
 async fn shutdown_gives_unfinished_jobs_back_for_another_scheduler<St: LockStore + QueueStore>(store: St) {
     let queue = DelayQueue::<Charge, _>::new(store.clone(), "charges").unwrap();
-    let (entered_tx, mut entered) = mpsc::unbounded_channel();
-    let stuck = service_fn(move |_: Charge| {
-        let entered_tx = entered_tx.clone();
-        async move {
-            entered_tx.send(()).unwrap();
-            std::future::pending::<Result<(), std::convert::Infallible>>().await
-        }
-    });
+    let (stuck, mut entered) = stuck_handler();
     let grace = SchedulerOptions {
         shutdown_grace: Duration::from_millis(100),
         ..options()

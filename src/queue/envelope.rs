@@ -69,7 +69,12 @@ mod tests {
         assert_eq!(serde_json::from_str::<Envelope<u64>>(&stored).unwrap(), envelope);
         // As 0.4 wrote it, and as a failed attempt's envelope still is.
         let as_before = r#"{"id":"job-1","attempt":0,"enqueued_at_ms":5,"last_error":null,"payload":7}"#;
-        assert_eq!(serde_json::from_str::<Envelope<u64>>(as_before).unwrap().last_error, None);
+        assert_eq!(
+            serde_json::from_str::<Envelope<u64>>(as_before)
+                .unwrap()
+                .last_error,
+            None
+        );
         let failed = Envelope {
             last_error: Some("timed out".to_string()),
             ..envelope
