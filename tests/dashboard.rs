@@ -625,6 +625,58 @@ async fn the_locks_page_says_when_it_may_have_left_keys_out() {
         many.contains("The first 1000 keys found: there may be more"),
         "{many}"
     );
+    // The JSON API lists as many (its page size of jobs, 50, cut it before), and says in a
+    // header when its answer may have left keys out.
+    let api = |query: &'static str| {
+        let request = http.get(format!("{url}/api/locks{query}")).send();
+        async move {
+            let response = request.await.unwrap();
+            let truncated = response.headers().get("redefer-truncated").is_some();
+            (
+                response.status().as_u16(),
+                truncated,
+                response.json::<serde_json::Value>().await.unwrap(),
+            )
+        }
+    };
+    let (status, truncated, locks) = api("").await;
+    assert_eq!(
+        (status, truncated, locks.as_array().map(Vec::len)),
+        (200, true, Some(1_000))
+    );
+    let (status, truncated, locks) = api("?limit=60").await;
+    assert_eq!(
+        (status, truncated, locks.as_array().map(Vec::len)),
+        (200, true, Some(60))
+    );
+    for refused in ["?limit=0", "?limit=1001", "?limit=many"] {
+        let (status, _, problem) = api(refused).await;
+        assert_eq!(status, 400, "{refused}: {problem}");
+        assert!(problem["error"].as_str().unwrap().contains("limit"), "{problem}");
+    }
+}
+
+/// A listing of fewer keys than its limit is whole: no `Redefer-Truncated` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_locks_api_lists_every_key_below_its_limit_without_the_cut_header() {
+    let store = redefer::MemoryStore::new();
+    let url = serve(Dashboard::new(store.clone(), DashboardOptions::default())).await;
+    for n in 0..60 {
+        let key = LockKey::new(format!("order:{n}")).unwrap();
+        store
+            .try_acquire(&key, LockToken::random(), Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+    let response = reqwest::get(format!("{url}/api/locks")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("redefer-truncated").is_none());
+    let locks: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(
+        locks.as_array().map(Vec::len),
+        Some(60),
+        "the 50 of a page of jobs before"
+    );
 }
 
 /// The waiting jobs per group: the JSON API and the queue's page list them, the largest first.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use serde_json::{Value, json};
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::Dashboard;
 use super::actions::run_action;
 use super::attempts::{ClientAddress, bearer_guess};
-use super::pages::{Shared, parse_cursor};
+use super::pages::{LOCKS_SHOWN, Shared, parse_cursor};
 use super::problem::{Problem, json as json_response};
 use crate::queue::{JobId, JobSet, JobStatus, QueueStore, attempts_in};
 use crate::store::ListLocks;
@@ -166,15 +166,40 @@ pub(super) async fn job<St: QueueStore + ListLocks + Sync>(
     respond(answer.await)
 }
 
-/// `GET /api/locks`: the guarded keys.
-pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(State(d): Shared<St>) -> Response {
-    respond(
-        d.store
-            .list_locks(d.options.page_size)
-            .await
-            .map(|locks| json!(locks))
-            .map_err(Problem::store),
-    )
+#[derive(serde::Deserialize)]
+pub(super) struct LocksQuery {
+    limit: Option<String>,
+}
+
+/// The header of a `GET /api/locks` answer that holds as many keys as its limit: there may be
+/// more (the body stays the array it was).
+const TRUNCATED: &str = "redefer-truncated";
+
+/// `GET /api/locks?limit=N`: the guarded keys, up to `limit` (1 to 1,000, the default, as the
+/// locks page); an answer cut by its limit says so in its `Redefer-Truncated: true` header.
+pub(super) async fn locks<St: QueueStore + ListLocks + Sync>(
+    State(d): Shared<St>,
+    Query(query): Query<LocksQuery>,
+) -> Response {
+    let limit = match query.limit.as_deref().map(str::parse) {
+        None => LOCKS_SHOWN,
+        Some(Ok(limit @ 1..=LOCKS_SHOWN)) => limit,
+        Some(_) => {
+            let why = format!("limit: a number of keys from 1 to {LOCKS_SHOWN}");
+            return Problem::new(StatusCode::BAD_REQUEST, why).json();
+        }
+    };
+    let locks = match d.store.list_locks(limit).await {
+        Ok(locks) => locks,
+        Err(error) => return Problem::store(error).json(),
+    };
+    let mut response = json_response(StatusCode::OK, &json!(locks));
+    if locks.len() >= limit {
+        response
+            .headers_mut()
+            .insert(TRUNCATED, HeaderValue::from_static("true"));
+    }
+    response
 }
 
 #[derive(serde::Deserialize, Default)]

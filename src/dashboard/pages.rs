@@ -154,8 +154,9 @@ pub(super) struct QueueQuery {
 /// How many groups a queue's page shows (the largest).
 const GROUPS_SHOWN: usize = 10;
 
-/// How many guarded keys the locks page lists at most; it says so when it may have left some out.
-const LOCKS_SHOWN: usize = 1_000;
+/// How many guarded keys the locks page and `GET /api/locks` list at most; each says so when
+/// it may have left some out.
+pub(super) const LOCKS_SHOWN: usize = 1_000;
 
 pub(super) async fn queue<St: QueueStore + ListLocks + Sync>(
     State(dashboard): Shared<St>,
