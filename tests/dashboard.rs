@@ -656,6 +656,49 @@ async fn the_locks_page_says_when_it_may_have_left_keys_out() {
     }
 }
 
+/// A registry member no queue can have (empty, or longer than a queue name may be: another
+/// tool's, or damaged) is listed as unreadable beside the queues, on the page and in the JSON
+/// API: it failed both whole (a 400 naming the bad name, no queue listed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_member_that_is_no_queue_name_is_listed_beside_the_queues() {
+    let server = RedisServer::start();
+    let (store, _queue, _) = deployment(&server).await;
+    let registry = format!("{}:queues", store.prefix().as_str());
+    for hostile in [String::new(), "x".repeat(300)] {
+        let _: ::redis::Value = server.cmd(::redis::cmd("SADD").arg(&registry).arg(hostile)).await;
+    }
+    let url = serve(Dashboard::new(store, DashboardOptions::default())).await;
+    let http = reqwest::Client::new();
+    let page = http.get(format!("{url}/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(page.contains("/queues/orders"), "{page}");
+    assert_eq!(
+        page.matches("not a queue name redefer writes").count(),
+        2,
+        "{page}"
+    );
+    let api = http.get(format!("{url}/api/queues")).send().await.unwrap();
+    assert_eq!(api.status(), 200);
+    let queues: serde_json::Value = api.json().await.unwrap();
+    let orders = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|queue| queue["name"] == "orders");
+    assert!(
+        orders.is_some_and(|orders| orders["stats"]["waiting"].as_u64() > Some(0)),
+        "{queues}"
+    );
+    let unreadable: Vec<_> = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|queue| queue["unreadable"].is_string())
+        .collect();
+    assert_eq!(unreadable.len(), 2, "{queues}");
+}
+
 /// A listing of fewer keys than its limit is whole: no `Redefer-Truncated` header.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_locks_api_lists_every_key_below_its_limit_without_the_cut_header() {

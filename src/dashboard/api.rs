@@ -41,16 +41,24 @@ pub(super) async fn readers_only<St: QueueStore + ListLocks + Sync>(
     next.run(request).await
 }
 
-/// `GET /api/queues`: every registered queue with its counts.
+/// `GET /api/queues`: every registered queue with its counts; a registry member that is no
+/// queue's name, with `unreadable` (why) in their place.
 pub(super) async fn queues<St: QueueStore + ListLocks + Sync>(State(d): Shared<St>) -> Response {
     let answer = async {
         let mut queues = Vec::new();
         for registered in d.store.registered().await.map_err(Problem::store)? {
-            let queue = d
-                .queue(&registered.name, Some(registered.shards))
-                .map_err(|error| Problem::new(StatusCode::BAD_REQUEST, error.to_string()))?;
-            let stats = queue.stats().await.map_err(Problem::store)?;
-            queues.push(json!({ "name": registered.name, "shards": registered.shards, "stats": stats }));
+            let (name, shards) = (&registered.name, registered.shards);
+            // A member no queue of ours can have is listed as unreadable, beside the others.
+            match d.queue(name, Some(shards)) {
+                Ok(queue) => {
+                    let stats = queue.stats().await.map_err(Problem::store)?;
+                    queues.push(json!({ "name": name, "shards": shards, "stats": stats }));
+                }
+                Err(error) => {
+                    let why = format!("not a queue name redefer writes: {error}");
+                    queues.push(json!({ "name": name, "shards": shards, "unreadable": why }));
+                }
+            }
         }
         Ok::<_, Problem>(json!(queues))
     };

@@ -91,9 +91,20 @@ async fn queues_page<St: QueueStore + ListLocks + Sync>(
     );
     for registered in &names {
         let name = &registered.name;
-        let queue = d
-            .queue(name, Some(registered.shards))
-            .map_err(|error| failure(StatusCode::BAD_REQUEST, &error.to_string()))?;
+        // A member no queue of ours can have (another tool's, or damaged) is listed as such:
+        // the other queues are still shown.
+        let queue = match d.queue(name, Some(registered.shards)) {
+            Ok(queue) => queue,
+            Err(error) => {
+                let _ = write!(
+                    body,
+                    "<tr><td>{name}</td><td colspan=6 class=bad>not a queue name redefer writes: {why}</td></tr>",
+                    name = escape(name),
+                    why = escape(&error.to_string()),
+                );
+                continue;
+            }
+        };
         let stats = queue.stats().await.map_err(|error| d.store_failed(error))?;
         // The plots are for people: a broken activity hash costs them, not the page.
         let plots = if registered.counters == Counters::Off {
