@@ -42,7 +42,7 @@ pub(super) async fn readers_only<St: QueueStore + ListLocks + Sync>(
 }
 
 /// `GET /api/queues`: every registered queue with its counts; a registry member that is no
-/// queue's name, with `unreadable` (why) in their place.
+/// queue's name, with `unreadable` (why) in place of its counts.
 pub(super) async fn queues<St: QueueStore + ListLocks + Sync>(State(d): Shared<St>) -> Response {
     let answer = async {
         let mut queues = Vec::new();
