@@ -272,11 +272,12 @@ async fn where_is<St: QueueStore>(
 
 /// A `--after` cursor: `<RFC 3339 time>/<id>`.
 fn parse_cursor(text: &str) -> Result<ListCursor, Failure> {
-    let (at, id) = text
-        .split_once('/')
-        .ok_or("--after takes <time>/<id>, as the last row of the previous page")?;
+    const FORM: &str = "--after takes <time>/<id>, as the last row of the previous page";
+    let (at, id) = text.split_once('/').ok_or(FORM)?;
+    let at = humantime::parse_rfc3339(at)
+        .map_err(|error| format!("{FORM}: {at:?} is not an RFC 3339 time ({error})"))?;
     Ok(ListCursor {
-        at: humantime::parse_rfc3339(at)?,
+        at,
         id: id.to_string(),
     })
 }

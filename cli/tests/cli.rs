@@ -541,7 +541,8 @@ async fn groups_lists_the_waiting_jobs_per_group_largest_first() {
 
 /// A count the command cannot honour is refused, not answered with fewer rows than there are:
 /// `--limit 0` listed nothing and printed "(none)" beside a queue and locks that held some, and
-/// a limit over a page (1000) was cut to one without a word.
+/// a limit over a page (1000) was cut to one without a word. A malformed cursor is told its
+/// form (its time's error alone said "timestamp format is invalid").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_of_zero_or_over_a_page_is_refused_not_an_empty_listing() {
     let server = RedisServer::start();
@@ -558,6 +559,12 @@ async fn a_limit_of_zero_or_over_a_page_is_refused_not_an_empty_listing() {
         (&["groups", "--limit", "0"], "0 is not in 1..=1000"),
         (&["locks", "--limit", "0"], "must be at least 1"),
         (&["footprint", "--max-keys", "0"], "must be at least 1"),
+        // A cursor whose time does not parse is told its form, as one without a `/` is.
+        (
+            &["list", "waiting", "--after", "5/x"],
+            "--after takes <time>/<id>",
+        ),
+        (&["list", "waiting", "--after", "5"], "--after takes <time>/<id>"),
     ] {
         let refused = redefer(&server, &prefix, args).expect_err("refused");
         assert!(refused.contains(why), "{args:?}: {refused}");
