@@ -599,6 +599,17 @@ async fn the_locks_page_lists_a_key_it_cannot_read_in_full() {
     );
 }
 
+/// Holds the keys `order:<n>` for each `n` of `orders`, for a minute.
+async fn hold_orders(store: &redefer::MemoryStore, orders: std::ops::Range<u32>) {
+    for n in orders {
+        let key = LockKey::new(format!("order:{n}")).unwrap();
+        store
+            .try_acquire(&key, LockToken::random(), Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+}
+
 /// The locks page lists the first 1,000 keys it finds and says when there may be more: it
 /// showed a full page as if it were all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -606,20 +617,13 @@ async fn the_locks_page_says_when_it_may_have_left_keys_out() {
     let store = redefer::MemoryStore::new();
     let url = serve(Dashboard::new(store.clone(), DashboardOptions::default())).await;
     let http = reqwest::Client::new();
-    for n in 0..1_001 {
-        let key = LockKey::new(format!("order:{n}")).unwrap();
-        store
-            .try_acquire(&key, LockToken::random(), Duration::from_secs(60))
-            .await
-            .unwrap();
-        if n == 2 {
-            let few = body(&http, format!("{url}/locks")).await;
-            assert!(
-                few.contains("order:2") && !few.contains("there may be more"),
-                "{few}"
-            );
-        }
-    }
+    hold_orders(&store, 0..3).await;
+    let few = body(&http, format!("{url}/locks")).await;
+    assert!(
+        few.contains("order:2") && !few.contains("there may be more"),
+        "{few}"
+    );
+    hold_orders(&store, 3..1_001).await;
     let many = body(&http, format!("{url}/locks")).await;
     assert!(
         many.contains("The first 1000 keys found: there may be more"),
@@ -704,13 +708,7 @@ async fn a_registry_member_that_is_no_queue_name_is_listed_beside_the_queues() {
 async fn the_locks_api_lists_every_key_below_its_limit_without_the_cut_header() {
     let store = redefer::MemoryStore::new();
     let url = serve(Dashboard::new(store.clone(), DashboardOptions::default())).await;
-    for n in 0..60 {
-        let key = LockKey::new(format!("order:{n}")).unwrap();
-        store
-            .try_acquire(&key, LockToken::random(), Duration::from_secs(60))
-            .await
-            .unwrap();
-    }
+    hold_orders(&store, 0..60).await;
     let response = reqwest::get(format!("{url}/api/locks")).await.unwrap();
     assert_eq!(response.status(), 200);
     assert!(response.headers().get("redefer-truncated").is_none());
