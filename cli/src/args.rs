@@ -50,6 +50,7 @@ pub enum Command {
     Stats,
     /// List one of the queue's sets (waiting, in_flight, dead, done), oldest first.
     List {
+        /// The set: waiting, in_flight, dead or done.
         set: JobSet,
         /// How many entries at most: one page (up to 1000; --after goes on).
         #[arg(long, default_value_t = 20, value_parser = page_size())]
@@ -66,7 +67,10 @@ pub enum Command {
         limit: usize,
     },
     /// Show one job in full.
-    Show { id: String },
+    Show {
+        /// The job's id, as `list` shows it.
+        id: String,
+    },
     /// Move dead jobs back to the queue, due now.
     Requeue {
         /// The jobs to move.
@@ -77,15 +81,22 @@ pub enum Command {
         all: bool,
     },
     /// Delete a waiting or dead job.
-    Cancel { id: String },
+    Cancel {
+        /// The job's id.
+        id: String,
+    },
     /// Make a waiting job due now.
-    RunNow { id: String },
+    RunNow {
+        /// The job's id.
+        id: String,
+    },
     /// Pause the queue: its claims hand out nothing, in every process, until `resume`.
     Pause,
     /// Resume a paused queue.
     Resume,
     /// Delete every job of one set, for good.
     Purge {
+        /// The set: waiting, in_flight, dead or done.
         set: JobSet,
         /// Confirms the deletion.
         #[arg(long)]

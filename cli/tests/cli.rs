@@ -988,3 +988,57 @@ async fn a_reader_that_closes_the_pipe_ends_the_command_quietly() {
         assert!(stderr.is_empty(), "{args:?}: {stderr}");
     }
 }
+
+/// The commands `redefer --help` lists, read from its "Commands:" section.
+fn commands() -> Vec<String> {
+    let help = help_of(&[]);
+    help.lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|command| *command != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+/// The help of `redefer <command> --help`.
+fn help_of(command: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_redefer"))
+        .args(command)
+        .arg("--help")
+        .output()
+        .expect("run redefer");
+    assert!(output.status.success(), "{command:?} --help");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Every argument a command takes says in its help what it is (`list <SET>` said nothing of
+/// the sets there are, `show <ID>` nothing of where an id comes from).
+#[test]
+fn every_argument_of_every_command_says_what_it_takes() {
+    let commands = commands();
+    assert!(
+        commands.len() > 10,
+        "the commands are read from the help: {commands:?}"
+    );
+    for command in &commands {
+        let help = help_of(&[command]);
+        let unexplained: Vec<&str> = help
+            .lines()
+            .skip_while(|line| !line.starts_with("Arguments:"))
+            .skip(1)
+            .take_while(|line| line.starts_with("  "))
+            .filter(|line| {
+                // `  <SET>  The set: ...`: the words after the argument's name.
+                let named = line.trim_start();
+                let after_name = named.split_once(char::is_whitespace).map_or("", |(_, rest)| rest);
+                after_name.trim().is_empty()
+            })
+            .collect();
+        assert!(
+            unexplained.is_empty(),
+            "redefer {command}: {unexplained:?} say nothing:\n{help}"
+        );
+    }
+}
