@@ -103,7 +103,9 @@ impl StoreError {
 /// reads holds another type than redefer keeps there: another tool's key under the prefix, or
 /// one written by hand. The client words it by where it came from (`... script: <sha>, on
 /// @user_script:545.`, or `Pipeline failure: [(Index 0, error: ...)]`), which says nothing to
-/// the person at the terminal; every other error is the client's own text.
+/// the person at the terminal: a script's error is its code and words without that place (a
+/// refused fencing counter: `FENCE the fencing counter ... holds ...`); every other error is
+/// the client's own text.
 struct RedisErrorText<'a>(&'a redis::RedisError);
 
 impl fmt::Display for RedisErrorText<'_> {
@@ -119,6 +121,12 @@ impl fmt::Display for RedisErrorText<'_> {
                  (another tool's key, or one written by hand): WRONGTYPE Operation against a key \
                  holding the wrong kind of value",
             )
+        } else if let (Some(code), Some(detail)) = (self.0.code(), self.0.detail())
+            && let Some(place) = detail
+                .find(" script: ")
+                .filter(|at| detail[*at..].contains("@user_script:"))
+        {
+            write!(f, "{code} {}", &detail[..place])
         } else {
             self.0.fmt(f)
         }

@@ -370,3 +370,82 @@ mod hostile_lines {
 
     crate::support::for_each_server!(a_line_member_that_is_not_utf8_fails_no_acquire);
 }
+
+/// A fencing counter that another tool set past 2^53 (the largest token a script counts
+/// exactly; redefer's tokens are the clock in µs, far below it) hands out no token: the
+/// acquire is refused with an error naming the counter, which is kept as it was. Before, a
+/// set's keys and a semaphore's first permit took the token 2^63 from such a counter (it
+/// wrapped to a negative number, read back unsigned), and the tokens after it went back to
+/// the clock; a mutex answered "negative fencing token".
+mod hostile_counters {
+    use super::*;
+    use redefer::lock::Holders;
+    use redefer::lock_set::LockSetStore;
+
+    /// Past i64 (a counter `INCR` refuses too), and just past 2^53 (one `INCR` counts on).
+    const PAST_2_53: [&str; 2] = ["99999999999999999999999", "9007199254740993"];
+
+    fn refused_naming(error: impl std::fmt::Display, counter: &str) {
+        let said = error.to_string();
+        assert!(
+            said.contains(counter) && said.contains("2^53") && !said.contains("script:"),
+            "{said}"
+        );
+    }
+
+    async fn a_counter_past_what_a_token_can_be_is_refused_and_kept(kind: crate::support::Server) {
+        let server = crate::support::RedisServer::start_of(kind);
+        let store = server.store().await;
+        let prefix = store.prefix().as_str().to_string();
+        let set_counter = |name: String, held: &'static str| {
+            let server = &server;
+            async move {
+                let _: () = server.cmd(::redis::cmd("SET").arg(&name).arg(held)).await;
+                name
+            }
+        };
+        let kept = |name: String| {
+            let server = &server;
+            async move {
+                let held: String = server.cmd(::redis::cmd("GET").arg(&name)).await;
+                let _: () = server.cmd(::redis::cmd("DEL").arg(&name)).await;
+                held
+            }
+        };
+        for held in PAST_2_53 {
+            for (kind, holders) in [("fence", Holders::One), ("permit-fence", Holders::Permits(2))] {
+                let k = key(&format!("order:{kind}:{held}"));
+                let counter = set_counter(format!("{prefix}:{kind}:{{{}}}", k.as_str()), held).await;
+                let token = LockToken::random();
+                let error = store
+                    .acquire(&k, token, LONG, holders, None, Fencing::On)
+                    .await
+                    .expect_err("no token is counted from the counter");
+                refused_naming(error, &counter);
+                assert_eq!(kept(counter).await, held, "{kind}");
+                // Deleted, the counter counts from the clock again.
+                let acquisition = store
+                    .acquire(&k, token, LONG, holders, None, Fencing::On)
+                    .await
+                    .unwrap();
+                assert!(
+                    matches!(acquisition, Acquisition::Acquired(Some(FencingToken(fence))) if fence < 1 << 53),
+                    "{kind}: {acquisition:?}"
+                );
+            }
+            let keys = [
+                key(&format!("transfer:a:{held}")),
+                key(&format!("transfer:b:{held}")),
+            ];
+            let counter = set_counter(format!("{prefix}:fence:{{transfer:b:{held}}}"), held).await;
+            let error = store
+                .acquire_set(&keys, LockToken::random(), LONG, None, Fencing::On)
+                .await
+                .expect_err("no token is counted for the set");
+            refused_naming(error, &counter);
+            assert_eq!(kept(counter).await, held, "the set's counter");
+        }
+    }
+
+    crate::support::for_each_server!(a_counter_past_what_a_token_can_be_is_refused_and_kept);
+}

@@ -803,7 +803,56 @@ async fn a_queue_with_no_job_ready_keeps_no_groups_turns(kind: Server) {
     }
 }
 
+/// A queue's fencing counter that another tool set past 2^53 (the largest token a script
+/// counts exactly) fails the claim with an error naming it, before any job leaves the waiting
+/// set: the jobs wait, the counter is kept as it was, and once it is deleted the jobs are
+/// claimed with tokens from the clock. Before, the claim counted on from it and handed the
+/// jobs out with tokens that wrapped past 2^63 to a negative number.
+async fn a_fencing_counter_past_what_a_token_can_be_fails_the_claim_and_loses_no_job(kind: Server) {
+    use redefer::queue::JobGroup;
+
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let prefix = store.prefix().as_str().to_string();
+    // A queue without groups, and one whose jobs take turns by group (its claim takes them
+    // from the ready set).
+    for (name, group) in [("charges", None), ("tenants", Some("tenant-a"))] {
+        let mut queue = DelayQueue::<Charge, _>::new(store.clone(), name).unwrap();
+        if let Some(group) = group {
+            queue = queue.in_group(JobGroup::new(group).unwrap());
+        }
+        for order in 1..=3 {
+            queue.push(&Charge { order }, Duration::ZERO).await.unwrap();
+        }
+        let counter = format!("{prefix}:q:{{{name}}}:fence");
+        let held = "99999999999999999999999";
+        let _: () = server.cmd(::redis::cmd("SET").arg(&counter).arg(held)).await;
+
+        let said = match queue.claim(10, Duration::from_secs(30)).await {
+            Err(redefer::queue::QueueError::Store(error)) => error.to_string(),
+            other => panic!("{name}: expected the claim to fail, got {other:?}"),
+        };
+        assert!(
+            said.contains(&counter) && said.contains("2^53") && !said.contains("script:"),
+            "{said}"
+        );
+        let stats = queue.operator().stats().await.unwrap();
+        assert_eq!((stats.waiting, stats.in_flight), (3, 0), "{name}: {stats:?}");
+        let kept: String = server.cmd(::redis::cmd("GET").arg(&counter)).await;
+        assert_eq!(kept, held, "{name}");
+
+        let _: () = server.cmd(::redis::cmd("DEL").arg(&counter)).await;
+        let claimed = queue.claim(10, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(claimed.jobs.len(), 3, "{name}");
+        for job in &claimed.jobs {
+            let fence = job.lease.fence().0;
+            assert!(fence < 1 << 53, "{name}: {fence}");
+        }
+    }
+}
+
 for_each_server!(
+    a_fencing_counter_past_what_a_token_can_be_fails_the_claim_and_loses_no_job,
     a_queue_with_no_job_ready_keeps_no_groups_turns,
     a_claim_on_its_way_at_shutdown_is_handed_back,
     entries_written_by_other_clients_are_buried_with_a_reason_and_the_rest_run,

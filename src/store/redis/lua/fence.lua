@@ -27,17 +27,46 @@ local function now_us()
   return clock_us
 end
 
+-- The first token a script cannot count exactly (2^53, a Lua number's exact integers): a
+-- counter at or past it was not written by redefer (its tokens are the clock in µs, below it
+-- until the year 2255), and counting on from it would hand out tokens rounded (one twice) or,
+-- past 2^63, wrapped to a negative number that the client reads as 2^63.
+local MAX_TOKEN = 9007199254740992
+
+-- Fails the script on a counter that holds `held`, past MAX_TOKEN: no token is counted from
+-- it, and an operator deletes it (the next token is then the clock). A script that writes
+-- what must not stay half-written before it counts (a claim's jobs taken out of the waiting
+-- set) calls `check_counter` first; the others leave a holding that the caller, told of the
+-- error, releases by its token.
+local function refuse_counter(counter, held)
+  error({err = 'FENCE the fencing counter ' .. counter .. ' holds ' .. held
+    .. ', past 2^53, the largest token a script counts exactly: not a counter redefer wrote;'
+    .. ' delete it (the next token is then the server clock in microseconds)'})
+end
+
+local function check_counter(counter)
+  local held = redis.call('GET', counter)
+  if held and (tonumber(held) or 0) >= MAX_TOKEN then
+    refuse_counter(counter, held)
+  end
+end
+
 -- Hands out `n` tokens from `counter`, the first at least the server's clock in µs; returns
 -- the last (the first is `last - n + 1`).
 -- The counter is written to the clock and read in one call (`SET ... GET`): a counter that
 -- fell behind the clock, the common case (tokens are the clock unless a key takes more than
 -- one a microsecond), costs one call. Raised to the clock, a counter needs no history: it may
 -- expire, and its next use raises it again. One that stood ahead of the clock is counted on
--- from (a second call).
+-- from (a second call). One past MAX_TOKEN is put back as it was, and the script fails.
 local function next_fences(counter, n)
   local now = now_us()
   local last = now + n - 1
-  local before = tonumber(redis.call('SET', counter, string.format('%d', last), 'PX', IDLE_MS, 'GET')) or 0
+  local held = redis.call('SET', counter, string.format('%d', last), 'PX', IDLE_MS, 'GET')
+  local before = tonumber(held) or 0
+  if before >= MAX_TOKEN then
+    redis.call('SET', counter, held)
+    refuse_counter(counter, held)
+  end
   if before + 1 > now then
     last = before + n
     redis.call('SET', counter, string.format('%d', last), 'PX', IDLE_MS)

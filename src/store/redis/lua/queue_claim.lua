@@ -118,6 +118,9 @@ if grouped() then
     ids[i] = ready[i]
   end
   if #ids > 0 then
+    -- A counter no token can be counted from fails the claim before a job leaves the ready
+    -- set (or the waiting set, below): the jobs wait, none taken out and left unheld.
+    check_counter(FENCE)
     redis.call('ZREMRANGEBYRANK', READY, 0, #ids - 1)
     dues = redis.call('ZMSCORE', READY_DUE, unpack(ids))
     redis.call('ZREM', READY_DUE, unpack(ids))
@@ -135,6 +138,7 @@ else
     ids[i], dues[i] = due[2 * i - 1], due[2 * i]
   end
   if #ids > 0 then
+    check_counter(FENCE)
     -- They are the first by score: removed by rank, without looking each one up.
     redis.call('ZREMRANGEBYRANK', DELAYED, 0, #ids - 1)
   end
