@@ -359,3 +359,48 @@ for_each_store!(
     retrying_callers_wait_exactly_for_their_booked_slots,
     a_throttle_and_a_lock_compose_in_one_stack,
 );
+
+/// A throttle's state that another tool wrote past 2^53 µs (the year 2255), or as no number at
+/// all, is refused with an error naming it and kept as it was: such a state answered
+/// "throttled, retry after 0" forever (a time past 2^63 wrapped to a negative wait), or, as
+/// `nan`, admitted every request.
+mod hostile_state {
+    use super::*;
+
+    async fn a_state_past_what_a_script_counts_is_refused_and_kept(kind: crate::support::Server) {
+        let server = crate::support::RedisServer::start_of(kind);
+        let store = server.store().await;
+        let prefix = store.prefix().as_str().to_string();
+        let rate = Rate::per_second(10).unwrap();
+        for held in [
+            "99999999999999999999999",
+            "9007199254740993",
+            "nan",
+            "1 99999999999999999999999",
+        ] {
+            let k = key(&format!("customer:{held}"));
+            let state = format!("{prefix}:throttle:{{{}}}", k.as_str());
+            let _: () = server.cmd(::redis::cmd("SET").arg(&state).arg(held)).await;
+            for _ in 0..2 {
+                let said = match store.admit(&k, rate, None).await {
+                    Err(error) => error.to_string(),
+                    Ok(admission) => panic!("{held}: answered {admission:?}"),
+                };
+                assert!(
+                    said.contains(&state) && said.contains("2^53") && !said.contains("script:"),
+                    "{said}"
+                );
+            }
+            let kept: String = server.cmd(::redis::cmd("GET").arg(&state)).await;
+            assert_eq!(kept, held);
+            let _: () = server.cmd(::redis::cmd("DEL").arg(&state)).await;
+            assert_eq!(
+                store.admit(&k, rate, None).await.unwrap(),
+                Admission::Admitted,
+                "{held}"
+            );
+        }
+    }
+
+    crate::support::for_each_server!(a_state_past_what_a_script_counts_is_refused_and_kept);
+}

@@ -28,6 +28,15 @@ if state then
     free_at, run_free_at = tonumber(a) or 0, tonumber(b) or 0
   end
 end
+-- A time past 2^53 µs (the year 2255; a Lua number's exact integers end there), or not a
+-- number at all ('nan', which every comparison passes), was not written by redefer: counted
+-- from, it answered "retry after 0" forever, or never refused. The call fails, naming the
+-- key; the state is kept for the operator, who deletes it (the key has its burst back).
+if not (free_at < 9007199254740992 and run_free_at < 9007199254740992) then
+  error({err = 'THROTTLE the throttle state ' .. state_key .. ' holds ' .. state
+    .. ', past 2^53 microseconds: not a state redefer wrote; delete it (the key then has its'
+    .. ' burst back)'})
+end
 
 -- Writes the schedule to the state, kept until its last time passes the tolerance.
 local function write_schedule(free, runs)
