@@ -32,6 +32,7 @@ mod actions;
 mod api;
 mod attempts;
 mod html;
+mod locks_page;
 mod options;
 mod pages;
 mod plot;
@@ -81,7 +82,7 @@ where
         let dashboard = Arc::new(self);
         let pages = Router::new()
             .route("/", get(pages::queues::<St>))
-            .route("/locks", get(pages::locks::<St>))
+            .route("/locks", get(locks_page::locks::<St>))
             .route("/queues/{queue}", get(pages::queue::<St>))
             .route("/queues/{queue}/jobs/{id}", get(pages::job::<St>))
             .route(
