@@ -671,6 +671,39 @@ async fn a_broken_count_of_held_jobs_stops_no_claim(kind: Server) {
     assert_eq!(queue.operator().stats().await.unwrap(), QueueStats::default());
 }
 
+/// A job whose lease ran out comes back although another client broke its count of lease
+/// expiries (not a number): the claim that counted it failed ("hash value is not an integer"),
+/// and so did every claim of the queue after it, the healthy jobs' too. The broken count
+/// counts as the first expiry.
+async fn a_broken_count_of_lease_expiries_stops_no_claim(kind: Server) {
+    let server = RedisServer::start_of(kind);
+    let store = server.store().await;
+    let expiries = format!("{}:q:{{expiring}}:expiries", store.prefix().as_str());
+    let queue = DelayQueue::<Charge, _>::new(store.clone(), "expiring").unwrap();
+    queue.push(&Charge { order: 1 }, Duration::ZERO).await.unwrap();
+    let first = queue.claim(10, Duration::from_millis(50)).await.unwrap();
+    let id = first.jobs[0].lease.id().as_str().to_string();
+    let _: i64 = server
+        .cmd(::redis::cmd("HSET").arg(&expiries).arg(&id).arg("not a number"))
+        .await;
+    queue.push(&Charge { order: 2 }, Duration::ZERO).await.unwrap();
+    let orders = std::cell::RefCell::new(Vec::new());
+    eventually(Duration::from_secs(5), "both jobs claimed", || async {
+        let claimed = queue.claim(10, Duration::from_secs(30)).await.unwrap();
+        for job in &claimed.jobs {
+            orders.borrow_mut().push(job.envelope.payload.order);
+            assert!(queue.ack(&job.lease).await.unwrap());
+        }
+        (orders.borrow().len() == 2).then_some(())
+    })
+    .await;
+    let mut orders = orders.into_inner();
+    orders.sort_unstable();
+    assert_eq!(orders, [1, 2]);
+    let counted: Option<String> = server.cmd(::redis::cmd("HGET").arg(&expiries).arg(&id)).await;
+    assert_eq!(counted, None, "the ack forgets the count");
+}
+
 /// A MessagePack array of job ids, as 0.3's claim packed them (`cmsgpack.pack`).
 fn packed(ids: &[redefer::queue::JobId]) -> Vec<u8> {
     let mut bytes = vec![0x90 | u8::try_from(ids.len()).expect("a short list")];
@@ -864,5 +897,6 @@ for_each_server!(
     in_flight_entries_of_redefer_0_2_and_foreign_claim_lists_are_handled,
     jobs_a_0_3_scheduler_left_in_flight_are_recovered,
     a_broken_count_of_held_jobs_stops_no_claim,
+    a_broken_count_of_lease_expiries_stops_no_claim,
     jobs_due_before_the_epoch_run,
 );

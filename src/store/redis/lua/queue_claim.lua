@@ -73,7 +73,13 @@ if #expired > 0 then
       ids[returning] = id
       -- A job whose lease keeps running out crashes or hangs its handler each time: without a
       -- count it would come back forever and never reach the dead-letter set.
-      local expiries = redis.call('HINCRBY', EXPIRIES, id, 1)
+      -- A count another client broke (not a number) counts as this first expiry, as a broken
+      -- count of held jobs stops no claim: its error would fail every claim of the queue.
+      local expiries = redis.pcall('HINCRBY', EXPIRIES, id, 1)
+      if type(expiries) ~= 'number' then
+        expiries = 1
+        redis.call('HSET', EXPIRIES, id, expiries)
+      end
       if max_expiries > 0 and expiries >= max_expiries then
         bury(id, 'its lease ran out ' .. expiries .. ' times: the handler crashed or hung')
       else
