@@ -1,6 +1,8 @@
-//! Charts of a run's main comparisons, written as SVG beside BENCHMARKS.md (`docs/bench/`):
-//! one horizontal bar per contender at its median over the rounds, a whisker from the
-//! smallest to the largest round, the median written at the bar's end.
+//! Charts of a run's main comparisons, written as SVG: one horizontal bar per contender at its
+//! median over the rounds, a whisker from the smallest to the largest round, the median written
+//! at the bar's end. Into `target/bench-charts/`, or where `REDEFER_BENCH_CHARTS` says: the
+//! charts beside BENCHMARKS.md (`docs/bench/`) are the recorded full run's, and a run of some
+//! scenarios (a before-and-after comparison) would otherwise rewrite them in the source tree.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -53,8 +55,8 @@ impl Chart {
         }
     }
 
-    /// Writes the chart to `docs/bench/<name>-<server>.svg` in a full run (a smoke run's
-    /// figures are not measurements) and says where.
+    /// Writes the chart to `<name>-<server>.svg` in the charts' folder (see above) in a full
+    /// run (a smoke run's figures are not measurements) and says where.
     pub fn write(&self, name: &str, server: &RedisServer, size: Size) {
         if size.smoke() {
             return;
@@ -63,9 +65,11 @@ impl Chart {
             Server::Redis => "redis",
             Server::Valkey => "valkey",
         };
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("docs/bench")
-            .join(format!("{name}-{server}.svg"));
+        let folder = std::env::var_os("REDEFER_BENCH_CHARTS").map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-charts"),
+            PathBuf::from,
+        );
+        let path = folder.join(format!("{name}-{server}.svg"));
         let written = std::fs::create_dir_all(path.parent().expect("a parent directory"))
             .and_then(|()| std::fs::write(&path, self.svg()));
         match written {
