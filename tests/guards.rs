@@ -24,6 +24,7 @@ mod acl;
 mod handoff;
 mod handoff_properties;
 mod held_by_caller;
+mod hostile_values;
 mod line_cap;
 mod lock_layer;
 mod lock_model;
