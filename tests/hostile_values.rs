@@ -62,7 +62,7 @@ fn guards(store: &RedisStore) -> Vec<(&'static str, Call)> {
             Box::new(move |release| {
                 let service =
                     LockLayer::new(mutex.clone(), |_: &u8| Some("mutex".to_string())).layer(handler(release));
-                Box::pin(async move { service.oneshot(1).await.map_err(|error| error.to_string()) })
+                Box::pin(answer(service))
             }),
         ),
         (
@@ -71,7 +71,7 @@ fn guards(store: &RedisStore) -> Vec<(&'static str, Call)> {
                 let service = LockLayer::new(semaphore.clone(), |_: &u8| Some("semaphore".to_string()))
                     .permits(2)
                     .layer(handler(release));
-                Box::pin(async move { service.oneshot(1).await.map_err(|error| error.to_string()) })
+                Box::pin(answer(service))
             }),
         ),
         (
@@ -81,7 +81,7 @@ fn guards(store: &RedisStore) -> Vec<(&'static str, Call)> {
                     Some(vec!["set:a".to_string(), "set:b".to_string()])
                 })
                 .layer(handler(release));
-                Box::pin(async move { service.oneshot(1).await.map_err(|error| error.to_string()) })
+                Box::pin(answer(service))
             }),
         ),
         (
@@ -102,8 +102,8 @@ fn guards(store: &RedisStore) -> Vec<(&'static str, Call)> {
                 )
                 .layer(handler(released()));
                 Box::pin(async move {
-                    match writes.oneshot(1).await.map_err(|error| error.to_string())? {
-                        Outcome::Done(()) => reads.oneshot(1).await.map_err(|error| error.to_string()),
+                    match answer(writes).await? {
+                        Outcome::Done(()) => answer(reads).await,
                         not_run => Ok(not_run),
                     }
                 })
@@ -116,10 +116,19 @@ fn guards(store: &RedisStore) -> Vec<(&'static str, Call)> {
                 let service =
                     ThrottleLayer::new(throttle.clone(), |_: &u8| Some("throttle".to_string()), rate)
                         .layer(handler(release));
-                Box::pin(async move { service.oneshot(1).await.map_err(|error| error.to_string()) })
+                Box::pin(answer(service))
             }),
         ),
     ]
+}
+
+/// One request through `service`: its outcome, or its error as it reads.
+async fn answer<S>(service: S) -> Answer
+where
+    S: tower::Service<u8, Response = Outcome<()>>,
+    S::Error: std::fmt::Display,
+{
+    service.oneshot(1).await.map_err(|error| error.to_string())
 }
 
 /// A handler's release that has already come.
