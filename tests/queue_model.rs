@@ -798,3 +798,37 @@ fn redis_queue_scripts_agree_with_the_model() {
 fn valkey_queue_scripts_agree_with_the_model() {
     differential::agree::<Run>(Server::Valkey, op());
 }
+
+/// Found by the generated sequences (a CI run of `redis_queue_scripts_agree_with_the_model`):
+/// an id kept as done, pushed again and buried is in both the done and the dead set; a request
+/// for it finds it dead (its latest job) in the model, where the script answered done.
+#[test]
+fn a_request_for_an_id_both_done_and_dead_finds_it_dead() {
+    let ops = [
+        Op::PushPending {
+            job: 3,
+            key: 0,
+            past: true,
+            group: None,
+            latest: false,
+            debounced: false,
+            older: false,
+        },
+        Op::Claim { scheduler: 1, max: 1 },
+        Op::Ack {
+            scheduler: 1,
+            belief: 0,
+            kept: true,
+        },
+        Op::Push {
+            job: 3,
+            past: false,
+            group: None,
+        },
+        Op::BuryWaiting { job: 3 },
+        Op::Begin { job: 3, request: 0 },
+    ];
+    for server in [Server::Redis, Server::Valkey] {
+        differential::replay::<Run>(server, &ops);
+    }
+}

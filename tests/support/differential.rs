@@ -163,6 +163,24 @@ pub trait Sequence: Sized {
     async fn step(&mut self, op: &Self::Op) -> Result<(), TestCaseError>;
 }
 
+/// Runs one sequence, `ops`, as `S` on a server of kind `server`: a sequence the generated
+/// ones once found, kept. Skipped where the server is not installed.
+pub fn replay<S: Sequence>(server: Server, ops: &[S::Op]) {
+    if !server.available() {
+        return;
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let redis = RedisServer::start_of(server);
+    runtime.block_on(async {
+        let mut sequence = S::start(&redis).await;
+        for op in ops {
+            if let Err(error) = sequence.step(op).await {
+                panic!("{server:?}: {error} at {op:?} of {ops:#?}");
+            }
+        }
+    });
+}
+
 /// Runs generated sequences of `op` as `S` on a server of kind `server`: `PROPTEST_CASES` of
 /// them, else [`S::CASES`](Sequence::CASES). Skipped where the server is not installed (see [`Server::available`]).
 pub fn agree<S: Sequence>(server: Server, op: impl Strategy<Value = S::Op>) {
