@@ -23,6 +23,7 @@ mod config;
 mod dashboard;
 mod debounce;
 mod footprint;
+mod freed_by_ttl;
 mod fuzz_targets;
 mod http_example;
 mod idempotency;

@@ -387,6 +387,45 @@ async fn retry_succeeds_once_the_holder_releases<S: LockStore>(store: S) {
     assert!(conflicts.load(Ordering::SeqCst) >= 1);
 }
 
+/// A holder that dies hands its key to nobody: its lock runs out by its TTL. The callers waiting
+/// for it in place learn of that by the TTL they met, as promptly as of a release, not at their
+/// next poll (20 s away here); and one of them looks, not all.
+async fn callers_waiting_in_place_take_a_key_freed_by_its_ttl_before_their_next_poll<S: LockStore>(store: S) {
+    const CALLERS: u32 = 4;
+    let poll = Duration::from_secs(20);
+    let _dead_holder = hold(&store, &hot_key(), Duration::from_millis(300)).await;
+    let (strategy, _) = Observed::new(
+        Retry::new(Backoff::exponential(poll, poll))
+            .max_attempts(1000)
+            .max_wait(LONG),
+    );
+    let conflicts = strategy.conflicts.clone();
+    let service = LockLayer::new(store.clone(), by_order)
+        .on_conflict(strategy)
+        .layer(service_fn(|_: u32| async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Ok::<_, Infallible>(())
+        }));
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|_| tokio::spawn(service.clone().oneshot(HOT)))
+        .collect();
+    let all_ran = async {
+        for caller in callers {
+            assert!(caller.await.unwrap().unwrap().done().is_some());
+        }
+    };
+    tokio::time::timeout(poll / 2, all_ran)
+        .await
+        .expect("the callers took the key once its TTL ran out, before their next poll");
+    // Each met the key once as it came; then the one that looked met it handed to the first
+    // in line (unless it was the first); the rest were handed the key by releases.
+    let conflicts = conflicts.load(Ordering::SeqCst);
+    assert!(
+        conflicts <= CALLERS + 1,
+        "{conflicts} conflicts for {CALLERS} callers"
+    );
+}
+
 async fn retry_gives_up_after_max_attempts_and_falls_through<S: LockStore>(store: S) {
     hold(&store, &hot_key(), LONG).await;
     let (strategy, _) = Observed::new(
@@ -590,6 +629,7 @@ for_each_store!(
     a_handler_blocking_its_thread_on_a_quiet_runtime_keeps_the_lock,
     fail_fast_reports_the_remaining_ttl,
     retry_succeeds_once_the_holder_releases,
+    callers_waiting_in_place_take_a_key_freed_by_its_ttl_before_their_next_poll,
     retry_gives_up_after_max_attempts_and_falls_through,
     retry_gives_up_within_max_wait,
     retry_falls_through_to_the_strategy_it_is_given,

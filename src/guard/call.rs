@@ -48,6 +48,11 @@ pub enum Woken {
     /// The wait ran its time (the fallback poll), or nothing told the call: the next attempt
     /// is a retry.
     Timer,
+    /// The holding the call met ran out by its TTL (or a release found it gone), which hands
+    /// the key to nobody, and this call is the one of its layer's waiters for the key to look:
+    /// the next attempt takes the key, or hands it to the first in line as a release would,
+    /// and counts no attempt.
+    Look,
 }
 
 /// What a guard supplies to the call path ([`call_contended`]).

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::holds::DEFAULT_TYPICAL_HOLD;
-use super::{LISTEN_WITHIN, LockLayer, wait_for_turn};
+use super::{ExpiryWatches, LISTEN_WITHIN, LockLayer, Watching, wait_for_turn};
 use crate::error::{KeyError, StoreError};
 use crate::guard::{Attempt, CallResult, Contended, Woken};
 use crate::guard::{ConflictKind, Error, HeldConflict, OverHandler};
@@ -102,6 +102,8 @@ where
         let (remaining, ahead, typical_hold, reserved) = match acquisition {
             Acquisition::Acquired(fence) => {
                 attempts.release.holding();
+                // Out of the line: the key's watch is for those still in it.
+                attempts.line.watch = None;
                 return Ok(Attempt::Taken(Acquired { fence, at: sent }));
             }
             Acquisition::Held {
@@ -112,7 +114,7 @@ where
             } => (remaining, ahead, typical_hold, reserved),
         };
         attempts.release.disarm();
-        attempts.caller.met(remaining, reserved);
+        attempts.caller.met(remaining, reserved, ahead);
         ::metrics::gauge!(metric_names::LOCK_WAITERS).set(ahead as f64);
         let typical_hold = typical_hold.or_else(|| self.holds.typical());
         let line = super::line_of(
@@ -141,6 +143,12 @@ where
     ) -> Result<Woken, StoreError> {
         let me = attempts.caller.waiter();
         attempts.line.join(key, me, &mut attempts.release).await?;
+        attempts.line.watch_for_expiry(
+            &self.expiries,
+            key,
+            attempts.space.permits,
+            attempts.caller.holder_runs_out_at(),
+        );
         Ok(attempts.line.wait_turn(delay).await)
     }
 
@@ -237,6 +245,8 @@ where
             Ok(finished) => finished,
             Err(lost) => {
                 ::metrics::counter!(metric_names::LOCK_LOST).increment(1);
+                // Ours no longer, and released by nobody: whoever waits for it here looks.
+                self.expiries.look_now(&key, attempts.space.permits);
                 // The handler's future is dropped: it stops here. The release, still armed,
                 // releases by token in the background, in case the store comes back while the
                 // lock still holds our token; the caller does not wait for that.
@@ -244,7 +254,10 @@ where
             }
         };
         let held_for = hold_ended(&self.holds, acquired_at);
-        attempts.release.release(held_for).await;
+        if !attempts.release.release(held_for).await {
+            // Nobody was handed the key: whoever waits for it here looks.
+            self.expiries.look_now(&key, attempts.space.permits);
+        }
         match finished {
             Ok(result) => result,
             Err(panic) => resume_unwind(panic),
@@ -272,7 +285,7 @@ impl<St: LockStore, X, Strat> LockLayer<St, X, Strat> {
         }
         let caller = Caller::new();
         Ok(LockAttempts {
-            release: ReleaseOnDrop::new(store, key.clone(), caller.token),
+            release: ReleaseOnDrop::new(store, key.clone(), caller.token, self.ttl),
             space,
             caller,
             line: PlaceInLine::default(),
@@ -285,6 +298,8 @@ impl<St: LockStore, X, Strat> LockLayer<St, X, Strat> {
 struct PlaceInLine {
     place: Option<Waiter>,
     handoffs: Option<Handoffs>,
+    /// The call's part in its key's watch, while it waits in place.
+    watch: Option<Watching>,
 }
 
 impl PlaceInLine {
@@ -310,13 +325,36 @@ impl PlaceInLine {
         Ok(())
     }
 
-    /// Waits until the key is handed to us, or `delay` passes (the fallback poll).
+    /// Watches `key` (held as permits, if `permits`) in `watches` while the call waits in
+    /// place, telling the watch when the holder the call met runs out (`runs_out_at`).
+    fn watch_for_expiry(
+        &mut self,
+        watches: &Arc<ExpiryWatches>,
+        key: &LockKey,
+        permits: bool,
+        runs_out_at: Option<Instant>,
+    ) {
+        let watch = self.watch.get_or_insert_with(|| watches.watch(key, permits));
+        if let Some(at) = runs_out_at {
+            watch.runs_out_at(at);
+        }
+    }
+
+    /// Waits until the key is handed to us, or it is our turn to look at it (its holder ran
+    /// out), or `delay` passes (the fallback poll).
     async fn wait_turn(&mut self, delay: Duration) -> Woken {
-        wait_for_turn(self.handoffs.as_mut_slice(), self.place.as_ref(), delay).await
+        wait_for_turn(
+            self.handoffs.as_mut_slice(),
+            self.place.as_ref(),
+            self.watch.as_ref(),
+            delay,
+        )
+        .await
     }
 
     /// Leaves the line, if in it: a caller that stops waiting must not hold up the others.
     async fn leave<St: LockStore>(&mut self, key: &LockKey, guard: &mut ReleaseOnDrop<St>) {
+        self.watch = None;
         let Some(me) = self.place.take() else { return };
         guard.waiting_as(None);
         let store = guard.store();

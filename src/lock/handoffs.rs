@@ -6,6 +6,7 @@ use futures_util::future::select_all;
 use tokio::sync::broadcast;
 use tokio::time::sleep;
 
+use super::Watching;
 use crate::guard::{Waiter, Woken};
 
 /// The handoffs of one key, as the store announces them (pub/sub on Redis, one subscriber
@@ -142,8 +143,14 @@ pub(crate) enum Heard {
 }
 
 /// Waits until one of `handoffs` (a key's, or each of a set's group) hands its key to `me`, or
-/// may have (unheard), or `delay` passes (the fallback poll); the poll alone when not in line.
-pub(crate) async fn wait_for_turn(handoffs: &mut [Handoffs], me: Option<&Waiter>, delay: Duration) -> Woken {
+/// may have (unheard), or it is the call's turn to look at the key in `watch` (its holder ran
+/// out), or `delay` passes (the fallback poll); the poll alone when not in line.
+pub(crate) async fn wait_for_turn(
+    handoffs: &mut [Handoffs],
+    me: Option<&Waiter>,
+    watch: Option<&Watching>,
+    delay: Duration,
+) -> Woken {
     let (Some(me), false) = (me, handoffs.is_empty()) else {
         sleep(delay).await;
         return Woken::Timer;
@@ -166,8 +173,15 @@ pub(crate) async fn wait_for_turn(handoffs: &mut [Handoffs], me: Option<&Waiter>
             }
         }
     };
+    let look = async {
+        match watch {
+            Some(watch) => watch.my_turn_to_look().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         woken = my_turn => woken,
+        () = look => Woken::Look,
         () = sleep(delay) => Woken::Timer,
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tower::Layer;
 
 use super::LockService;
+use super::expiry_watch::ExpiryWatches;
 use super::holds::LayerHolds;
 use crate::guard::{DEFAULT_TTL, GuardService};
 use crate::lock::Fencing;
@@ -45,6 +46,8 @@ pub struct LockLayer<St, X, Strat = FailFast> {
     /// The holds this layer's services measured, on every key: for a key whose own were never
     /// sampled.
     pub(crate) holds: Arc<LayerHolds>,
+    /// The keys this layer's calls wait for in place, each watched for its holder running out.
+    pub(crate) expiries: Arc<ExpiryWatches>,
 }
 
 impl<St, X> LockLayer<St, X, FailFast> {
@@ -58,6 +61,7 @@ impl<St, X> LockLayer<St, X, FailFast> {
             ttl: DEFAULT_TTL,
             fencing: Fencing::On,
             holds: Arc::default(),
+            expiries: Arc::default(),
         }
     }
 }
@@ -108,6 +112,7 @@ impl<St, X, Strat> LockLayer<St, X, Strat> {
             ttl: self.ttl,
             fencing: self.fencing,
             holds: self.holds,
+            expiries: self.expiries,
         }
     }
 }

@@ -11,6 +11,7 @@
 mod boxed;
 mod call;
 mod caller;
+mod expiry_watch;
 mod handoffs;
 mod held;
 mod holders;
@@ -27,6 +28,7 @@ mod store;
 pub use self::boxed::BoxLockService;
 pub(crate) use self::call::{Acquired, LockAttempts, estimate_wait};
 pub(crate) use self::caller::Caller;
+pub(crate) use self::expiry_watch::{ExpiryWatches, Watching};
 pub use self::handoffs::Handoffs;
 pub(crate) use self::handoffs::{LISTEN_WITHIN, LISTENING, wait_for_turn};
 pub use self::held::{HeldLock, current_lock, current_locks};

@@ -1,6 +1,9 @@
 //! Release on every exit path, including the ones no code runs on.
 
 use tokio::runtime::Handle;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
 
 use crate::key::LockKey;
 use crate::lock::LockStore;
@@ -24,6 +27,8 @@ pub(crate) struct ReleaseOnDrop<St: LockStore> {
     store: St,
     key: LockKey,
     token: LockToken,
+    /// The lock's TTL: how long a release that failed is worth sending again.
+    ttl: Duration,
     armed: Armed,
     /// The caller's place in the key's line while it waits in place: left on drop, so that a
     /// cancelled caller does not hold up the line until its reservation runs out.
@@ -42,14 +47,21 @@ enum Armed {
 }
 
 impl<St: LockStore> ReleaseOnDrop<St> {
-    pub(crate) fn new(store: St, key: LockKey, token: LockToken) -> Self {
+    /// Releases `key`, held in `store` by `token` for `ttl`.
+    pub(crate) fn new(store: St, key: LockKey, token: LockToken, ttl: Duration) -> Self {
         ReleaseOnDrop {
             store,
             key,
             token,
+            ttl,
             armed: Armed::Off,
             waiting_as: None,
         }
+    }
+
+    /// The key it releases.
+    pub(crate) fn key(&self) -> &LockKey {
+        &self.key
     }
 
     /// The store it releases in: the one the call holds its key in.
@@ -89,7 +101,10 @@ impl<St: LockStore> ReleaseOnDrop<St> {
     /// Armed until the store answers: a caller that drops the call while it waits (a timeout
     /// around the call) still releases, from the drop (a second release of a released lock
     /// finds it no longer ours and changes nothing).
-    pub(crate) async fn release(&mut self, held_for: Option<Duration>) {
+    ///
+    /// `false` when the store found the key no longer ours (it ran out, or another client
+    /// overwrote it): then the release handed it to nobody.
+    pub(crate) async fn release(&mut self, held_for: Option<Duration>) -> bool {
         let (store, key, token) = (&self.store, &self.key, self.token);
         let released = store
             .release_holding(key, token, store.holders(key), held_for)
@@ -98,9 +113,50 @@ impl<St: LockStore> ReleaseOnDrop<St> {
         let key = &self.key;
         match released {
             Ok(true) => tracing::debug!(%key, "lock released"),
-            Ok(false) => tracing::warn!(%key, "lock had expired before its release"),
-            Err(error) => tracing::warn!(%key, %error, "lock release failed; it expires with its TTL"),
+            Ok(false) => {
+                tracing::warn!(%key, "lock had expired before its release");
+                return false;
+            }
+            Err(error) => {
+                tracing::warn!(%key, %error, "lock release failed; it is sent again until the lock's TTL runs out");
+                self.release_later();
+            }
         }
+        true
+    }
+
+    /// Sends a release that failed again, in the background, until the store answers or the
+    /// lock's TTL has run out (then the lock is free anyway). A key whose release failed
+    /// hands its turn to nobody, and its line would wait out the whole TTL behind a holder
+    /// that is done; a release sent again once the store is back hands it over then. Sent
+    /// again after the TTL, it would change nothing: it is token-checked.
+    fn release_later(&self) {
+        let Ok(runtime) = Handle::try_current() else {
+            return;
+        };
+        let (store, key, token) = (self.store.clone(), self.key.clone(), self.token);
+        let given_up_at = Instant::now() + self.ttl;
+        runtime.spawn(async move {
+            let backoff = Backoff::exponential(Duration::from_millis(20), Duration::from_secs(1));
+            for failures in 0.. {
+                let pause = backoff.delay(failures, &mut rand::rng());
+                if Instant::now() + pause >= given_up_at {
+                    break;
+                }
+                tokio::time::sleep(pause).await;
+                match store
+                    .release_holding(&key, token, store.holders(&key), None)
+                    .await
+                {
+                    Ok(released) => {
+                        tracing::debug!(%key, released, "lock release sent again");
+                        return;
+                    }
+                    Err(error) => tracing::debug!(%key, %error, "lock release failed again"),
+                }
+            }
+            tracing::warn!(%key, "lock release failed until its TTL ran out; it expired");
+        });
     }
 }
 

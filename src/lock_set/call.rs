@@ -19,8 +19,9 @@ use crate::guard::{Attempt, CallResult, ConflictKind, Contended, Error, HeldConf
 use crate::guard::{SendHandler, Waiter};
 use crate::key::LockKey;
 use crate::lock::{
-    Caller, FencingToken, Handoffs, HeldLock, Holders, LISTEN_WITHIN, LockSpace, LockStore, ReleaseOnDrop,
-    StopListener, estimate_wait, held_by_caller, hold_ended, run_renewed, wait_for_turn,
+    Caller, ExpiryWatches, FencingToken, Handoffs, HeldLock, Holders, LISTEN_WITHIN, LockSpace, LockStore,
+    ReleaseOnDrop, StopListener, Watching, estimate_wait, held_by_caller, hold_ended, run_renewed,
+    wait_for_turn,
 };
 use crate::metric_names;
 use crate::renewal::{Lease, Renewal};
@@ -65,7 +66,8 @@ impl<St: LockStore> SetAttempts<St> {
     /// Gives back the groups held (their renewal gave up): the call starts over.
     async fn give_back_held(&mut self) {
         let held: usize = self.groups[..self.held].iter().map(Vec::len).sum();
-        release_all(&mut self.releases[..held], None).await;
+        // The call waits for these keys again, and looks at them as it meets them.
+        let _gone = release_all(&mut self.releases[..held], None).await;
         self.held = 0;
         self.fences.clear();
         self.renewal = None;
@@ -171,7 +173,14 @@ where
                 .groups
                 .iter()
                 .flatten()
-                .map(|key| ReleaseOnDrop::new(self.lock.store.clone(), key.clone(), attempts.caller.token))
+                .map(|key| {
+                    ReleaseOnDrop::new(
+                        self.lock.store.clone(),
+                        key.clone(),
+                        attempts.caller.token,
+                        self.lock.ttl,
+                    )
+                })
                 .collect();
         }
         while attempts.held < attempts.groups.len() {
@@ -225,6 +234,8 @@ where
             .line
             .join(&self.lock.store, attempts.held, &group, me)
             .await?;
+        let runs_out_at = attempts.caller.holder_runs_out_at();
+        attempts.line.watch_for_expiry(&self.lock.expiries, runs_out_at);
         let SetAttempts { line, renewal, .. } = attempts;
         let (woken, lost) = match renewal.as_mut() {
             // Groups held while waiting for the next: their renewal may give up meanwhile.
@@ -353,7 +364,10 @@ where
             }
         };
         let held_for = hold_ended(&self.lock.holds, acquired.at);
-        release_all(&mut attempts.releases, held_for).await;
+        for gone in release_all(&mut attempts.releases, held_for).await {
+            // Nobody was handed the key: whoever waits for it here looks.
+            self.lock.expiries.look_now(&gone, false);
+        }
         match finished {
             Ok(result) => result,
             Err(panic) => resume_unwind(panic),
@@ -436,10 +450,13 @@ impl<St: LockSetStore, X, Strat> LockSetLayer<St, X, Strat> {
                 reserved: false,
             });
         ::metrics::gauge!(metric_names::LOCK_WAITERS).set(slowest.ahead as f64);
-        attempts.caller.met(slowest.remaining, slowest.reserved);
+        attempts
+            .caller
+            .met(slowest.remaining, slowest.reserved, slowest.ahead);
         let group = attempts.next_group().to_vec();
         // A group is never empty (a set has a key, and a store's groups hold every key).
         let at = group[slowest.index.min(group.len() - 1)].clone();
+        attempts.line.blocked_by = Some(at.clone());
         let line = set_line_of(
             self.lock.store.clone(),
             group,
@@ -468,6 +485,11 @@ struct SetPlace {
     place: Option<Waiter>,
     /// The handoffs of each key of that group.
     handoffs: Vec<Handoffs>,
+    /// The key of the group whose holder the last conflict met (the one that keeps the call
+    /// waiting longest).
+    blocked_by: Option<LockKey>,
+    /// The call's part in that key's watch, while it waits in place.
+    watch: Option<Watching>,
 }
 
 impl SetPlace {
@@ -504,16 +526,37 @@ impl SetPlace {
     fn left(&mut self) {
         self.place = None;
         self.handoffs.clear();
+        self.watch = None;
     }
 
-    /// Waits until a key of the group is handed to us, or `delay` passes (the fallback poll).
+    /// Watches the key that keeps the call waiting in `watches` while it waits in place,
+    /// telling the watch when the holder the call met runs out (`runs_out_at`).
+    fn watch_for_expiry(&mut self, watches: &Arc<ExpiryWatches>, runs_out_at: Option<Instant>) {
+        let Some(key) = &self.blocked_by else { return };
+        if self.watch.as_ref().is_none_or(|watch| watch.key() != key) {
+            self.watch = Some(watches.watch(key, false));
+        }
+        if let (Some(watch), Some(at)) = (&self.watch, runs_out_at) {
+            watch.runs_out_at(at);
+        }
+    }
+
+    /// Waits until a key of the group is handed to us, or it is our turn to look at the key
+    /// that keeps us waiting (its holder ran out), or `delay` passes (the fallback poll).
     async fn wait_turn(&mut self, delay: Duration) -> Woken {
-        wait_for_turn(&mut self.handoffs, self.place.as_ref(), delay).await
+        wait_for_turn(
+            &mut self.handoffs,
+            self.place.as_ref(),
+            self.watch.as_ref(),
+            delay,
+        )
+        .await
     }
 
     /// Leaves the lines of `keys`, if in them: a call that stops waiting must not hold up the
     /// others.
     async fn leave<St: LockSetStore>(&mut self, store: &St, keys: &[LockKey]) {
+        self.watch = None;
         let Some(me) = self.place.take() else { return };
         self.handoffs.clear();
         if let Err(error) = store.leave_set_line(keys, &me).await {
@@ -524,6 +567,16 @@ impl SetPlace {
 
 /// Releases a set's keys together, awaited: each release is on the connection before the next
 /// is written (the first poll of each sends it), and their answers come back in one round trip.
-async fn release_all<St: LockStore>(releases: &mut [ReleaseOnDrop<St>], held_for: Option<Duration>) {
-    join_all(releases.iter_mut().map(|release| release.release(held_for))).await;
+/// Returns the keys the store found no longer ours: their releases handed them to nobody.
+async fn release_all<St: LockStore>(
+    releases: &mut [ReleaseOnDrop<St>],
+    held_for: Option<Duration>,
+) -> Vec<LockKey> {
+    let released = join_all(releases.iter_mut().map(|release| release.release(held_for))).await;
+    releases
+        .iter()
+        .zip(released)
+        .filter(|(_, ours)| !ours)
+        .map(|(release, _)| release.key().clone())
+        .collect()
 }

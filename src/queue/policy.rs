@@ -73,10 +73,25 @@ const FREED_MARGIN: Duration = Duration::from_millis(50);
 impl RetryPolicy {
     /// When a job waiting in a key's line runs anyway, should its turn not be announced (a
     /// releaser that crashed before waking it, a holder that died with the lock): twice the
-    /// expected wait, but no later than the lock's `remaining` TTL (a dead holder's lock frees
-    /// then, with nobody to hand it over); within 1 s and 10 s, and no later than the job's
+    /// expected wait, within 1 s and 10 s; no later than just after the lock's `remaining`
+    /// TTL, however short (given for the first in line: a dead holder's lock frees then, with
+    /// nobody to hand it over, and is the first in line's); and no later than the job's
     /// `max_lock_wait` (it has `waited` so far). Its turn normally comes sooner: the release
     /// makes it due at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redefer::queue::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::default();
+    /// let ms = Duration::from_millis;
+    /// // Far back in a line that moves slowly: 10 s at most.
+    /// assert_eq!(policy.lock_wait_fallback(Some(ms(60_000)), None, Duration::ZERO), ms(10_000));
+    /// // A short expected wait: 1 s at least.
+    /// assert_eq!(policy.lock_wait_fallback(Some(ms(20)), None, Duration::ZERO), ms(1_000));
+    /// // First in line behind a holding that runs out in 120 ms: just after it.
+    /// assert_eq!(policy.lock_wait_fallback(Some(ms(20)), Some(ms(120)), Duration::ZERO), ms(170));
+    /// ```
     pub fn lock_wait_fallback(
         &self,
         expected_wait: Option<Duration>,
@@ -86,8 +101,8 @@ impl RetryPolicy {
         let (shortest, longest) = FALLBACK_BOUNDS;
         let twice_expected = expected_wait.map_or(longest, |wait| wait.saturating_mul(2));
         twice_expected
-            .min(remaining.map_or(longest, |remaining| remaining + FREED_MARGIN))
             .clamp(shortest, longest)
+            .min(remaining.map_or(longest, |remaining| remaining + FREED_MARGIN))
             .min(self.max_lock_wait.saturating_sub(waited))
     }
 

@@ -73,6 +73,7 @@ impl<St, X, Strat> LockLayer<St, X, Strat> {
             ttl: self.ttl,
             fencing: self.fencing,
             holds: self.holds,
+            expiries: self.expiries,
         }
     }
 }

@@ -294,10 +294,11 @@ pub(super) fn lock_wait_fallback<Req, St, Enc>(
 ) -> Duration {
     queue.policy().lock_wait_fallback(
         conflict.retry_after,
-        // A reservation's end is the next handoff, not a free key.
+        // A holder's TTL bounds the wait of the first in line, whose key it is should the
+        // holder die; a reservation's end is the next handoff, not a free key.
         conflict
             .held()
-            .and_then(|held| held.remaining.filter(|_| !held.reserved)),
+            .and_then(|held| held.remaining.filter(|_| !held.reserved && held.ahead == 0)),
         Duration::ZERO,
     )
 }
