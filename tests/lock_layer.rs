@@ -426,6 +426,55 @@ async fn callers_waiting_in_place_take_a_key_freed_by_its_ttl_before_their_next_
     );
 }
 
+/// A reservation nobody takes (the waiter the key was handed to died) hands the key to nobody
+/// either: the caller behind it, which heard the handoff, looks when the reservation runs out,
+/// not at its next poll (20 s away here).
+async fn a_caller_behind_a_reservation_nobody_takes_gets_the_key_when_it_runs_out<S: LockStore>(store: S) {
+    let poll = Duration::from_secs(20);
+    let holder = hold(&store, &hot_key(), LONG).await;
+    // The first in line: a waiter whose process died before the key was handed to it.
+    let dead = redefer::guard::Waiter::caller(LockToken::random());
+    store
+        .join_line(&hot_key(), &dead, None, redefer::lock::Holders::One, None)
+        .await
+        .unwrap();
+    let (strategy, first_conflict) = Observed::new(
+        Retry::new(Backoff::exponential(poll, poll))
+            .max_attempts(1000)
+            .max_wait(LONG),
+    );
+    let service = LockLayer::new(store.clone(), by_order)
+        .on_conflict(strategy)
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    let caller = tokio::spawn(service.oneshot(HOT));
+    first_conflict.await.unwrap();
+    // The caller is in line (it joins right after its first conflict): the release hands the
+    // key to the dead waiter, and the caller hears it.
+    eventually(Duration::from_secs(5), "the caller is in line", || async {
+        let waiting = match store
+            .try_acquire(&hot_key(), LockToken::random(), LONG)
+            .await
+            .unwrap()
+        {
+            Acquisition::Held { ahead, .. } => ahead,
+            Acquisition::Acquired(_) => unreachable!("the key is held"),
+        };
+        (waiting == 2).then_some(())
+    })
+    .await;
+    let released = tokio::time::Instant::now();
+    assert!(store.release(&hot_key(), holder).await.unwrap());
+    let outcome = tokio::time::timeout(poll / 2, caller)
+        .await
+        .expect("the caller took the key once the reservation ran out, before its next poll")
+        .unwrap();
+    assert!(outcome.unwrap().done().is_some());
+    assert!(
+        released.elapsed() >= store.reservation(),
+        "the key stayed reserved for the first in line until its reservation ran out"
+    );
+}
+
 async fn retry_gives_up_after_max_attempts_and_falls_through<S: LockStore>(store: S) {
     hold(&store, &hot_key(), LONG).await;
     let (strategy, _) = Observed::new(
@@ -630,6 +679,7 @@ for_each_store!(
     fail_fast_reports_the_remaining_ttl,
     retry_succeeds_once_the_holder_releases,
     callers_waiting_in_place_take_a_key_freed_by_its_ttl_before_their_next_poll,
+    a_caller_behind_a_reservation_nobody_takes_gets_the_key_when_it_runs_out,
     retry_gives_up_after_max_attempts_and_falls_through,
     retry_gives_up_within_max_wait,
     retry_falls_through_to_the_strategy_it_is_given,

@@ -145,6 +145,7 @@ where
         attempts.line.join(key, me, &mut attempts.release).await?;
         attempts.line.watch_for_expiry(
             &self.expiries,
+            attempts.release.store(),
             key,
             attempts.space.permits,
             attempts.caller.holder_runs_out_at(),
@@ -327,14 +328,18 @@ impl PlaceInLine {
 
     /// Watches `key` (held as permits, if `permits`) in `watches` while the call waits in
     /// place, telling the watch when the holder the call met runs out (`runs_out_at`).
-    fn watch_for_expiry(
+    fn watch_for_expiry<St: LockStore>(
         &mut self,
         watches: &Arc<ExpiryWatches>,
+        store: &St,
         key: &LockKey,
         permits: bool,
         runs_out_at: Option<Instant>,
     ) {
-        let watch = self.watch.get_or_insert_with(|| watches.watch(key, permits));
+        let reservation = store.reservation();
+        let watch = self
+            .watch
+            .get_or_insert_with(|| watches.watch(key, permits, reservation));
         if let Some(at) = runs_out_at {
             watch.runs_out_at(at);
         }

@@ -10,7 +10,9 @@
 //! it when the holder it met runs out, a release that found its key gone tells it now, and when
 //! that time comes exactly one of them looks at the key. Its attempt takes the key (it was
 //! first in line) or hands it to the first in line, who is told as by a release; then it waits
-//! again, telling the watch when the holder it met now runs out.
+//! again, telling the watch when the holder it met now runs out. A reservation nobody takes
+//! (the waiter handed the key died) is the same shape: the waiters that hear a handoff to
+//! another have one of them look when its reservation would run out.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -50,8 +52,9 @@ struct WatchState {
 }
 
 impl ExpiryWatches {
-    /// Watches `key` (held as permits, if `permits`) for as long as the returned value lives.
-    pub(crate) fn watch(self: &Arc<Self>, key: &LockKey, permits: bool) -> Watching {
+    /// Watches `key` (held as permits, if `permits`) for as long as the returned value lives;
+    /// a key handed to a waiter is reserved for it for `reservation`.
+    pub(crate) fn watch(self: &Arc<Self>, key: &LockKey, permits: bool, reservation: Duration) -> Watching {
         let name = (key.clone(), permits);
         let watch = {
             let mut keys = lock(&self.keys);
@@ -63,6 +66,7 @@ impl ExpiryWatches {
             watches: Arc::clone(self),
             name,
             watch,
+            reservation,
         }
     }
 
@@ -94,6 +98,8 @@ pub(crate) struct Watching {
     watches: Arc<ExpiryWatches>,
     name: (LockKey, bool),
     watch: Arc<KeyWatch>,
+    /// How long a key handed to a waiter is reserved for it.
+    reservation: Duration,
 }
 
 impl Watching {
@@ -106,6 +112,13 @@ impl Watching {
     /// should look at the key then.
     pub(crate) fn runs_out_at(&self, at: Instant) {
         self.watch.look_at(at + EXPIRY_MARGIN);
+    }
+
+    /// The call heard the key handed to another waiter: should that one never come (its
+    /// process died), the reservation runs out unused, and someone should look then.
+    pub(crate) fn handed_to_another(&self) {
+        self.watch
+            .look_at(Instant::now() + self.reservation + EXPIRY_MARGIN);
     }
 
     /// Resolves when this call is the one to look at the key: the time to look came, and no
@@ -156,6 +169,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    const RESERVATION: Duration = Duration::from_secs(2);
+
     fn key() -> LockKey {
         LockKey::new("order:1").unwrap()
     }
@@ -163,7 +178,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_waiter_of_many_looks_when_the_holder_runs_out() {
         let watches = Arc::new(ExpiryWatches::default());
-        let waiters: Vec<_> = (0..5).map(|_| watches.watch(&key(), false)).collect();
+        let waiters: Vec<_> = (0..5)
+            .map(|_| watches.watch(&key(), false, RESERVATION))
+            .collect();
         let started = Instant::now();
         waiters[3].runs_out_at(started + Duration::from_millis(120));
         // A later expiry seen by another waiter does not put the look off.
@@ -184,7 +201,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_release_that_found_its_key_gone_has_a_waiter_look_at_once() {
         let watches = Arc::new(ExpiryWatches::default());
-        let waiter = watches.watch(&key(), false);
+        let waiter = watches.watch(&key(), false, RESERVATION);
         waiter.runs_out_at(Instant::now() + Duration::from_secs(10));
         let looking = tokio::spawn(async move { waiter.my_turn_to_look().await });
         tokio::task::yield_now().await;
@@ -196,10 +213,26 @@ mod tests {
         watches.look_now(&key(), true);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_handoff_to_another_has_a_waiter_look_when_its_reservation_would_run_out() {
+        let watches = Arc::new(ExpiryWatches::default());
+        let (heard, other) = (
+            watches.watch(&key(), false, RESERVATION),
+            watches.watch(&key(), false, RESERVATION),
+        );
+        let started = Instant::now();
+        heard.handed_to_another();
+        other.my_turn_to_look().await;
+        assert_eq!(started.elapsed(), RESERVATION + EXPIRY_MARGIN);
+    }
+
     #[test]
     fn the_last_waiter_to_leave_drops_the_watch() {
         let watches = Arc::new(ExpiryWatches::default());
-        let (first, second) = (watches.watch(&key(), false), watches.watch(&key(), false));
+        let (first, second) = (
+            watches.watch(&key(), false, RESERVATION),
+            watches.watch(&key(), false, RESERVATION),
+        );
         drop(first);
         assert_eq!(lock(&watches.keys).len(), 1);
         drop(second);

@@ -167,7 +167,12 @@ pub(crate) async fn wait_for_turn(
             };
             match heard {
                 Heard::HandedTo(waiter) if waiter == *me => return Woken::Turn,
-                Heard::HandedTo(_) => continue,
+                // Should the waiter it went to never come, its reservation runs out unused.
+                Heard::HandedTo(_) => {
+                    if let Some(watch) = watch {
+                        watch.handed_to_another();
+                    }
+                }
                 // Look at the keys again: a handoff to us may have gone unheard.
                 Heard::Listening | Heard::Missed => return Woken::Turn,
             }

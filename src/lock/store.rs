@@ -174,4 +174,17 @@ pub trait LockStore: Sealed + Clone + Send + Sync + 'static {
     /// The requests to stop that holders of `key` get from now on, each as the waiter that
     /// asked.
     fn stop_requests(&self, key: &LockKey) -> Handoffs;
+
+    /// How long a key handed to the first in line stays reserved for it (`with_reservation`
+    /// of the store): unused that long, the next attempt on the key hands it on.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redefer::MemoryStore;
+    /// use redefer::lock::LockStore;
+    ///
+    /// let store = MemoryStore::new().with_reservation(Duration::from_millis(500));
+    /// assert_eq!(store.reservation(), Duration::from_millis(500));
+    /// ```
+    fn reservation(&self) -> Duration;
 }

@@ -235,7 +235,10 @@ where
             .join(&self.lock.store, attempts.held, &group, me)
             .await?;
         let runs_out_at = attempts.caller.holder_runs_out_at();
-        attempts.line.watch_for_expiry(&self.lock.expiries, runs_out_at);
+        let reservation = self.lock.store.reservation();
+        attempts
+            .line
+            .watch_for_expiry(&self.lock.expiries, reservation, runs_out_at);
         let SetAttempts { line, renewal, .. } = attempts;
         let (woken, lost) = match renewal.as_mut() {
             // Groups held while waiting for the next: their renewal may give up meanwhile.
@@ -530,11 +533,17 @@ impl SetPlace {
     }
 
     /// Watches the key that keeps the call waiting in `watches` while it waits in place,
-    /// telling the watch when the holder the call met runs out (`runs_out_at`).
-    fn watch_for_expiry(&mut self, watches: &Arc<ExpiryWatches>, runs_out_at: Option<Instant>) {
+    /// telling the watch when the holder the call met runs out (`runs_out_at`); a key handed
+    /// over is reserved for `reservation`.
+    fn watch_for_expiry(
+        &mut self,
+        watches: &Arc<ExpiryWatches>,
+        reservation: Duration,
+        runs_out_at: Option<Instant>,
+    ) {
         let Some(key) = &self.blocked_by else { return };
         if self.watch.as_ref().is_none_or(|watch| watch.key() != key) {
-            self.watch = Some(watches.watch(key, false));
+            self.watch = Some(watches.watch(key, false, reservation));
         }
         if let (Some(watch), Some(at)) = (&self.watch, runs_out_at) {
             watch.runs_out_at(at);

@@ -218,4 +218,8 @@ where
     fn stop_requests(&self, key: &LockKey) -> Handoffs {
         self.store.stop_requests(key)
     }
+
+    fn reservation(&self) -> Duration {
+        self.store.reservation()
+    }
 }

@@ -104,6 +104,10 @@ use crate::guard::{LineCap, LineJoin, Waiter};
                 fn stop_requests(&self, key: &LockKey) -> Handoffs {
                     self.stop_channel(key)
                 }
+
+                fn reservation(&self) -> Duration {
+                    self.reservation
+                }
             }
         };
     };
