@@ -17,6 +17,7 @@ mod chart;
 mod contention;
 mod crawler;
 mod deferred_sets;
+mod freed_key;
 mod handoff;
 mod idle;
 mod lock;
@@ -61,7 +62,7 @@ impl Size {
     }
 }
 
-const SCENARIOS: [&str; 18] = [
+const SCENARIOS: [&str; 19] = [
     "lock",
     "queue",
     "peer",
@@ -80,6 +81,7 @@ const SCENARIOS: [&str; 18] = [
     "tenants",
     "race",
     "deferred_sets",
+    "freed_key",
 ];
 
 /// The flags a run takes: `--smoke`, and the `--bench` that `cargo bench` passes.
@@ -155,6 +157,7 @@ fn main() {
                     "tenants" => tenants::run(&server, size).await,
                     "race" => race::run(&server, size).await,
                     "deferred_sets" => deferred_sets::run(&server, size).await,
+                    "freed_key" => freed_key::run(&server, size).await,
                     _ => unreachable!("filtered against SCENARIOS"),
                 }
             }
