@@ -171,6 +171,7 @@ struct Run {
 
 impl Sequence for Run {
     type Op = Op;
+    const REGRESSIONS: &str = "tests/lock_model.proptest-regressions";
 
     async fn start(server: &RedisServer) -> Self {
         // The job that the third caller's waiter stands for exists: a handoff makes it due.

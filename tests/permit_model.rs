@@ -137,6 +137,7 @@ struct Run {
 
 impl Sequence for Run {
     type Op = Op;
+    const REGRESSIONS: &str = "tests/permit_model.proptest-regressions";
 
     async fn start(server: &RedisServer) -> Self {
         // The job that the last caller's waiter stands for exists: a handoff makes it due.

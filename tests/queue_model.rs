@@ -3,7 +3,8 @@
 //! a key's pending job (kept first or latest, debounced, arrived before the job's request),
 //! jobs handed a lock key (the first in its line made due, the runner-up due when the
 //! reservation runs out), waiting jobs buried by a full line, claims by two schedulers, acks (the job kept as done, or forgotten),
-//! retries, burials, lease extensions,
+//! retries, burials, lease extensions, each of them again on a job its scheduler already
+//! settled (a second ack, an extension or a burial of a job acked, retried or claimed again),
 //! cancels and leases that run out (a scheduler that died), and an operator's pauses, runs now,
 //! requeues, purges, counts, listings and the groups' backlogs, run one by one on the model and on a real Redis 7
 //! and Valkey 9 through the Redis store, and the idempotency guard's requests of the same ids
@@ -140,6 +141,14 @@ enum Op {
     Cancel {
         job: usize,
     },
+    /// A scheduler acts again on a job it already settled (its `belief`-th settled one): a
+    /// second ack, a retry, a burial or an extension of a job acked, retried, buried or
+    /// claimed again since. Both sides must refuse it alike and change nothing.
+    AgainAfterSettled {
+        scheduler: usize,
+        belief: usize,
+        act: Act,
+    },
     /// The lease of the scheduler's claim of that job runs out (the scheduler died).
     LeaseRunsOut {
         scheduler: usize,
@@ -218,6 +227,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (scheduler.clone(), belief.clone()).prop_map(|(scheduler, belief)| Op::Bury { scheduler, belief }),
         1 => (scheduler.clone(), belief.clone()).prop_map(|(scheduler, belief)| Op::Extend { scheduler, belief }),
         1 => (0..JOBS).prop_map(|job| Op::Cancel { job }),
+        2 => (scheduler.clone(), belief.clone(), act())
+            .prop_map(|(scheduler, belief, act)| Op::AgainAfterSettled { scheduler, belief, act }),
         2 => (scheduler, belief).prop_map(|(scheduler, belief)| Op::LeaseRunsOut { scheduler, belief }),
         1 => any::<bool>().prop_map(|paused| Op::Pause { paused }),
         1 => (0..JOBS).prop_map(|job| Op::RunNow { job }),
@@ -229,6 +240,30 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..JOBS, 0..REQUESTS).prop_map(|(job, request)| Op::Begin { job, request }),
         1 => (0..JOBS, 0..REQUESTS).prop_map(|(job, request)| Op::KeepRunning { job, request }),
         1 => (0..JOBS, 0..REQUESTS, any::<bool>()).prop_map(|(job, request, kept)| Op::End { job, request, kept }),
+    ]
+}
+
+/// What a scheduler does to a job it claimed.
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    /// Acks it: kept in the done set ([`RETENTION`]), or forgotten.
+    Ack {
+        kept: bool,
+    },
+    /// Retries it, at once or an hour on.
+    Retry {
+        at_once: bool,
+    },
+    Bury,
+    Extend,
+}
+
+fn act() -> impl Strategy<Value = Act> {
+    prop_oneof![
+        any::<bool>().prop_map(|kept| Act::Ack { kept }),
+        any::<bool>().prop_map(|at_once| Act::Retry { at_once }),
+        Just(Act::Bury),
+        Just(Act::Extend),
     ]
 }
 
@@ -280,6 +315,8 @@ struct Run {
     tokens: Vec<LockToken>,
     requesters: Vec<LockToken>,
     beliefs: Vec<Vec<Belief>>,
+    /// The jobs each scheduler settled, as it claimed them.
+    settled: Vec<Vec<Belief>>,
     /// The last job fencing token on each side.
     fences: [u64; 2],
     /// An hour from the first operation, ms since the epoch: pushes are due an hour either side.
@@ -305,6 +342,7 @@ impl Place {
 
 impl Sequence for Run {
     type Op = Op;
+    const REGRESSIONS: &str = "tests/queue_model.proptest-regressions";
 
     async fn start(server: &RedisServer) -> Self {
         let prefix = support::unique_prefix();
@@ -340,6 +378,7 @@ impl Sequence for Run {
             tokens: (0..SCHEDULERS).map(|_| LockToken::random()).collect(),
             requesters: (0..REQUESTS).map(|_| LockToken::random()).collect(),
             beliefs: vec![Vec::new(); SCHEDULERS],
+            settled: vec![Vec::new(); SCHEDULERS],
             fences: [0; 2],
             base,
         }
@@ -488,72 +527,31 @@ impl Sequence for Run {
                 scheduler,
                 belief,
                 kept,
-            } => {
-                let Some(belief) = self.take_belief(scheduler, belief) else {
-                    return Ok(());
-                };
-                let (id, retention) = (&self.ids[belief.job], kept.then_some(RETENTION));
-                let model = self
-                    .model
-                    .ack(&[(id, belief.model)], retention, Counters::Off, now);
-                let redis = self
-                    .store
-                    .ack(&self.queue, &[(id, belief.redis)], retention, Counters::Off)
-                    .await
-                    .map_err(fail)?;
-                (Reply::Stored(model), Reply::Stored(redis))
-            }
+            } => self.settle(scheduler, belief, Act::Ack { kept }, now).await?,
             Op::Retry {
                 scheduler,
                 belief,
                 at_once,
             } => {
-                let Some(belief) = self.take_belief(scheduler, belief) else {
-                    return Ok(());
-                };
-                let id = &self.ids[belief.job];
-                let delay = if at_once {
-                    Duration::ZERO
-                } else {
-                    Duration::from_millis(HOUR_MS as u64)
-                };
-                let model = self
-                    .model
-                    .retry(id, belief.model, None, delay, Counters::Off, now);
-                let redis = self
-                    .store
-                    .retry(&self.queue, id, belief.redis, None, delay, Counters::Off)
-                    .await
-                    .map_err(fail)?;
-                (Reply::Acted(model.is_some()), Reply::Acted(redis.is_some()))
+                self.settle(scheduler, belief, Act::Retry { at_once }, now)
+                    .await?
             }
-            Op::Bury { scheduler, belief } => {
-                let Some(belief) = self.take_belief(scheduler, belief) else {
-                    return Ok(());
-                };
-                let id = &self.ids[belief.job];
-                let model = self
-                    .model
-                    .bury(id, belief.model, "buried", None, Counters::Off, now);
-                let redis = self
-                    .store
-                    .bury(&self.queue, id, belief.redis, "buried", None, Counters::Off)
-                    .await
-                    .map_err(fail)?;
-                (Reply::Acted(model), Reply::Acted(redis))
-            }
+            Op::Bury { scheduler, belief } => self.settle(scheduler, belief, Act::Bury, now).await?,
             Op::Extend { scheduler, belief } => {
                 let Some(belief) = self.beliefs[scheduler].get(belief).cloned() else {
                     return Ok(());
                 };
-                let id = &self.ids[belief.job];
-                let model = self.model.extend_lease(id, belief.model, LEASE, now);
-                let redis = self
-                    .store
-                    .extend_lease(&self.queue, id, belief.redis, LEASE)
-                    .await
-                    .map_err(fail)?;
-                (Reply::Acted(model), Reply::Acted(redis))
+                self.act(&belief, Act::Extend, now).await?
+            }
+            Op::AgainAfterSettled {
+                scheduler,
+                belief,
+                act,
+            } => {
+                let Some(belief) = self.settled[scheduler].get(belief).cloned() else {
+                    return Ok(());
+                };
+                self.act(&belief, act, now).await?
             }
             Op::Cancel { job } => {
                 let model = self.model.cancel(&self.ids[job]);
@@ -716,6 +714,78 @@ impl Run {
             self.model
                 .promote(&self.ids[runner_up], RESERVATION + RUNNER_UP_MARGIN, now);
         }
+    }
+
+    /// The scheduler settles its `belief`-th claimed job by `act`, and keeps it among the
+    /// jobs it settled.
+    async fn settle(
+        &mut self,
+        scheduler: usize,
+        belief: usize,
+        act: Act,
+        now: i64,
+    ) -> Result<(Reply, Reply), TestCaseError> {
+        let Some(belief) = self.take_belief(scheduler, belief) else {
+            return Ok((Reply::Done, Reply::Done));
+        };
+        let replies = self.act(&belief, act, now).await?;
+        self.settled[scheduler].push(belief);
+        Ok(replies)
+    }
+
+    /// Does `act` to the job of `belief` on both sides: the replies.
+    async fn act(&mut self, belief: &Belief, act: Act, now: i64) -> Result<(Reply, Reply), TestCaseError> {
+        let id = &self.ids[belief.job];
+        Ok(match act {
+            Act::Ack { kept } => {
+                let retention = kept.then_some(RETENTION);
+                let model = self
+                    .model
+                    .ack(&[(id, belief.model)], retention, Counters::Off, now);
+                let redis = self
+                    .store
+                    .ack(&self.queue, &[(id, belief.redis)], retention, Counters::Off)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Stored(model), Reply::Stored(redis))
+            }
+            Act::Retry { at_once } => {
+                let delay = if at_once {
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(HOUR_MS as u64)
+                };
+                let model = self
+                    .model
+                    .retry(id, belief.model, None, delay, Counters::Off, now);
+                let redis = self
+                    .store
+                    .retry(&self.queue, id, belief.redis, None, delay, Counters::Off)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Acted(model.is_some()), Reply::Acted(redis.is_some()))
+            }
+            Act::Bury => {
+                let model = self
+                    .model
+                    .bury(id, belief.model, "buried", None, Counters::Off, now);
+                let redis = self
+                    .store
+                    .bury(&self.queue, id, belief.redis, "buried", None, Counters::Off)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Acted(model), Reply::Acted(redis))
+            }
+            Act::Extend => {
+                let model = self.model.extend_lease(id, belief.model, LEASE, now);
+                let redis = self
+                    .store
+                    .extend_lease(&self.queue, id, belief.redis, LEASE)
+                    .await
+                    .map_err(fail)?;
+                (Reply::Acted(model), Reply::Acted(redis))
+            }
+        })
     }
 
     fn take_belief(&mut self, scheduler: usize, belief: usize) -> Option<Belief> {

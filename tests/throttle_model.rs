@@ -159,6 +159,7 @@ struct Run {
 
 impl Sequence for Run {
     type Op = Op;
+    const REGRESSIONS: &str = "tests/throttle_model.proptest-regressions";
 
     /// A reopening changes what it finds only after a booking, a closing longer than a job
     /// waits in its run and the job's coming, in that order, on one key: four times the

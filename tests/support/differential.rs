@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence, TestCaseError, TestRunner};
 use redefer::RedisStore;
 use redefer::guard::{LineJoin, Waiter};
 use redefer::lock::Acquisition;
@@ -156,6 +156,11 @@ pub trait Sequence: Sized {
     /// after a rarer run of operations.
     const CASES: u32 = 96;
 
+    /// Where the seeds of the sequences that failed are kept, from the package's folder (the
+    /// test's own `tests/<name>.proptest-regressions`): proptest writes a failing sequence's
+    /// seed there and runs every seed in it first, before any new sequence, in every later run.
+    const REGRESSIONS: &'static str;
+
     /// A fresh model, and a fresh prefix on `server`.
     async fn start(server: &RedisServer) -> Self;
 
@@ -195,7 +200,7 @@ pub fn agree<S: Sequence>(server: Server, op: impl Strategy<Value = S::Op>) {
         .unwrap_or(S::CASES);
     let mut runner = TestRunner::new(ProptestConfig {
         cases,
-        failure_persistence: None,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(S::REGRESSIONS))),
         ..ProptestConfig::default()
     });
     let sequences = proptest::collection::vec(op, 1..40);
@@ -209,6 +214,17 @@ pub fn agree<S: Sequence>(server: Server, op: impl Strategy<Value = S::Op>) {
         })
     });
     if let Err(error) = outcome {
-        panic!("{server:?}: {error}");
+        // The newest seed proptest kept (a new failure's, or the kept one that failed again): a
+        // failure found by a run whose folder is thrown away (CI's clone) is kept by adding
+        // this line to the file in the repository.
+        let kept = std::fs::read_to_string(S::REGRESSIONS).ok();
+        let seed = kept
+            .as_deref()
+            .and_then(|kept| kept.lines().rev().find(|line| line.starts_with("cc ")))
+            .unwrap_or("(none written)");
+        panic!(
+            "{server:?}: {error}\nthe seeds of failing sequences are kept in {} and run first by every later run; the newest: {seed}",
+            S::REGRESSIONS
+        );
     }
 }
