@@ -29,7 +29,7 @@ use crate::key::LockKey;
 const EXPIRY_MARGIN: Duration = Duration::from_millis(2);
 
 /// A watch for each key that a layer's calls wait for in place, by the key and whether it is
-/// held as permits (a read-write lock's readers and writer wait in different lines).
+/// held as permits (a semaphore's or a read-write lock's key, whose line is not the mutex's).
 #[derive(Debug, Default)]
 pub(crate) struct ExpiryWatches {
     keys: Mutex<HashMap<(LockKey, bool), Arc<KeyWatch>>>,
